@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Build and run every test:
+#   1. the normal build (build/) and its ctest suite;
+#   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer
+#      (build-asan/);
+#   3. each libFuzzer target (clang, ASan+UBSan, build-fuzz/) for
+#      UIWARP_FUZZ_SECONDS seconds (default 60; 0 skips), seeded from the
+#      reference captures.
+# Exits non-zero when anything fails; the last line sums it up.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export UIWARP_SHARED=${UIWARP_SHARED:-$(cd .. && pwd)/shared}
+fuzz_secs=${UIWARP_FUZZ_SECONDS:-60}
+jobs=$(nproc)
+
+bash scripts/deps.sh all || exit 1
+
+passed=0
+failed=0
+stage() { echo; echo "=== $*"; }
+
+run_ctest() { # dir label
+    local dir=$1 label=$2 log
+    log=$(mktemp)
+    (cd "$dir" && ctest --output-on-failure -j"$jobs") 2>&1 | tee "$log"
+    local n f
+    n=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$log" | tail -1)
+    f=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+    rm -f "$log"
+    if [ -z "$n" ]; then
+        echo "$label: ctest did not run"
+        failed=$((failed + 1))
+        return
+    fi
+    passed=$((passed + n - f))
+    failed=$((failed + f))
+}
+
+stage "build (RelWithDebInfo)"
+if bash scripts/build.sh build -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+    stage "ctest (build)"
+    run_ctest build release
+else
+    echo "build failed"
+    failed=$((failed + 1))
+fi
+
+stage "build with ASan+UBSan"
+if bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
+    -DUIWARP_SANITIZE=address,undefined -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+    stage "ctest (ASan+UBSan)"
+    ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
+        run_ctest build-asan asan
+else
+    echo "sanitizer build failed"
+    failed=$((failed + 1))
+fi
+
+if [ "$fuzz_secs" -gt 0 ]; then
+    stage "fuzz targets (${fuzz_secs}s each)"
+    if CC=clang bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=Debug -DUIWARP_FUZZ=ON \
+        -DUIWARP_SANITIZE=address,undefined -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+        bash scripts/fuzz-seeds.sh build/bin/uiwarp build-fuzz/corpus
+        for t in build-fuzz/bin/fuzz_*; do
+            name=$(basename "$t")
+            mkdir -p "build-fuzz/corpus/$name"
+            echo "--- $name"
+            if "$t" -max_total_time="$fuzz_secs" -print_final_stats=1 \
+                "build-fuzz/corpus/$name" 2>"build-fuzz/$name.log"; then
+                grep -E 'stat::number_of_executed_units|stat::new_units_added' "build-fuzz/$name.log"
+                echo "$name: passed"
+                passed=$((passed + 1))
+            else
+                tail -40 "build-fuzz/$name.log"
+                echo "$name: FAILED"
+                failed=$((failed + 1))
+            fi
+        done
+    else
+        echo "fuzz build failed"
+        failed=$((failed + 1))
+    fi
+fi
+
+echo
+echo "total: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
