@@ -6,7 +6,8 @@
 set -euo pipefail
 
 want=${1:-all}
-pkgs=(build-essential cmake pkg-config libisal-dev libpcap-dev)
+# libibverbs-dev: rdma-core's headers define the ABI the engine implements.
+pkgs=(build-essential cmake pkg-config libisal-dev libpcap-dev libibverbs-dev)
 if [ "$want" != build ]; then
     # clang + compiler-rt: libFuzzer targets; tshark: independent wire check;
     # python3: small test helpers.
