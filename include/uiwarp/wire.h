@@ -659,8 +659,12 @@ static inline bool uiw_op_hdr_only(unsigned opcode)
  *     non-zero pad with strict_pad
  *   DDP version != 1                     DDP/tagged/0x04 or      uiw_hdr_decode,
  *                                        DDP/untagged/0x06       RFC 5041 §7.2
- *   untagged QN > 3                      DDP/untagged/0x01       RFC 5041 §7.1 (1)
- *   RDMAP version, opcode, T/opcode     as uiw_hdr_decode says  RFC 5040 §7.2
+ *   untagged QN > 3 (uiw_hdr_decode:     DDP/untagged/0x01       RFC 5041 §7.1 (1)
+ *     any QN not the opcode's)
+ *   RDMAP version (not 1; 0 ok <= 7)     RDMAP/remote op/0x05    RFC 5040 §7.2 (3)
+ *   reserved opcode; T flag not the      RDMAP/remote op/0x06    RFC 5040 §7.2 (2),
+ *     opcode's                                                   §4.1 Figure 4
+ *   unsupported atomic AOpCode           RDMAP/remote op/0xFF    uiw_hdr_decode
  *   header-only message (uiw_op_hdr_only)
  *     with payload after its header,    DDP/untagged/0x05       RFC 5041 §7.1 (4):
  *     without L, or a Terminate longer                          longer than the
@@ -693,7 +697,8 @@ typedef struct uiw_rx_event {
     uint64_t fpdu_off;
     uint16_t ulpdu_len; /* HDR, END; ERROR when ulpdu_valid */
     /* UIW_RX_HDR */
-    const uiw_hdr *hdr;   /* points into the parser; valid until the next feed */
+    const uiw_hdr *hdr;   /* points into the parser; stays valid through this
+                           * segment's PAYLOAD and END events */
     uint16_t hdr_len;     /* DDP + RDMAP header bytes (ulpdu_len = hdr_len + payload_len) */
     uint32_t payload_len; /* ULP payload bytes in this segment */
     /* UIW_RX_PAYLOAD (never spans a marker; 1..payload_len bytes) */
@@ -702,18 +707,23 @@ typedef struct uiw_rx_event {
     uint32_t offset;   /* offset of data within this segment's payload */
     uint64_t data_off; /* stream offset of data[0] */
     /* UIW_RX_END (crc_* also set on a CRC-mismatch ERROR) */
-    bool crc_checked; /* cfg.crc */
-    bool crc_ok;      /* checked and equal (true when not checked) */
+    bool crc_checked;            /* cfg.crc */
+    bool crc_ok;                 /* checked and equal (true when not checked) */
     uint32_t crc_recv, crc_calc; /* uiw_crc32c_get() of the field / computed */
-    bool pad_nonzero; /* pad bytes were not zero (accepted unless strict_pad) */
-    bool marker_rsvd; /* a marker in this FPDU had non-zero RESERVED (ignored) */
-    uint16_t nmarkers;   /* markers in this FPDU, a leading one (FPDUPTR 0) included */
-    uint32_t fpdu_bytes; /* wire bytes of this FPDU: markers, length, ULPDU, pad, CRC */
+    bool pad_nonzero;            /* pad bytes were not zero (accepted unless strict_pad) */
+    bool marker_rsvd;            /* a marker in this FPDU had non-zero RESERVED (ignored) */
+    uint16_t nmarkers;           /* markers in this FPDU, a leading one (FPDUPTR 0) included */
+    uint32_t fpdu_bytes;         /* wire bytes of this FPDU: markers, length, ULPDU, pad, CRC */
     /* UIW_RX_ERROR */
     uiw_term_cause cause;
-    const char *why;   /* static text */
-    bool ulpdu_valid;  /* ulpdu_len holds the received ULPDU_Length (Terminate M) */
-    uint64_t err_off;  /* stream offset just past the byte that decided the error */
+    const char *why;  /* static text */
+    bool ulpdu_valid; /* ulpdu_len holds the received ULPDU_Length (Terminate M) */
+    uint64_t err_off; /* stream offset just past the byte that decided the error */
+    /* when ulpdu_valid: stream offset just past this FPDU's CRC (markers
+     * counted), i.e. where the next FPDU would begin if the ULPDU_Length is
+     * right. MPA delivers nothing after an error (RFC 5044 §8); a
+     * diagnostic tool may uiw_rx_init_at() there to look further. */
+    uint64_t resume_off;
     /* header bytes of the offending segment for the Terminate's attached DDP
      * header: the 2-byte ULPDU_Length then as much of the DDP header (14
      * tagged / 18 untagged bytes) as the ULPDU holds; 0 when no length
@@ -734,7 +744,7 @@ typedef struct uiw_rx {
     uint64_t stream_off; /* bytes consumed so far (markers included) */
     uint8_t state;
     bool dead;
-    bool err_pending;    /* error found inside the FPDU, reported at its CRC */
+    bool err_pending; /* error found inside the FPDU, reported at its CRC */
     bool pad_nonzero;
     bool marker_rsvd;
     bool marker_between; /* current marker sits between FPDUs */
@@ -763,6 +773,10 @@ typedef struct uiw_rx {
 } uiw_rx;
 
 void uiw_rx_init(uiw_rx *rx, const uiw_rx_cfg *cfg);
+/* Start at an FPDU boundary at this stream offset (counted from the first
+ * byte after the MPA frames, as the marker grid is): for a tool resuming
+ * after an error or starting mid-stream. uiw_rx_init = uiw_rx_init_at 0. */
+void uiw_rx_init_at(uiw_rx *rx, const uiw_rx_cfg *cfg, uint64_t stream_off);
 /* Feed bytes. Consumes a prefix of in and reports at most one event in *ev
  * (ev->kind = UIW_RX_NONE when it consumed everything without an event).
  * Returns the number of bytes consumed; call again with the rest. An event
@@ -850,13 +864,13 @@ typedef struct uiw_tx_msg {
 typedef struct uiw_fpdu {
     struct iovec iov[UIW_TX_MAX_IOV];
     int iovcnt;
-    size_t bytes;       /* total bytes on the wire */
-    uint32_t payload;   /* payload bytes carried */
-    bool last;          /* L set */
-    uint16_t ulpdu_len; /* ULPDU_Length sent */
-    uint16_t nmarkers;  /* markers inside iov */
+    size_t bytes;        /* total bytes on the wire */
+    uint32_t payload;    /* payload bytes carried */
+    bool last;           /* L set */
+    uint16_t ulpdu_len;  /* ULPDU_Length sent */
+    uint16_t nmarkers;   /* markers inside iov */
     uint64_t stream_off; /* stream offset of the FPDU's first byte */
-    uint32_t crc;       /* CRC sent (uiw_crc32c_final value; 0 when off) */
+    uint32_t crc;        /* CRC sent (uiw_crc32c_final value; 0 when off) */
     uint8_t scratch[UIW_TX_SCRATCH];
 } uiw_fpdu;
 

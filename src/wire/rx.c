@@ -1,0 +1,578 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * FPDU receive parser: MPA framing (RFC 5044 §4: length, markers, pad,
+ * CRC), DDP segment validation at the framing level (RFC 5041 §5-§7) and
+ * RDMAP header checks (RFC 5040 §4, §7; RFC 7306 §4-§8).
+ *
+ * The parser is a byte-driven state machine over the stream of one
+ * direction. Marker bytes (at stream offsets that are a multiple of 512)
+ * are set aside before the FPDU state machine sees the stream, so every
+ * field may be split by a marker and by the caller's piece boundaries.
+ * Only the ULPDU_Length field and the DDP/RDMAP header (at most
+ * UIW_RX_HDRBUF bytes) are buffered; payload is reported as slices of the
+ * caller's input.
+ */
+#include <errno.h>
+#include <string.h>
+
+#include "uiwarp/wire.h"
+
+enum rx_state {
+    S_LEN = 0, /* ULPDU_Length (2 bytes) */
+    S_HDR,     /* DDP/RDMAP header into hdrbuf */
+    S_PAYLOAD, /* ULP payload */
+    S_SKIP,    /* rest of a ULPDU whose FPDU is already in error */
+    S_PAD,     /* 0-3 pad bytes */
+    S_CRC,     /* 4 CRC bytes */
+};
+
+static uint16_t get_be16(const uint8_t *p)
+{
+    return (uint16_t)((unsigned)p[0] << 8 | p[1]);
+}
+
+static uint32_t get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static size_t min_sz(size_t a, size_t b)
+{
+    return a < b ? a : b;
+}
+
+static void hash(uiw_rx *rx, const uint8_t *p, size_t n)
+{
+    if (rx->cfg.crc)
+        rx->crc_state = uiw_crc32c_update(rx->crc_state, p, n);
+}
+
+/* Start a new FPDU. A marker that follows belongs to it (RFC 5044 §4.3,
+ * §4.4 rule 2): the CRC starts here, before any such marker. */
+static void fpdu_reset(uiw_rx *rx)
+{
+    rx->state = S_LEN;
+    rx->err_pending = false;
+    rx->pad_nonzero = false;
+    rx->marker_rsvd = false;
+    rx->hdr_sized = false;
+    rx->pad_len = 0;
+    rx->pad_have = 0;
+    rx->crc_have = 0;
+    rx->nmarkers = 0;
+    rx->ulpdu_len = 0;
+    rx->hdr_want = 0;
+    rx->hdr_have = 0;
+    rx->hdr_len = 0;
+    rx->payload_len = 0;
+    rx->payload_done = 0;
+    rx->skip_left = 0;
+    rx->crc_state = UIW_CRC32C_INIT;
+    rx->fpdu_begin = rx->stream_off;
+    rx->fpdu_off = rx->stream_off;
+}
+
+void uiw_rx_init_at(uiw_rx *rx, const uiw_rx_cfg *cfg, uint64_t stream_off)
+{
+    memset(rx, 0, sizeof(*rx));
+    if (cfg)
+        rx->cfg = *cfg;
+    rx->stream_off = stream_off;
+    fpdu_reset(rx);
+}
+
+void uiw_rx_init(uiw_rx *rx, const uiw_rx_cfg *cfg)
+{
+    uiw_rx_init_at(rx, cfg, 0);
+}
+
+/* Stream offset just past the CRC of the FPDU whose ULPDU_Length field is
+ * at len_off: 2 + ULPDU + pad + CRC content bytes, with the markers that
+ * fall before any of them (RFC 5044 §4.1, §4.3). */
+static uint64_t fpdu_end(const uiw_rx *rx, uint64_t len_off, unsigned ulpdu)
+{
+    uint64_t pos = len_off;
+    uint64_t left = uiw_fpdu_len(ulpdu);
+
+    if (!rx->cfg.markers)
+        return pos + left;
+    while (left) {
+        unsigned m = (unsigned)(pos % UIW_MARKER_INTERVAL);
+        uint64_t c;
+        if (m < UIW_MARKER_LEN) {
+            pos += UIW_MARKER_LEN - m;
+            m = UIW_MARKER_LEN;
+        }
+        c = UIW_MARKER_INTERVAL - m;
+        if (c > left)
+            c = left;
+        pos += c;
+        left -= c;
+    }
+    return pos;
+}
+
+/* Bytes of hdrbuf (length field included) that form the DDP header. */
+static unsigned bad_hdr_len(const uiw_rx *rx)
+{
+    unsigned have = rx->hdr_have;
+    unsigned ddp;
+    if (have < UIW_MPA_LEN_FIELD)
+        return 0;
+    ddp = (have > UIW_MPA_LEN_FIELD && (rx->hdrbuf[2] & 0x80)) ? UIW_HDR_TAGGED_LEN
+                                                               : UIW_HDR_UNTAGGED_LEN;
+    if (have > UIW_MPA_LEN_FIELD + ddp)
+        have = UIW_MPA_LEN_FIELD + ddp;
+    return have;
+}
+
+/* Record an error with the current FPDU context. */
+static void set_err(uiw_rx *rx, uint8_t layer, uint8_t etype, uint8_t ecode, const char *why)
+{
+    uiw_rx_event *e = &rx->err;
+    unsigned n = bad_hdr_len(rx);
+
+    memset(e, 0, sizeof(*e));
+    e->kind = UIW_RX_ERROR;
+    e->cause.layer = layer;
+    e->cause.etype = etype;
+    e->cause.ecode = ecode;
+    e->why = why;
+    e->err_off = rx->stream_off;
+    e->fpdu_off = rx->hdr_have ? rx->fpdu_off : rx->stream_off;
+    e->ulpdu_valid = rx->hdr_have >= UIW_MPA_LEN_FIELD;
+    e->ulpdu_len = e->ulpdu_valid ? rx->ulpdu_len : 0;
+    e->resume_off = e->ulpdu_valid ? fpdu_end(rx, rx->fpdu_off, rx->ulpdu_len) : 0;
+    memcpy(e->bad_hdr, rx->hdrbuf, n);
+    e->bad_hdr_len = (uint8_t)n;
+    e->nmarkers = rx->nmarkers;
+}
+
+/* A malformation inside the FPDU. With CRC on and `defer`, it is held until
+ * the FPDU's CRC has been checked (RFC 5044 §4.4: the CRC is checked first;
+ * §8 code 3 "in the event that the CRC is valid"); the first one found is
+ * kept (RFC 5040 §7.1 rule 4). Returns true when the stream dies now. */
+static bool fail(uiw_rx *rx, uint8_t layer, uint8_t etype, uint8_t ecode, const char *why,
+                 bool defer)
+{
+    if (!rx->err_pending)
+        set_err(rx, layer, etype, ecode, why);
+    if (defer && rx->cfg.crc) {
+        rx->err_pending = true;
+        return false;
+    }
+    rx->dead = true;
+    return true;
+}
+
+static bool fail_mpa(uiw_rx *rx, uint8_t ecode, const char *why, bool defer)
+{
+    return fail(rx, UIW_LAYER_LLP, UIW_LLP_ET_MPA, ecode, why, defer);
+}
+
+static void enter_pad(uiw_rx *rx)
+{
+    rx->pad_len = (uint8_t)uiw_mpa_pad(rx->ulpdu_len);
+    rx->pad_have = 0;
+    rx->crc_have = 0;
+    rx->state = rx->pad_len ? S_PAD : S_CRC;
+}
+
+/* After the header bytes of a doomed FPDU: read the rest up to the CRC. */
+static void enter_skip(uiw_rx *rx)
+{
+    rx->skip_left = (uint32_t)rx->ulpdu_len - rx->hdr_want;
+    if (rx->skip_left)
+        rx->state = S_SKIP;
+    else
+        enter_pad(rx);
+}
+
+/* The first marker byte is at rx->stream_off. */
+static void marker_begin(uiw_rx *rx)
+{
+    rx->marker_off = rx->stream_off;
+    /* RFC 5044 §4.3: FPDUPTR 0 when the marker falls between FPDUs. */
+    rx->marker_between = rx->state == S_LEN && rx->hdr_have == 0;
+    /* RFC 5044 §4.4 rule 1: markers up to the end of the pad, and one right
+     * after the pad, are covered by the CRC; one between FPDUs is covered by
+     * the following FPDU's CRC (rule 2), which started at fpdu_reset. A
+     * marker inside the CRC field (impossible in a stream of 4-byte
+     * multiples) is not. */
+    rx->marker_hashed = !(rx->state == S_CRC && rx->crc_have > 0);
+    if (rx->nmarkers < UINT16_MAX)
+        rx->nmarkers++;
+}
+
+/* All 4 marker bytes are in rx->marker. Returns true if the stream dies. */
+static bool marker_end(uiw_rx *rx)
+{
+    uint16_t rsvd = get_be16(rx->marker);
+    uint16_t ptr = get_be16(rx->marker + 2);
+    uint64_t expect = rx->marker_between ? 0 : rx->marker_off - rx->fpdu_off;
+
+    /* RFC 5044 §4.2: RESERVED is ignored on receive; reported only. */
+    if (rsvd)
+        rx->marker_rsvd = true;
+    /* RFC 5044 §4.2/§4.3: FPDUPTR = octets from the ULPDU_Length field to
+     * the marker, low two bits treated as zero; 16-bit arithmetic as the
+     * pointer itself (an FPDU longer than 64 KiB cannot be described). */
+    if ((ptr & 0xFFFCu) != ((uint16_t)expect & 0xFFFCu))
+        return fail_mpa(rx, UIW_MPA_EC_MARKER,
+                        rx->marker_between ? "marker between FPDUs has non-zero FPDUPTR"
+                                           : "marker FPDUPTR does not point to the FPDU start",
+                        true);
+    return false;
+}
+
+/* The whole header (hdr_want bytes after the length field) is in hdrbuf.
+ * Returns true with *ev set when an event (HDR or ERROR) is ready. */
+static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
+{
+    const uint8_t *h = rx->hdrbuf + UIW_MPA_LEN_FIELD;
+    size_t hl = rx->hdr_want;
+    bool tagged = h[0] & 0x80;
+    unsigned opcode = h[1] & 0x0F;
+    uiw_term_cause cause = {0, 0, 0};
+    const char *why = NULL;
+    int r;
+
+    if (rx->err_pending) { /* already doomed: no HDR, read on to the CRC */
+        enter_skip(rx);
+        return false;
+    }
+
+    r = uiw_hdr_decode(h, hl, &rx->hdr, &cause);
+
+    if (r == -EPROTO && cause.layer == UIW_LAYER_DDP) {
+        /* DDP checks come before RDMAP ones: DDP validates the segment
+         * before RDMAP sees it (RFC 5040 §7.2 item 1). DDP version is
+         * uiw_hdr_decode's (RFC 5041 §4.1, §7.2). */
+        why = "DDP header rejected";
+    } else if (!tagged && hl >= 10 && get_be32(h + 6) >= UIW_QN_COUNT) {
+        /* RFC 5041 §7.1 (1) "The QN is valid for this stream": only QNs
+         * 0-3 are defined (RFC 5040 §5.1, RFC 7306 §10.2). */
+        cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_QN};
+        why = "untagged QN > 3";
+    } else if (r == -EPROTO) {
+        /* RDMAP version, reserved opcode, ... (RFC 5040 §7.2 items 2-3) */
+        why = "RDMAP header rejected";
+    } else if (!tagged && opcode == UIW_OP_TERMINATE && rx->ulpdu_len > UIW_TERM_MAX_ULPDU) {
+        /* RFC 5041 §7.1 (4): longer than any Terminate buffer. */
+        cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
+        why = "Terminate longer than UIW_TERM_MAX_ULPDU";
+    } else if (r < 0 || (size_t)r > rx->ulpdu_len) {
+        /* RFC 5044 §8 code 3: the ULPDU_Length does not hold the header
+         * its T flag and opcode require. */
+        cause = (uiw_term_cause){UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_MARKER};
+        why = "ULPDU_Length too small for the header";
+    } else if (tagged != (opcode == UIW_OP_WRITE || opcode == UIW_OP_READ_RESP)) {
+        /* RFC 5040 §4.1 Figure 4, RFC 7306 §4.1 Figure 2: Write and Read
+         * Response are tagged, every other message untagged. */
+        cause = (uiw_term_cause){UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                                 UIW_RDMAP_EC_UNEXPECTED_OPCODE};
+        why = "T flag does not match the opcode";
+    } else if (uiw_op_hdr_only(opcode)) {
+        /* One message = one segment whose ULPDU is exactly the header
+         * (RFC 5040 §4.2 / RFC 7306 §4.2 "ULP Message allowed: No", RFC
+         * 7306 §6.3 "exactly 8 bytes"). A Terminate's length is what the
+         * sender says (its attached headers vary, RFC 5040 §4.8), so its
+         * bytes up to UIW_TERM_MAX_ULPDU are all Terminate header. */
+        if (rx->hdr.mo != 0) {
+            /* RFC 5041 §7.1 (3) */
+            cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO};
+            why = "header-only message with MO != 0";
+        } else if (!rx->hdr.last) {
+            /* RFC 5041 §7.1 (4): the message continues past its buffer */
+            cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
+            why = "header-only message without L";
+        } else if (opcode != UIW_OP_TERMINATE && (size_t)r != rx->ulpdu_len) {
+            cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
+            why = opcode == UIW_OP_READ_REQ ? "Read Request carries payload"
+                                            : "header-only message carries payload";
+        } else if (opcode == UIW_OP_TERMINATE) {
+            r = rx->ulpdu_len;
+        }
+    }
+
+    if (why) {
+        if (fail(rx, cause.layer, cause.etype, cause.ecode, why, true)) {
+            *ev = rx->err;
+            return true;
+        }
+        enter_skip(rx);
+        return false;
+    }
+
+    rx->hdr_len = (uint16_t)r;
+    rx->payload_len = (uint32_t)rx->ulpdu_len - (uint32_t)r;
+    rx->payload_done = 0;
+    ev->kind = UIW_RX_HDR;
+    ev->fpdu_off = rx->fpdu_off;
+    ev->ulpdu_len = rx->ulpdu_len;
+    ev->hdr = &rx->hdr;
+    ev->hdr_len = rx->hdr_len;
+    ev->payload_len = rx->payload_len;
+    ev->nmarkers = rx->nmarkers;
+    if (rx->payload_len)
+        rx->state = S_PAYLOAD;
+    else
+        enter_pad(rx);
+    return true;
+}
+
+/* hdrbuf holds the 2-byte DDP/RDMAP control field: decide how many header
+ * bytes to collect. */
+static void size_header(uiw_rx *rx)
+{
+    const uint8_t *h = rx->hdrbuf + UIW_MPA_LEN_FIELD;
+    bool tagged = h[0] & 0x80;
+    unsigned opcode = h[1] & 0x0F;
+    unsigned base = tagged ? UIW_HDR_TAGGED_LEN : UIW_HDR_UNTAGGED_LEN;
+    unsigned want;
+
+    if (!tagged && opcode == UIW_OP_TERMINATE) {
+        /* RFC 5040 §4.8: the Terminate header is variable; take the whole
+         * ULPDU if it fits (checked in header_done otherwise). */
+        want = rx->ulpdu_len <= UIW_TERM_MAX_ULPDU ? rx->ulpdu_len : base;
+    } else {
+        int hl = uiw_hdr_len(tagged, opcode);
+        want = (hl > 0 && (size_t)hl <= UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD) ? (unsigned)hl : base;
+    }
+    if (want > rx->ulpdu_len)
+        want = rx->ulpdu_len;
+    if (want < 2)
+        want = 2;
+    rx->hdr_want = (uint16_t)want;
+    rx->hdr_sized = true;
+}
+
+/* Process up to avail (>0) bytes of FPDU content (no marker inside).
+ * Sets *used; returns true with *ev set when an event is ready. */
+static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_rx_event *ev)
+{
+    size_t take;
+
+    switch (rx->state) {
+    case S_LEN:
+        take = min_sz(avail, UIW_MPA_LEN_FIELD - rx->hdr_have);
+        if (rx->hdr_have == 0)
+            rx->fpdu_off = rx->stream_off;
+        memcpy(rx->hdrbuf + rx->hdr_have, p, take);
+        hash(rx, p, take);
+        rx->hdr_have += (uint16_t)take;
+        rx->stream_off += take;
+        *used = take;
+        if (rx->hdr_have < UIW_MPA_LEN_FIELD)
+            return false;
+        rx->ulpdu_len = get_be16(rx->hdrbuf);
+        /* RFC 5044 §8 code 3: a ULPDU_Length that cannot hold a DDP control
+         * field, or exceeds the MULPDU we accept, cannot be followed. */
+        if (rx->ulpdu_len < 2) {
+            fail_mpa(rx, UIW_MPA_EC_MARKER, "ULPDU_Length < 2", false);
+            *ev = rx->err;
+            return true;
+        }
+        if (rx->ulpdu_len > (rx->cfg.max_ulpdu ? rx->cfg.max_ulpdu : 65535u)) {
+            fail_mpa(rx, UIW_MPA_EC_MARKER, "ULPDU_Length > max_ulpdu", false);
+            *ev = rx->err;
+            return true;
+        }
+        rx->state = S_HDR;
+        rx->hdr_want = 2;
+        rx->hdr_sized = false;
+        return false;
+
+    case S_HDR: {
+        size_t end = (size_t)UIW_MPA_LEN_FIELD + rx->hdr_want;
+        take = min_sz(avail, end - rx->hdr_have);
+        memcpy(rx->hdrbuf + rx->hdr_have, p, take);
+        hash(rx, p, take);
+        rx->hdr_have += (uint16_t)take;
+        rx->stream_off += take;
+        *used = take;
+        if (rx->hdr_have < end)
+            return false;
+        if (!rx->hdr_sized) {
+            size_header(rx);
+            if (rx->hdr_have < UIW_MPA_LEN_FIELD + rx->hdr_want)
+                return false;
+        }
+        return header_done(rx, ev);
+    }
+
+    case S_PAYLOAD:
+        take = min_sz(avail, rx->payload_len - rx->payload_done);
+        hash(rx, p, take);
+        *used = take;
+        if (!rx->err_pending) {
+            ev->kind = UIW_RX_PAYLOAD;
+            ev->data = p;
+            ev->len = (uint32_t)take;
+            ev->offset = rx->payload_done;
+            ev->data_off = rx->stream_off;
+        }
+        rx->stream_off += take;
+        rx->payload_done += (uint32_t)take;
+        if (rx->payload_done == rx->payload_len)
+            enter_pad(rx);
+        return ev->kind == UIW_RX_PAYLOAD;
+
+    case S_SKIP:
+        take = min_sz(avail, rx->skip_left);
+        hash(rx, p, take);
+        rx->stream_off += take;
+        rx->skip_left -= (uint32_t)take;
+        *used = take;
+        if (!rx->skip_left)
+            enter_pad(rx);
+        return false;
+
+    case S_PAD:
+        take = min_sz(avail, (size_t)(rx->pad_len - rx->pad_have));
+        for (size_t k = 0; k < take; k++)
+            if (p[k])
+                rx->pad_nonzero = true;
+        hash(rx, p, take);
+        rx->stream_off += take;
+        rx->pad_have += (uint8_t)take;
+        *used = take;
+        if (rx->pad_have < rx->pad_len)
+            return false;
+        rx->state = S_CRC;
+        rx->crc_have = 0;
+        /* RFC 5044 §4.1: pad "MUST be set to zero by the sender and
+         * ignored by the receiver"; strict_pad reports the sender. */
+        if (rx->pad_nonzero && rx->cfg.strict_pad &&
+            fail_mpa(rx, UIW_MPA_EC_MARKER, "non-zero pad (strict_pad)", true)) {
+            *ev = rx->err;
+            return true;
+        }
+        return false;
+
+    case S_CRC: {
+        uint32_t recv, calc;
+        take = min_sz(avail, (size_t)(UIW_MPA_CRC_LEN - rx->crc_have));
+        memcpy(rx->crcbuf + rx->crc_have, p, take);
+        rx->crc_have += (uint8_t)take;
+        rx->stream_off += take;
+        *used = take;
+        if (rx->crc_have < UIW_MPA_CRC_LEN)
+            return false;
+        /* RFC 5044 §4.1: without CRC the field "may contain any value, and
+         * MUST NOT be checked". */
+        recv = uiw_crc32c_get(rx->crcbuf);
+        calc = rx->cfg.crc ? uiw_crc32c_final(rx->crc_state) : 0;
+        if (rx->cfg.crc && recv != calc) {
+            /* RFC 5044 §4.4, §8 code 2; overrides anything found inside. */
+            set_err(rx, UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_CRC, "CRC mismatch");
+            rx->err.crc_checked = true;
+            rx->err.crc_ok = false;
+            rx->err.crc_recv = recv;
+            rx->err.crc_calc = calc;
+            rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
+            rx->dead = true;
+            *ev = rx->err;
+            return true;
+        }
+        if (rx->err_pending) {
+            rx->err.crc_checked = rx->cfg.crc;
+            rx->err.crc_ok = true;
+            rx->err.crc_recv = recv;
+            rx->err.crc_calc = calc;
+            rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
+            rx->dead = true;
+            *ev = rx->err;
+            return true;
+        }
+        ev->kind = UIW_RX_END;
+        ev->fpdu_off = rx->fpdu_off;
+        ev->ulpdu_len = rx->ulpdu_len;
+        ev->hdr_len = rx->hdr_len;
+        ev->payload_len = rx->payload_len;
+        ev->crc_checked = rx->cfg.crc;
+        ev->crc_ok = true;
+        ev->crc_recv = recv;
+        ev->crc_calc = calc;
+        ev->pad_nonzero = rx->pad_nonzero;
+        ev->marker_rsvd = rx->marker_rsvd;
+        ev->nmarkers = rx->nmarkers;
+        ev->fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
+        fpdu_reset(rx);
+        return true;
+    }
+    }
+    *used = 0;
+    return false;
+}
+
+size_t uiw_rx_feed(uiw_rx *rx, const uint8_t *in, size_t len, uiw_rx_event *ev)
+{
+    size_t i = 0;
+
+    memset(ev, 0, sizeof(*ev));
+    if (rx->dead) {
+        *ev = rx->err;
+        return 0;
+    }
+    while (i < len) {
+        size_t avail = len - i, used = 0;
+
+        if (rx->cfg.markers) {
+            /* RFC 5044 §4.3: a marker at every 512th octet, the first one
+             * at stream offset 0. */
+            unsigned m = (unsigned)(rx->stream_off % UIW_MARKER_INTERVAL);
+            if (m < UIW_MARKER_LEN) {
+                size_t take = min_sz(avail, UIW_MARKER_LEN - m);
+                if (m == 0)
+                    marker_begin(rx);
+                memcpy(rx->marker + m, in + i, take);
+                if (rx->marker_hashed)
+                    hash(rx, in + i, take);
+                rx->stream_off += take;
+                i += take;
+                if (m + take == UIW_MARKER_LEN && marker_end(rx)) {
+                    *ev = rx->err;
+                    return i;
+                }
+                continue;
+            }
+            avail = min_sz(avail, UIW_MARKER_INTERVAL - m);
+        }
+        if (step(rx, in + i, avail, &used, ev))
+            return i + used;
+        i += used;
+    }
+    return i;
+}
+
+uint32_t uiw_rx_payload_room(const uiw_rx *rx, uint32_t *offset)
+{
+    uint32_t room;
+
+    if (rx->dead || rx->state != S_PAYLOAD || rx->err_pending)
+        return 0;
+    room = rx->payload_len - rx->payload_done;
+    if (rx->cfg.markers) {
+        unsigned m = (unsigned)(rx->stream_off % UIW_MARKER_INTERVAL);
+        if (m < UIW_MARKER_LEN)
+            return 0;
+        if (room > UIW_MARKER_INTERVAL - m)
+            room = UIW_MARKER_INTERVAL - m;
+    }
+    if (offset)
+        *offset = rx->payload_done;
+    return room;
+}
+
+bool uiw_rx_idle(const uiw_rx *rx)
+{
+    if (rx->dead || rx->state != S_LEN || rx->hdr_have != 0)
+        return false;
+    if (rx->cfg.markers) {
+        unsigned m = (unsigned)(rx->stream_off % UIW_MARKER_INTERVAL);
+        if (m > 0 && m < UIW_MARKER_LEN)
+            return false;
+    }
+    return true;
+}
