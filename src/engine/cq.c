@@ -1,0 +1,381 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Completion queues and completion channels.
+ *
+ * A CQ is a ring of struct ibv_wc under cq->lock. Producers (the data path,
+ * flushes) call uiw_cq_push with their QP's lock held; ibv_poll_cq pops and,
+ * when the ring is empty, drives the attached QPs once (uiw_cq_drive,
+ * progress.c) before looking again.
+ *
+ * A completion channel is a FIFO of CQs with an undelivered event plus a
+ * pipe whose read end is channel->fd; the pipe holds exactly one byte while
+ * the FIFO is non-empty, so poll() works and ibv_get_cq_event blocks (unless
+ * the fd was made non-blocking) without stealing another reader's event.
+ *
+ * Notification (ibv_req_notify_cq) is one-shot, as in verbs: "all" fires on
+ * the next completion, "solicited only" on the next completion of a
+ * solicited message or the next completion in error (IB verbs request
+ * completion notification semantics). A full CQ is an overrun: the
+ * completion is lost, the CQ goes to error (no further completions),
+ * IBV_EVENT_CQ_ERR is raised and ibv_poll_cq returns what it still holds,
+ * then -EOVERFLOW.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+static atomic_int ncqs;
+
+static struct uiw_comp_channel *to_uch(struct ibv_comp_channel *c)
+{
+    return (struct uiw_comp_channel *)c;
+}
+
+/* ------------------------------------------------------------------------
+ * Completion channels
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+    struct uiw_comp_channel *ch = calloc(1, sizeof(*ch));
+    int fds[2];
+
+    if (!ch) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    if (pipe2(fds, O_CLOEXEC) < 0) {
+        int e = errno;
+
+        free(ch);
+        errno = e;
+        return NULL;
+    }
+    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    ch->ch.context = context;
+    ch->ch.fd = fds[0];
+    ch->ch.refcnt = 0;
+    ch->wr_fd = fds[1];
+    pthread_mutex_init(&ch->lock, NULL);
+    return &ch->ch;
+}
+
+UIW_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+    struct uiw_comp_channel *ch = to_uch(channel);
+
+    pthread_mutex_lock(&ch->lock);
+    if (ch->ch.refcnt) {
+        pthread_mutex_unlock(&ch->lock);
+        return EBUSY;
+    }
+    pthread_mutex_unlock(&ch->lock);
+    close(ch->ch.fd);
+    close(ch->wr_fd);
+    pthread_mutex_destroy(&ch->lock);
+    free(ch->pending);
+    free(ch);
+    return 0;
+}
+
+/* ch->lock held */
+static void chan_signal_locked(struct uiw_comp_channel *ch)
+{
+    static const char one = 1;
+    ssize_t w = write(ch->wr_fd, &one, 1);
+    (void)w;
+}
+
+static void chan_unsignal_locked(struct uiw_comp_channel *ch)
+{
+    char b;
+    ssize_t r = read(ch->ch.fd, &b, 1); /* the byte is there: no wait */
+    (void)r;
+}
+
+/* Queue a completion event for cq (cq->lock held; lock order cq -> channel). */
+static void chan_post(struct uiw_comp_channel *ch, struct uiw_cq *cq)
+{
+    pthread_mutex_lock(&ch->lock);
+    if (ch->npending == ch->cap) {
+        unsigned cap = ch->cap ? ch->cap * 2 : 16;
+        struct uiw_cq **n = realloc(ch->pending, cap * sizeof(*n));
+
+        if (!n) {
+            pthread_mutex_unlock(&ch->lock);
+            uiw_log("completion event lost: out of memory");
+            return;
+        }
+        ch->pending = n;
+        ch->cap = cap;
+    }
+    ch->pending[ch->npending++] = cq;
+    if (ch->npending == 1)
+        chan_signal_locked(ch);
+    pthread_mutex_unlock(&ch->lock);
+}
+
+/* Remove cq's undelivered events (destroy); returns events handed out. */
+static uint32_t chan_purge(struct uiw_comp_channel *ch, struct uiw_cq *cq)
+{
+    unsigned j = 0;
+    uint32_t reported;
+
+    pthread_mutex_lock(&ch->lock);
+    bool had = ch->npending > 0;
+    for (unsigned i = 0; i < ch->npending; i++)
+        if (ch->pending[i] != cq)
+            ch->pending[j++] = ch->pending[i];
+    ch->npending = j;
+    if (had && !j)
+        chan_unsignal_locked(ch);
+    reported = cq->comp_reported;
+    pthread_mutex_unlock(&ch->lock);
+    return reported;
+}
+
+UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
+                                void **cq_context)
+{
+    struct uiw_comp_channel *ch = to_uch(channel);
+
+    for (;;) {
+        pthread_mutex_lock(&ch->lock);
+        if (ch->npending) {
+            struct uiw_cq *c = ch->pending[0];
+
+            memmove(ch->pending, ch->pending + 1, (ch->npending - 1) * sizeof(*ch->pending));
+            if (--ch->npending == 0)
+                chan_unsignal_locked(ch);
+            c->comp_reported++;
+            *cq = &c->ibcq;
+            *cq_context = c->ibcq.cq_context;
+            pthread_mutex_unlock(&ch->lock);
+            return 0;
+        }
+        pthread_mutex_unlock(&ch->lock);
+
+        int fl = fcntl(channel->fd, F_GETFL);
+        if (fl >= 0 && (fl & O_NONBLOCK)) {
+            errno = EAGAIN;
+            return -1;
+        }
+        struct pollfd p = {.fd = channel->fd, .events = POLLIN};
+        if (poll(&p, 1, -1) < 0 && errno != EINTR)
+            return -1;
+    }
+}
+
+UIW_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
+{
+    pthread_mutex_lock(&cq->mutex);
+    cq->comp_events_completed += nevents;
+    pthread_cond_broadcast(&cq->cond);
+    pthread_mutex_unlock(&cq->mutex);
+}
+
+/* ------------------------------------------------------------------------
+ * Completion queues
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+                                        struct ibv_comp_channel *channel, int comp_vector)
+{
+    struct uiw_cq *cq;
+
+    if (cqe < 1 || cqe > UIW_MAX_CQE || comp_vector < 0 ||
+        comp_vector >= context->num_comp_vectors) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (channel && channel->context != context) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (atomic_fetch_add(&ncqs, 1) >= UIW_MAX_CQ) {
+        atomic_fetch_sub(&ncqs, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    cq = calloc(1, sizeof(*cq));
+    if (cq)
+        cq->ring = calloc((size_t)cqe, sizeof(*cq->ring));
+    if (!cq || !cq->ring) {
+        if (cq)
+            free(cq);
+        atomic_fetch_sub(&ncqs, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    cq->cap = (unsigned)cqe;
+    pthread_mutex_init(&cq->lock, NULL);
+    cq->ibcq.context = context;
+    cq->ibcq.channel = channel;
+    cq->ibcq.cq_context = cq_context;
+    cq->ibcq.handle = 0;
+    cq->ibcq.cqe = cqe;
+    pthread_mutex_init(&cq->ibcq.mutex, NULL);
+    pthread_cond_init(&cq->ibcq.cond, NULL);
+    if (channel) {
+        struct uiw_comp_channel *ch = to_uch(channel);
+
+        pthread_mutex_lock(&ch->lock);
+        channel->refcnt++;
+        pthread_mutex_unlock(&ch->lock);
+    }
+    return &cq->ibcq;
+}
+
+UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+    struct uiw_cq *cq = to_ucq(ibcq);
+    struct uiw_context *ctx = to_uctx(ibcq->context);
+    uint32_t comp_reported = 0, async_reported;
+
+    pthread_mutex_lock(&cq->lock);
+    if (cq->nqps) {
+        pthread_mutex_unlock(&cq->lock);
+        return EBUSY;
+    }
+    pthread_mutex_unlock(&cq->lock);
+
+    /* rdma-core: wait until every event handed out was acknowledged */
+    if (ibcq->channel)
+        comp_reported = chan_purge(to_uch(ibcq->channel), cq);
+    uiw_async_purge(ctx, ibcq);
+    pthread_mutex_lock(&ctx->async_lock);
+    async_reported = cq->async_reported;
+    pthread_mutex_unlock(&ctx->async_lock);
+    pthread_mutex_lock(&ibcq->mutex);
+    while (ibcq->comp_events_completed != comp_reported ||
+           ibcq->async_events_completed != async_reported)
+        pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+    pthread_mutex_unlock(&ibcq->mutex);
+
+    if (ibcq->channel) {
+        struct uiw_comp_channel *ch = to_uch(ibcq->channel);
+
+        pthread_mutex_lock(&ch->lock);
+        ibcq->channel->refcnt--;
+        pthread_mutex_unlock(&ch->lock);
+    }
+    pthread_mutex_destroy(&ibcq->mutex);
+    pthread_cond_destroy(&ibcq->cond);
+    pthread_mutex_destroy(&cq->lock);
+    free(cq->ring);
+    free(cq->qps);
+    free(cq);
+    atomic_fetch_sub(&ncqs, 1);
+    return 0;
+}
+
+UIW_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+    struct uiw_cq *cq = to_ucq(ibcq);
+    struct ibv_wc *ring;
+
+    if (cqe < 1 || cqe > UIW_MAX_CQE)
+        return EINVAL;
+    ring = calloc((size_t)cqe, sizeof(*ring));
+    if (!ring)
+        return ENOMEM;
+    pthread_mutex_lock(&cq->lock);
+    if ((unsigned)cqe < cq->count) {
+        pthread_mutex_unlock(&cq->lock);
+        free(ring);
+        return EINVAL;
+    }
+    for (unsigned i = 0; i < cq->count; i++)
+        ring[i] = cq->ring[(cq->head + i) % cq->cap];
+    free(cq->ring);
+    cq->ring = ring;
+    cq->head = 0;
+    cq->cap = (unsigned)cqe;
+    ibcq->cqe = cqe;
+    pthread_mutex_unlock(&cq->lock);
+    return 0;
+}
+
+UIW_EXPORT void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+    bool notify;
+
+    pthread_mutex_lock(&cq->lock);
+    if (cq->overflow) {
+        pthread_mutex_unlock(&cq->lock);
+        return;
+    }
+    if (cq->count == cq->cap) {
+        /* RFC 5042 §6.4.6: only the streams using this CQ are affected */
+        cq->overflow = true;
+        uiw_log("CQ %p overrun (%u entries): completion of wr_id 0x%llx lost, CQ in error",
+                (void *)cq, cq->cap, (unsigned long long)wc->wr_id);
+        uiw_async_event(to_uctx(cq->ibcq.context), IBV_EVENT_CQ_ERR, &cq->ibcq);
+        pthread_mutex_unlock(&cq->lock);
+        return;
+    }
+    cq->ring[(cq->head + cq->count) % cq->cap] = *wc;
+    cq->count++;
+    notify = cq->armed == UIW_CQ_ARM_ALL ||
+             (cq->armed == UIW_CQ_ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS));
+    if (notify) {
+        cq->armed = 0;
+        if (cq->ibcq.channel)
+            chan_post(to_uch(cq->ibcq.channel), cq);
+    }
+    pthread_mutex_unlock(&cq->lock);
+}
+
+static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow)
+{
+    unsigned k;
+
+    pthread_mutex_lock(&cq->lock);
+    k = cq->count < (unsigned)n ? cq->count : (unsigned)n;
+    for (unsigned i = 0; i < k; i++)
+        wc[i] = cq->ring[(cq->head + i) % cq->cap];
+    cq->head = (cq->head + k) % cq->cap;
+    cq->count -= k;
+    *overflow = cq->overflow;
+    pthread_mutex_unlock(&cq->lock);
+    return (int)k;
+}
+
+int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
+{
+    struct uiw_cq *cq = to_ucq(ibcq);
+    bool overflow;
+    int got;
+
+    if (n < 0)
+        return -EINVAL;
+    if (n == 0)
+        return 0;
+    got = cq_pop(cq, n, wc, &overflow);
+    if (got == 0 && !overflow) {
+        /* poll-driven progress: receive processing on the attached QPs */
+        uiw_cq_drive(cq);
+        got = cq_pop(cq, n, wc, &overflow);
+    }
+    if (got == 0 && overflow)
+        return -EOVERFLOW;
+    return got;
+}
+
+int uiw_op_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+    struct uiw_cq *cq = to_ucq(ibcq);
+
+    pthread_mutex_lock(&cq->lock);
+    if (!solicited_only)
+        cq->armed = UIW_CQ_ARM_ALL;
+    else if (cq->armed != UIW_CQ_ARM_ALL)
+        cq->armed = UIW_CQ_ARM_SOLICITED;
+    pthread_mutex_unlock(&cq->lock);
+    return 0;
+}

@@ -1,0 +1,863 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * QP and SRQ objects, the QP state machine and flushing.
+ *
+ * State machine. The transitions and the attributes each may carry are the
+ * IB verbs ones for RC (the table the kernel enforces for every verbs
+ * provider); the IB path attributes (address vector, PSNs, MTU, timeouts,
+ * destination QPN) are accepted where IB allows them and kept only for
+ * ibv_query_qp, and none of them is required, because on iWARP the LLP
+ * (TCP) provides the path. iWARP differences:
+ *   - a QP reaches RTS when the CM attaches the connected socket
+ *     (uiw_qp_attach_socket, RDMAC verbs Idle -> RTS); therefore INIT -> RTS
+ *     is allowed too, and any move into RTS requires an attached socket
+ *     (ENOTCONN otherwise);
+ *   - SQE is entered only by the engine, never by ibv_modify_qp (as in IB);
+ *   - a modify with an empty mask is a successful no-op (librdmacm issues
+ *     those for iWARP QPs, whose CM-provided RTR/RTS attribute masks are 0).
+ * A new QP is in RESET, as ibv_create_qp documents.
+ *
+ * Flush. Moving to ERR completes every queued SQ entry (with its opcode)
+ * and every entry of the QP's own RQ (as IBV_WC_RECV) with
+ * IBV_WC_WR_FLUSH_ERR, signalled or not, and raises
+ * IBV_EVENT_QP_LAST_WQE_REACHED for a QP on an SRQ (whose entries stay in
+ * the SRQ). While in ERR, ibv_post_send / ibv_post_recv complete new WRs at
+ * once with IBV_WC_WR_FLUSH_ERR (verbs; this is what drain helpers rely
+ * on); SQE does the same for the send queue.
+ */
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+static atomic_int nqps, nsrqs;
+static atomic_uint next_qpn = 16;
+
+/* ------------------------------------------------------------------------
+ * References
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT void uiw_qp_get(struct uiw_qp *qp)
+{
+    atomic_fetch_add(&qp->refs, 1);
+}
+
+UIW_EXPORT void uiw_qp_put(struct uiw_qp *qp)
+{
+    /* ibv_destroy_qp waits (on ibqp.cond) for the count to fall to 1 */
+    if (atomic_fetch_sub(&qp->refs, 1) == 2) {
+        pthread_mutex_lock(&qp->ibqp.mutex);
+        pthread_cond_broadcast(&qp->ibqp.cond);
+        pthread_mutex_unlock(&qp->ibqp.mutex);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Flush
+ * ---------------------------------------------------------------------- */
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+        return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return IBV_WC_FETCH_ADD;
+    case IBV_WR_LOCAL_INV:
+        return IBV_WC_LOCAL_INV;
+    case IBV_WR_BIND_MW:
+        return IBV_WC_BIND_MW;
+    case IBV_WR_TSO:
+        return IBV_WC_TSO;
+    case IBV_WR_ATOMIC_WRITE:
+        return IBV_WC_ATOMIC_WRITE;
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    default:
+        return IBV_WC_SEND;
+    }
+}
+
+static void flush_one(struct uiw_qp *qp, struct uiw_cq *cq, uint64_t wr_id,
+                      enum ibv_wc_opcode opcode)
+{
+    struct ibv_wc wc;
+
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = wr_id;
+    wc.status = IBV_WC_WR_FLUSH_ERR;
+    wc.opcode = opcode;
+    wc.qp_num = qp->ibqp.qp_num;
+    uiw_cq_push(cq, &wc, false);
+}
+
+static void flush_sq_locked(struct uiw_qp *qp)
+{
+    for (unsigned i = 0; i < qp->sq_count; i++) {
+        const struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
+
+        flush_one(qp, qp->scq, e->wr_id, wc_opcode(e->opcode));
+    }
+    if (qp->sq_cap)
+        qp->sq_head = (qp->sq_head + qp->sq_count) % qp->sq_cap;
+    qp->sq_count = 0;
+    qp->orq_count = 0;
+    qp->irq_count = 0;
+}
+
+static void flush_rq_locked(struct uiw_qp *qp)
+{
+    for (unsigned i = 0; i < qp->rq_count; i++)
+        flush_one(qp, qp->rcq, qp->rq[(qp->rq_head + i) % qp->rq_cap].wr_id, IBV_WC_RECV);
+    if (qp->rq_cap)
+        qp->rq_head = (qp->rq_head + qp->rq_count) % qp->rq_cap;
+    qp->rq_count = 0;
+}
+
+UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
+{
+    bool was_err = qp->state == IBV_QPS_ERR;
+
+    qp->state = IBV_QPS_ERR;
+    qp->ibqp.state = IBV_QPS_ERR;
+    flush_sq_locked(qp);
+    flush_rq_locked(qp);
+    /* IB verbs: a QP on an SRQ reports that it will take no more WQEs */
+    if (!was_err && qp->srq)
+        uiw_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, &qp->ibqp);
+}
+
+/* Back to RESET: queued work is discarded without completions. */
+static void reset_locked(struct uiw_qp *qp)
+{
+    qp->sq_head = qp->sq_count = 0;
+    qp->rq_head = qp->rq_count = 0;
+    qp->orq_head = qp->orq_count = 0;
+    qp->irq_head = qp->irq_count = 0;
+    memset(qp->tx_msn, 0, sizeof(qp->tx_msn));
+    memset(qp->rx_msn, 0, sizeof(qp->rx_msn));
+    qp->want_write = false;
+    qp->term_sent = qp->term_received = false;
+    memset(&qp->term, 0, sizeof(qp->term));
+    qp->attr.qp_access_flags = 0;
+    qp->attr.en_sqd_async_notify = 0;
+    qp->state = IBV_QPS_RESET;
+    qp->ibqp.state = IBV_QPS_RESET;
+}
+
+/* ------------------------------------------------------------------------
+ * State machine
+ * ---------------------------------------------------------------------- */
+
+static const char *state_str(enum ibv_qp_state s)
+{
+    static const char *const n[] = {"RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"};
+
+    return (unsigned)s <= IBV_QPS_ERR ? n[s] : "UNKNOWN";
+}
+
+#define A(x) IBV_QP_##x
+#define PATH_RTR                                                                                   \
+    (A(AV) | A(PATH_MTU) | A(DEST_QPN) | A(RQ_PSN) | A(MAX_DEST_RD_ATOMIC) | A(MIN_RNR_TIMER) |    \
+     A(ALT_PATH) | A(ACCESS_FLAGS) | A(PKEY_INDEX))
+#define PATH_RTS                                                                                   \
+    (A(TIMEOUT) | A(RETRY_CNT) | A(RNR_RETRY) | A(SQ_PSN) | A(MAX_QP_RD_ATOMIC) | A(CUR_STATE) |   \
+     A(ALT_PATH) | A(ACCESS_FLAGS) | A(MIN_RNR_TIMER) | A(PATH_MIG_STATE))
+#define KNOWN_MASK                                                                                 \
+    (A(STATE) | A(CUR_STATE) | A(EN_SQD_ASYNC_NOTIFY) | A(ACCESS_FLAGS) | A(PKEY_INDEX) |          \
+     A(PORT) | A(QKEY) | A(AV) | A(PATH_MTU) | A(TIMEOUT) | A(RETRY_CNT) | A(RNR_RETRY) |          \
+     A(RQ_PSN) | A(MAX_QP_RD_ATOMIC) | A(ALT_PATH) | A(MIN_RNR_TIMER) | A(SQ_PSN) |                \
+     A(MAX_DEST_RD_ATOMIC) | A(PATH_MIG_STATE) | A(CAP) | A(DEST_QPN) | A(RATE_LIMIT))
+
+struct transition {
+    bool valid;
+    unsigned allowed; /* attributes besides IBV_QP_STATE; none is required */
+};
+
+/* [current][next], RC (IB verbs QP state table) plus iWARP INIT -> RTS */
+static const struct transition qp_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] =
+    {
+        [IBV_QPS_RESET] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_INIT] = {true, A(PKEY_INDEX) | A(PORT) | A(ACCESS_FLAGS)},
+            },
+        [IBV_QPS_INIT] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_ERR] = {true, 0},
+                [IBV_QPS_INIT] = {true, A(PKEY_INDEX) | A(PORT) | A(ACCESS_FLAGS)},
+                [IBV_QPS_RTR] = {true, PATH_RTR},
+                [IBV_QPS_RTS] = {true, (PATH_RTR | PATH_RTS) & ~A(CUR_STATE)},
+            },
+        [IBV_QPS_RTR] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_ERR] = {true, 0},
+                [IBV_QPS_RTS] = {true, PATH_RTS},
+            },
+        [IBV_QPS_RTS] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_ERR] = {true, 0},
+                [IBV_QPS_RTS] = {true, A(CUR_STATE) | A(ACCESS_FLAGS) | A(ALT_PATH) |
+                                           A(PATH_MIG_STATE) | A(MIN_RNR_TIMER)},
+                [IBV_QPS_SQD] = {true, A(EN_SQD_ASYNC_NOTIFY)},
+            },
+        [IBV_QPS_SQD] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_ERR] = {true, 0},
+                [IBV_QPS_RTS] = {true, A(CUR_STATE) | A(ALT_PATH) | A(ACCESS_FLAGS) |
+                                           A(MIN_RNR_TIMER) | A(PATH_MIG_STATE)},
+                [IBV_QPS_SQD] = {true, A(PORT) | A(AV) | A(TIMEOUT) | A(RETRY_CNT) | A(RNR_RETRY) |
+                                           A(MAX_QP_RD_ATOMIC) | A(MAX_DEST_RD_ATOMIC) |
+                                           A(ALT_PATH) | A(ACCESS_FLAGS) | A(PKEY_INDEX) |
+                                           A(MIN_RNR_TIMER) | A(PATH_MIG_STATE)},
+            },
+        [IBV_QPS_SQE] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_ERR] = {true, 0},
+                [IBV_QPS_RTS] = {true, A(CUR_STATE) | A(ACCESS_FLAGS)},
+            },
+        [IBV_QPS_ERR] =
+            {
+                [IBV_QPS_RESET] = {true, 0},
+                [IBV_QPS_ERR] = {true, 0},
+            },
+};
+
+#define QP_ACCESS                                                                                  \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
+     IBV_ACCESS_REMOTE_ATOMIC)
+
+UIW_EXPORT int uiw_qp_modify_locked(struct uiw_qp *qp, struct ibv_qp_attr *attr, int mask_in)
+{
+    unsigned mask = (unsigned)mask_in;
+    enum ibv_qp_state cur = qp->state, next;
+    const struct transition *t;
+
+    if (mask == 0)
+        return 0;
+    if (mask & ~(unsigned)KNOWN_MASK)
+        return -EINVAL;
+    if ((mask & A(CUR_STATE)) && attr->cur_qp_state != cur)
+        return -EINVAL;
+    next = (mask & A(STATE)) ? attr->qp_state : cur;
+    if ((unsigned)next > IBV_QPS_ERR)
+        return -EINVAL;
+    t = &qp_table[cur][next];
+    if (!t->valid || (mask & ~(t->allowed | A(STATE))))
+        return -EINVAL;
+    /* attribute values */
+    if ((mask & A(ACCESS_FLAGS)) && (attr->qp_access_flags & ~(unsigned)QP_ACCESS))
+        return -EINVAL;
+    if ((mask & A(PORT)) && attr->port_num != 1)
+        return -EINVAL;
+    if ((mask & A(PKEY_INDEX)) && attr->pkey_index != 0)
+        return -EINVAL;
+    if ((mask & A(PATH_MTU)) && (attr->path_mtu < IBV_MTU_256 || attr->path_mtu > IBV_MTU_4096))
+        return -EINVAL;
+    if ((mask & A(MAX_QP_RD_ATOMIC)) && attr->max_rd_atomic > UIW_MAX_ORD)
+        return -EINVAL;
+    if ((mask & A(MAX_DEST_RD_ATOMIC)) && attr->max_dest_rd_atomic > UIW_MAX_IRD)
+        return -EINVAL;
+    /* iWARP: RTS means a connected stream (RDMAC verbs; RFC 5040 §5) */
+    if (next == IBV_QPS_RTS && cur != IBV_QPS_RTS && qp->fd < 0)
+        return -ENOTCONN;
+
+    /* apply */
+    if (mask & A(ACCESS_FLAGS))
+        qp->attr.qp_access_flags = attr->qp_access_flags;
+    if (mask & A(PORT))
+        qp->attr.port_num = attr->port_num;
+    if (mask & A(PKEY_INDEX))
+        qp->attr.pkey_index = attr->pkey_index;
+    if (mask & A(PATH_MTU))
+        qp->attr.path_mtu = attr->path_mtu;
+    if (mask & A(AV))
+        qp->attr.ah_attr = attr->ah_attr;
+    if (mask & A(ALT_PATH)) {
+        qp->attr.alt_ah_attr = attr->alt_ah_attr;
+        qp->attr.alt_pkey_index = attr->alt_pkey_index;
+        qp->attr.alt_port_num = attr->alt_port_num;
+        qp->attr.alt_timeout = attr->alt_timeout;
+    }
+    if (mask & A(PATH_MIG_STATE))
+        qp->attr.path_mig_state = attr->path_mig_state;
+    if (mask & A(DEST_QPN))
+        qp->attr.dest_qp_num = attr->dest_qp_num;
+    if (mask & A(RQ_PSN))
+        qp->attr.rq_psn = attr->rq_psn;
+    if (mask & A(SQ_PSN))
+        qp->attr.sq_psn = attr->sq_psn;
+    if (mask & A(TIMEOUT))
+        qp->attr.timeout = attr->timeout;
+    if (mask & A(RETRY_CNT))
+        qp->attr.retry_cnt = attr->retry_cnt;
+    if (mask & A(RNR_RETRY))
+        qp->attr.rnr_retry = attr->rnr_retry;
+    if (mask & A(MIN_RNR_TIMER))
+        qp->attr.min_rnr_timer = attr->min_rnr_timer;
+    if (mask & A(MAX_QP_RD_ATOMIC)) {
+        qp->attr.max_rd_atomic = attr->max_rd_atomic;
+        qp->ord = attr->max_rd_atomic;
+    }
+    if (mask & A(MAX_DEST_RD_ATOMIC)) {
+        qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+        qp->ird = attr->max_dest_rd_atomic;
+    }
+    if (mask & A(EN_SQD_ASYNC_NOTIFY))
+        qp->attr.en_sqd_async_notify = attr->en_sqd_async_notify;
+
+    if (next == cur) {
+        /* attribute change only; ERR -> ERR: nothing is queued */
+    } else if (next == IBV_QPS_ERR) {
+        uiw_qp_to_error_locked(qp);
+    } else if (next == IBV_QPS_RESET) {
+        reset_locked(qp);
+    } else {
+        qp->state = next;
+        qp->ibqp.state = next;
+        /* SQ drained already: report it now; otherwise the data path does
+         * when the last outstanding send completes */
+        if (next == IBV_QPS_SQD && qp->attr.en_sqd_async_notify && qp->sq_count == 0)
+            uiw_async_event(qp->ctx, IBV_EVENT_SQ_DRAINED, &qp->ibqp);
+    }
+    uiw_dbg(2, "qp %u: %s -> %s (mask 0x%x)", qp->ibqp.qp_num, state_str(cur), state_str(qp->state),
+            mask);
+    return 0;
+}
+#undef A
+
+/* ------------------------------------------------------------------------
+ * Create / destroy / query / modify
+ * ---------------------------------------------------------------------- */
+
+static unsigned roundup_pow2(unsigned v)
+{
+    unsigned p = 1;
+
+    while (p < v)
+        p <<= 1;
+    return p;
+}
+
+static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&cq->lock);
+    if (cq->nqps == cq->qps_cap) {
+        unsigned cap = cq->qps_cap ? cq->qps_cap * 2 : 4;
+        struct uiw_qp **n = realloc(cq->qps, cap * sizeof(*n));
+
+        if (!n) {
+            pthread_mutex_unlock(&cq->lock);
+            return -ENOMEM;
+        }
+        cq->qps = n;
+        cq->qps_cap = cap;
+    }
+    cq->qps[cq->nqps++] = qp;
+    pthread_mutex_unlock(&cq->lock);
+    return 0;
+}
+
+static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&cq->lock);
+    for (unsigned i = 0; i < cq->nqps; i++) {
+        if (cq->qps[i] == qp) {
+            cq->qps[i] = cq->qps[--cq->nqps];
+            break;
+        }
+    }
+    pthread_mutex_unlock(&cq->lock);
+}
+
+static void qp_free(struct uiw_qp *qp)
+{
+    free(qp->sq);
+    free(qp->rq);
+    free(qp->inline_buf);
+    free(qp->orq);
+    free(qp->irq);
+    free(qp);
+}
+
+UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_attr *init)
+{
+    struct uiw_qp *qp;
+    struct ibv_qp_cap *cap;
+    int err = EINVAL;
+
+    if (!ibpd || !init || !init->send_cq || !init->recv_cq)
+        goto fail;
+    switch (init->qp_type) {
+    case IBV_QPT_RC:
+        break;
+    case IBV_QPT_UC:
+    case IBV_QPT_UD:
+    case IBV_QPT_RAW_PACKET:
+    case IBV_QPT_XRC_SEND:
+    case IBV_QPT_XRC_RECV:
+    case IBV_QPT_DRIVER:
+        err = EOPNOTSUPP; /* as siw: RC only */
+        goto fail;
+    default:
+        goto fail;
+    }
+    cap = &init->cap;
+    if (init->send_cq->context != ibpd->context || init->recv_cq->context != ibpd->context ||
+        (init->srq && init->srq->context != ibpd->context))
+        goto fail;
+    if (cap->max_send_wr > UIW_MAX_QP_WR || cap->max_send_sge > UIW_MAX_SGE ||
+        cap->max_inline_data > UIW_MAX_INLINE)
+        goto fail;
+    if (!init->srq && (cap->max_recv_wr > UIW_MAX_QP_WR || cap->max_recv_sge > UIW_MAX_SGE))
+        goto fail;
+    if (atomic_fetch_add(&nqps, 1) >= UIW_MAX_QP) {
+        atomic_fetch_sub(&nqps, 1);
+        err = ENOMEM;
+        goto fail;
+    }
+    err = ENOMEM;
+    qp = calloc(1, sizeof(*qp));
+    if (!qp)
+        goto fail_count;
+    qp->sq_cap = roundup_pow2(cap->max_send_wr ? cap->max_send_wr : 1);
+    qp->rq_cap = init->srq ? 0 : roundup_pow2(cap->max_recv_wr ? cap->max_recv_wr : 1);
+    qp->sq = calloc(qp->sq_cap, sizeof(*qp->sq));
+    qp->rq = qp->rq_cap ? calloc(qp->rq_cap, sizeof(*qp->rq)) : NULL;
+    qp->inline_buf = cap->max_inline_data ? calloc(qp->sq_cap, UIW_MAX_INLINE) : NULL;
+    qp->orq = calloc(UIW_MAX_ORD, sizeof(*qp->orq));
+    qp->irq = calloc(UIW_MAX_IRD, sizeof(*qp->irq));
+    if (!qp->sq || (qp->rq_cap && !qp->rq) || (cap->max_inline_data && !qp->inline_buf) ||
+        !qp->orq || !qp->irq)
+        goto fail_free;
+
+    qp->cap.max_send_wr = qp->sq_cap;
+    qp->cap.max_recv_wr = qp->rq_cap;
+    qp->cap.max_send_sge = cap->max_send_sge ? cap->max_send_sge : 1;
+    qp->cap.max_recv_sge = init->srq ? 0 : (cap->max_recv_sge ? cap->max_recv_sge : 1);
+    qp->cap.max_inline_data = cap->max_inline_data ? UIW_MAX_INLINE : 0;
+
+    qp->ctx = to_uctx(ibpd->context);
+    qp->pd = to_upd(ibpd);
+    qp->scq = to_ucq(init->send_cq);
+    qp->rcq = to_ucq(init->recv_cq);
+    qp->srq = init->srq ? to_usrq(init->srq) : NULL;
+    pthread_mutex_init(&qp->lock, NULL);
+    atomic_init(&qp->refs, 1);
+    qp->state = IBV_QPS_RESET;
+    qp->sq_sig_all = init->sq_sig_all != 0;
+    qp->fd = -1;
+    qp->ord = UIW_MPA_DEFAULT_ORD;
+    qp->ird = UIW_MPA_DEFAULT_IRD;
+    qp->attr.port_num = 1;
+    qp->attr.path_mtu = IBV_MTU_1024;
+    qp->attr.max_rd_atomic = (uint8_t)qp->ord;
+    qp->attr.max_dest_rd_atomic = (uint8_t)qp->ird;
+
+    struct ibv_qp *q = &qp->ibqp;
+    q->context = ibpd->context;
+    q->qp_context = init->qp_context;
+    q->pd = ibpd;
+    q->send_cq = init->send_cq;
+    q->recv_cq = init->recv_cq;
+    q->srq = init->srq;
+    do {
+        q->qp_num = atomic_fetch_add(&next_qpn, 1) & 0xffffff; /* 24-bit, as in IB */
+    } while (q->qp_num < 2);
+    q->handle = q->qp_num;
+    q->state = IBV_QPS_RESET;
+    q->qp_type = IBV_QPT_RC;
+    pthread_mutex_init(&q->mutex, NULL);
+    pthread_cond_init(&q->cond, NULL);
+
+    if (cq_add_qp(qp->scq, qp))
+        goto fail_locks;
+    if (qp->rcq != qp->scq && cq_add_qp(qp->rcq, qp)) {
+        cq_del_qp(qp->scq, qp);
+        goto fail_locks;
+    }
+    atomic_fetch_add(&qp->pd->refs, 1);
+    if (qp->srq)
+        atomic_fetch_add(&qp->srq->refs, 1);
+    *cap = qp->cap;
+    uiw_dbg(2, "created qp %u sq %u rq %u", q->qp_num, qp->sq_cap, qp->rq_cap);
+    return q;
+
+fail_locks:
+    pthread_mutex_destroy(&qp->lock);
+    pthread_mutex_destroy(&q->mutex);
+    pthread_cond_destroy(&q->cond);
+fail_free:
+    qp_free(qp);
+fail_count:
+    atomic_fetch_sub(&nqps, 1);
+fail:
+    errno = err;
+    return NULL;
+}
+
+UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+    struct uiw_qp *qp = to_uqp(ibqp);
+    uint32_t reported;
+    int fd;
+
+    /* 0. the connection, if any, lets go of the QP (and its reference) */
+    uiw_cm_qp_destroyed(qp);
+    /* 1. no new poll-driven progress */
+    cq_del_qp(qp->scq, qp);
+    if (qp->rcq != qp->scq)
+        cq_del_qp(qp->rcq, qp);
+    /* 2. no progress-thread callbacks */
+    pthread_mutex_lock(&qp->lock);
+    fd = qp->fd;
+    pthread_mutex_unlock(&qp->lock);
+    if (fd >= 0)
+        uiw_progress_del(fd);
+    /* 3. every other holder is gone */
+    pthread_mutex_lock(&ibqp->mutex);
+    while (atomic_load(&qp->refs) > 1)
+        pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
+    pthread_mutex_unlock(&ibqp->mutex);
+    /* 4. the data path's private state, then the socket */
+    uiw_qp_dp_free(qp);
+    pthread_mutex_lock(&qp->lock);
+    fd = qp->fd;
+    qp->fd = -1;
+    pthread_mutex_unlock(&qp->lock);
+    if (fd >= 0)
+        close(fd);
+    /* 5. rdma-core: wait until every async event handed out was acked */
+    uiw_async_purge(qp->ctx, ibqp);
+    pthread_mutex_lock(&qp->ctx->async_lock);
+    reported = qp->async_reported;
+    pthread_mutex_unlock(&qp->ctx->async_lock);
+    pthread_mutex_lock(&ibqp->mutex);
+    while (ibqp->events_completed != reported)
+        pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
+    pthread_mutex_unlock(&ibqp->mutex);
+
+    atomic_fetch_sub(&qp->pd->refs, 1);
+    if (qp->srq)
+        atomic_fetch_sub(&qp->srq->refs, 1);
+    uiw_dbg(2, "destroyed qp %u", ibqp->qp_num);
+    pthread_mutex_destroy(&qp->lock);
+    pthread_mutex_destroy(&ibqp->mutex);
+    pthread_cond_destroy(&ibqp->cond);
+    qp_free(qp);
+    atomic_fetch_sub(&nqps, 1);
+    return 0;
+}
+
+UIW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
+                            struct ibv_qp_init_attr *init_attr)
+{
+    struct uiw_qp *qp = to_uqp(ibqp);
+
+    (void)attr_mask; /* everything is cheap: fill it all */
+    if (!attr || !init_attr)
+        return EINVAL;
+    pthread_mutex_lock(&qp->lock);
+    *attr = qp->attr;
+    attr->qp_state = qp->state;
+    attr->cur_qp_state = qp->state;
+    attr->cap = qp->cap;
+    attr->max_rd_atomic = (uint8_t)(qp->ord > 255 ? 255 : qp->ord);
+    attr->max_dest_rd_atomic = (uint8_t)(qp->ird > 255 ? 255 : qp->ird);
+    attr->sq_draining = qp->state == IBV_QPS_SQD && qp->sq_count > 0;
+    memset(init_attr, 0, sizeof(*init_attr));
+    init_attr->qp_context = ibqp->qp_context;
+    init_attr->send_cq = ibqp->send_cq;
+    init_attr->recv_cq = ibqp->recv_cq;
+    init_attr->srq = ibqp->srq;
+    init_attr->cap = qp->cap;
+    init_attr->qp_type = IBV_QPT_RC;
+    init_attr->sq_sig_all = qp->sq_sig_all;
+    pthread_mutex_unlock(&qp->lock);
+    return 0;
+}
+
+UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask)
+{
+    struct uiw_qp *qp = to_uqp(ibqp);
+    int release_fd = -1, ret;
+
+    if (!attr)
+        return EINVAL;
+    pthread_mutex_lock(&qp->lock);
+    ret = uiw_qp_modify_locked(qp, attr, attr_mask);
+    if (!ret && (attr_mask & IBV_QP_STATE) && qp->fd >= 0) {
+        if (attr->qp_state == IBV_QPS_ERR) {
+            /* the stream is over: the peer sees the close, the progress
+             * thread the end of the socket */
+            shutdown(qp->fd, SHUT_RDWR);
+        } else if (attr->qp_state == IBV_QPS_RESET) {
+            shutdown(qp->fd, SHUT_RDWR);
+            release_fd = qp->fd;
+            qp->fd = -1;
+        }
+    }
+    pthread_mutex_unlock(&qp->lock);
+    if (release_fd >= 0) {
+        /* RESET: the stream is gone; a new connection attaches afresh */
+        uiw_progress_del(release_fd);
+        uiw_qp_dp_free(qp);
+        close(release_fd);
+    }
+    return -ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Posting (context ops)
+ * ---------------------------------------------------------------------- */
+
+int uiw_op_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    struct uiw_qp *qp = to_uqp(ibqp);
+    int ret = 0;
+
+    pthread_mutex_lock(&qp->lock);
+    switch (qp->state) {
+    case IBV_QPS_RTS:
+        ret = -uiw_qp_post_send_locked(qp, wr, bad);
+        break;
+    case IBV_QPS_ERR:
+    case IBV_QPS_SQE:
+        /* verbs: the send queue is in error, new WRs are flushed at once */
+        for (; wr; wr = wr->next)
+            flush_one(qp, qp->scq, wr->wr_id, wc_opcode(wr->opcode));
+        break;
+    case IBV_QPS_RESET:
+        ret = EINVAL;
+        *bad = wr;
+        break;
+    default:
+        ret = ENOTCONN; /* as siw: sends only on a connected QP */
+        *bad = wr;
+        break;
+    }
+    pthread_mutex_unlock(&qp->lock);
+    return ret;
+}
+
+int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    struct uiw_qp *qp = to_uqp(ibqp);
+    int ret = 0;
+
+    if (qp->srq) {
+        *bad = wr;
+        return EINVAL; /* receives go to the SRQ */
+    }
+    pthread_mutex_lock(&qp->lock);
+    switch (qp->state) {
+    case IBV_QPS_RESET:
+        ret = EINVAL;
+        *bad = wr;
+        break;
+    case IBV_QPS_ERR:
+        for (; wr; wr = wr->next)
+            flush_one(qp, qp->rcq, wr->wr_id, IBV_WC_RECV);
+        break;
+    default:
+        ret = -uiw_qp_post_recv_locked(qp, wr, bad);
+        break;
+    }
+    pthread_mutex_unlock(&qp->lock);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Shared receive queues
+ * ---------------------------------------------------------------------- */
+
+static struct uiw_rqe *srq_ring_alloc(unsigned n)
+{
+    return calloc(n, sizeof(struct uiw_rqe));
+}
+
+UIW_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_init_attr *init)
+{
+    struct uiw_srq *srq;
+
+    if (!ibpd || !init || init->attr.max_wr < 1 || init->attr.max_wr > UIW_MAX_SRQ_WR ||
+        init->attr.max_sge > UIW_MAX_SGE) {
+        errno = EINVAL;
+        return NULL;
+    }
+    if (atomic_fetch_add(&nsrqs, 1) >= UIW_MAX_SRQ) {
+        atomic_fetch_sub(&nsrqs, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    srq = calloc(1, sizeof(*srq));
+    if (srq)
+        srq->ring = srq_ring_alloc(init->attr.max_wr);
+    if (!srq || !srq->ring) {
+        free(srq);
+        atomic_fetch_sub(&nsrqs, 1);
+        errno = ENOMEM;
+        return NULL;
+    }
+    srq->pd = to_upd(ibpd);
+    pthread_mutex_init(&srq->lock, NULL);
+    srq->cap = init->attr.max_wr;
+    srq->max_sge = init->attr.max_sge ? init->attr.max_sge : 1;
+    srq->limit = 0; /* ibv_create_srq ignores srq_limit */
+    srq->ctx = to_uctx(ibpd->context);
+    atomic_init(&srq->refs, 0);
+    srq->ibsrq.context = ibpd->context;
+    srq->ibsrq.srq_context = init->srq_context;
+    srq->ibsrq.pd = ibpd;
+    pthread_mutex_init(&srq->ibsrq.mutex, NULL);
+    pthread_cond_init(&srq->ibsrq.cond, NULL);
+    init->attr.max_wr = srq->cap;
+    init->attr.max_sge = srq->max_sge;
+    atomic_fetch_add(&srq->pd->refs, 1);
+    return &srq->ibsrq;
+}
+
+UIW_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    struct uiw_rqe *ring = NULL;
+    int ret = 0;
+
+    if (!attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
+        return EINVAL;
+    if (mask & IBV_SRQ_MAX_WR) {
+        if (attr->max_wr < 1 || attr->max_wr > UIW_MAX_SRQ_WR)
+            return EINVAL;
+        ring = srq_ring_alloc(attr->max_wr);
+        if (!ring)
+            return ENOMEM;
+    }
+    pthread_mutex_lock(&srq->lock);
+    unsigned cap = ring ? attr->max_wr : srq->cap;
+    if ((ring && attr->max_wr < srq->count) || ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > cap)) {
+        ret = EINVAL;
+        goto out;
+    }
+    if (ring) {
+        for (unsigned i = 0; i < srq->count; i++)
+            ring[i] = srq->ring[(srq->head + i) % srq->cap];
+        free(srq->ring);
+        srq->ring = ring;
+        srq->head = 0;
+        srq->cap = attr->max_wr;
+        ring = NULL;
+    }
+    /* arm: IBV_EVENT_SRQ_LIMIT_REACHED once the count drops below it */
+    if (mask & IBV_SRQ_LIMIT)
+        srq->limit = attr->srq_limit;
+out:
+    pthread_mutex_unlock(&srq->lock);
+    free(ring);
+    return ret;
+}
+
+UIW_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+
+    if (!attr)
+        return EINVAL;
+    pthread_mutex_lock(&srq->lock);
+    attr->max_wr = srq->cap;
+    attr->max_sge = srq->max_sge;
+    attr->srq_limit = srq->limit;
+    pthread_mutex_unlock(&srq->lock);
+    return 0;
+}
+
+UIW_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    uint32_t reported;
+
+    if (atomic_load(&srq->refs) > 0)
+        return EBUSY;
+    uiw_async_purge(srq->ctx, ibsrq);
+    pthread_mutex_lock(&srq->ctx->async_lock);
+    reported = srq->async_reported;
+    pthread_mutex_unlock(&srq->ctx->async_lock);
+    pthread_mutex_lock(&ibsrq->mutex);
+    while (ibsrq->events_completed != reported)
+        pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
+    pthread_mutex_unlock(&ibsrq->mutex);
+    atomic_fetch_sub(&srq->pd->refs, 1);
+    pthread_mutex_destroy(&srq->lock);
+    pthread_mutex_destroy(&ibsrq->mutex);
+    pthread_cond_destroy(&ibsrq->cond);
+    free(srq->ring);
+    free(srq);
+    atomic_fetch_sub(&nsrqs, 1);
+    return 0;
+}
+
+int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    int ret = 0;
+
+    pthread_mutex_lock(&srq->lock);
+    for (; wr; wr = wr->next) {
+        struct uiw_rqe *e;
+        uint64_t len = 0;
+
+        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge) {
+            ret = EINVAL;
+            break;
+        }
+        if (srq->count == srq->cap) {
+            ret = ENOMEM;
+            break;
+        }
+        e = &srq->ring[(srq->head + srq->count) % srq->cap];
+        e->wr_id = wr->wr_id;
+        e->num_sge = wr->num_sge;
+        for (int i = 0; i < wr->num_sge; i++) {
+            e->sge[i] = wr->sg_list[i];
+            len += wr->sg_list[i].length;
+        }
+        e->length = len;
+        srq->count++;
+    }
+    if (ret)
+        *bad = wr;
+    pthread_mutex_unlock(&srq->lock);
+    return ret;
+}
+
+UIW_EXPORT bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out)
+{
+    bool got = false;
+
+    pthread_mutex_lock(&srq->lock);
+    if (srq->count) {
+        *out = srq->ring[srq->head];
+        srq->head = (srq->head + 1) % srq->cap;
+        srq->count--;
+        got = true;
+        if (srq->limit && srq->count < srq->limit) {
+            srq->limit = 0; /* one event per arming */
+            uiw_async_event(srq->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &srq->ibsrq);
+        }
+    }
+    pthread_mutex_unlock(&srq->lock);
+    return got;
+}
