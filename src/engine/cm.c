@@ -1,0 +1,1457 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Connection manager: TCP + MPA connection establishment (RFC 5044 §7.1,
+ * RFC 6581) for both sides, the P2P RTR hand-off to the data path, and
+ * teardown. The negotiation itself is the wire core's uiw_mpa_neg_*; this
+ * file moves its bytes over non-blocking sockets from the progress thread,
+ * applies the timeouts and turns the outcomes into rdma_cm-like events.
+ *
+ * Design notes (see also engine.h, "Connections"):
+ *  - The peer's MPA frame is read exactly (20-byte header, then PD_Length
+ *    bytes), so whatever follows it stays in the socket for the data path.
+ *  - Passive side: the Request is collected and checked with a trial
+ *    negotiation (MPA-level refusals are answered without the ULP); the
+ *    real negotiation runs again in uiw_cm_accept / uiw_cm_reject with the
+ *    ULP's IRD/ORD and private data, since the Reply depends on them.
+ *  - Timeouts use one timerfd per connection registered with the progress
+ *    thread: a fired timer is only acted on if the state still matches.
+ *  - `busy` counts operations running with the connection lock dropped
+ *    (attach, abort, disconnect); destroy waits for it to reach zero.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/timerfd.h>
+#include <unistd.h>
+
+#include "cm_int.h"
+
+#define DEFAULT_TIMEOUT_MS 10000u
+#define BUSY_RETRY_MS      50u
+
+/* Protects every listener's conns list and conn->listener/lnext. */
+static pthread_mutex_t cm_list_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/* ------------------------------------------------------------------------
+ * Small helpers
+ * ---------------------------------------------------------------------- */
+
+static socklen_t sa_len(const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static unsigned cfg_timeout(void)
+{
+    unsigned t = uiw_config()->mpa_timeout_ms;
+    return t ? t : DEFAULT_TIMEOUT_MS;
+}
+
+static uint16_t min_u16(unsigned a, unsigned b)
+{
+    return (uint16_t)(a < b ? a : b);
+}
+
+static void set_sockopts(int fd)
+{
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+}
+
+static void fill_addrs(struct uiw_conn *c)
+{
+    socklen_t l = sizeof(c->local);
+    (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
+    l = sizeof(c->peer);
+    (void)getpeername(c->fd, (struct sockaddr *)&c->peer, &l);
+}
+
+/* Write all of buf to a non-blocking socket. MPA frames are at most 532
+ * bytes and go to a socket that has sent nothing before, so this
+ * practically never waits; the poll only covers a full send buffer. */
+static int send_all(int fd, const void *buf, size_t len, unsigned timeout_ms)
+{
+    size_t off = 0;
+    while (off < len) {
+        ssize_t n = send(fd, (const char *)buf + off, len - off, MSG_NOSIGNAL);
+        if (n > 0) {
+            off += (size_t)n;
+            continue;
+        }
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            struct pollfd p = {.fd = fd, .events = POLLOUT};
+            int r = poll(&p, 1, (int)timeout_ms);
+            if (r == 0)
+                return -ETIMEDOUT;
+            if (r < 0 && errno != EINTR)
+                return -errno;
+            continue;
+        }
+        return n < 0 ? -errno : -EIO;
+    }
+    return 0;
+}
+
+/* Abortive close without giving up the descriptor (the QP owns it): with
+ * SO_LINGER 0, connect(AF_UNSPEC) makes TCP send RST (tcp_disconnect). */
+static void abort_socket(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    struct sockaddr sa;
+    if (fd < 0)
+        return;
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_family = AF_UNSPEC;
+    (void)connect(fd, &sa, sizeof(sa));
+}
+
+static void close_abort(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    if (fd < 0)
+        return;
+    (void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
+}
+
+/* Discard whatever is readable, so that close() sends FIN rather than RST
+ * (a Terminate sent just before must reach the peer). */
+static void drain_quietly(int fd)
+{
+    char buf[1024];
+    while (recv(fd, buf, sizeof(buf), MSG_DONTWAIT) > 0)
+        ;
+}
+
+/* MPA policy from uiw_config() with the ULP's values. */
+static void make_policy(uiw_mpa_policy *pol, unsigned ird, unsigned ord, const uint8_t *pd,
+                        uint16_t pd_len)
+{
+    const struct uiw_config *cfg = uiw_config();
+    uiw_mpa_policy_default(pol);
+    pol->rev = cfg->mpa_rev == 1 ? 1 : 2;
+    pol->crc = cfg->crc <= UIW_CRC_REQUIRED ? cfg->crc : UIW_CRC_OPTIONAL;
+    pol->markers = cfg->markers;
+    pol->accept_markers = cfg->markers;
+    pol->p2p = cfg->p2p;
+    pol->rtr_offer = cfg->rtr & (UIW_RTR_SEND | UIW_RTR_WRITE | UIW_RTR_READ);
+    pol->ird = min_u16(ird, UIW_MAX_IRD);
+    pol->ord = min_u16(ord, UIW_MAX_ORD);
+    pol->max_ird = UIW_MAX_IRD;
+    pol->min_ord = 0; /* clamp, as siw */
+    pol->ulp_pd = pd_len ? pd : NULL;
+    pol->ulp_pd_len = pd_len;
+}
+
+/* Bytes of the peer's frame to have: the header, then header + PD_Length
+ * (the decoders have rejected PD_Length > 512 by then; clamp anyway). */
+static size_t frame_want(const struct uiw_conn *c)
+{
+    if (c->rhave < UIW_MPA_HDR_LEN)
+        return UIW_MPA_HDR_LEN;
+    size_t pd = (size_t)c->rbuf[18] << 8 | c->rbuf[19];
+    if (pd > UIW_MPA_MAX_PD)
+        pd = UIW_MPA_MAX_PD;
+    return UIW_MPA_HDR_LEN + pd;
+}
+
+/* ------------------------------------------------------------------------
+ * Connection objects
+ * ---------------------------------------------------------------------- */
+
+static struct uiw_conn *conn_new(struct uiw_context *ctx, struct uiw_cm_channel *ch, void *user,
+                                 bool active)
+{
+    struct uiw_conn *c = calloc(1, sizeof(*c));
+    if (!c)
+        return NULL;
+    c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (c->tfd < 0) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_init(&c->lock, NULL);
+    pthread_cond_init(&c->idle, NULL);
+    atomic_init(&c->refs, 1);
+    c->fd = -1;
+    c->ctx = ctx;
+    c->ch = ch;
+    c->user = user;
+    c->active = active;
+    c->timeout_ms = cfg_timeout();
+    return c;
+}
+
+static void conn_get(struct uiw_conn *c)
+{
+    atomic_fetch_add(&c->refs, 1);
+}
+
+static void conn_put(struct uiw_conn *c)
+{
+    if (atomic_fetch_sub(&c->refs, 1) != 1)
+        return;
+    if (c->fd >= 0)
+        close(c->fd);
+    close(c->tfd);
+    pthread_cond_destroy(&c->idle);
+    pthread_mutex_destroy(&c->lock);
+    free(c);
+}
+
+/* c->lock held. */
+static void busy_enter(struct uiw_conn *c)
+{
+    c->busy++;
+}
+
+static void busy_leave(struct uiw_conn *c)
+{
+    if (--c->busy == 0)
+        pthread_cond_broadcast(&c->idle);
+}
+
+static void wait_idle(struct uiw_conn *c)
+{
+    while (c->busy)
+        pthread_cond_wait(&c->idle, &c->lock);
+}
+
+static void timer_arm(struct uiw_conn *c, unsigned ms)
+{
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    its.it_value.tv_sec = ms / 1000;
+    its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+    if (!ms)
+        its.it_value.tv_nsec = 1;
+    (void)timerfd_settime(c->tfd, 0, &its, NULL);
+}
+
+static void timer_disarm(struct uiw_conn *c)
+{
+    struct itimerspec its;
+    memset(&its, 0, sizeof(its));
+    (void)timerfd_settime(c->tfd, 0, &its, NULL);
+}
+
+/* Give up cm.c's socket: unregister and close. c->lock held; on a user
+ * thread only when the fd is not registered (else progress thread only). */
+static void conn_close_fd(struct uiw_conn *c, bool abortive)
+{
+    if (c->fd < 0)
+        return;
+    if (c->fd_reg) {
+        uiw_progress_del(c->fd);
+        c->fd_reg = false;
+    }
+    if (abortive)
+        close_abort(c->fd);
+    else {
+        drain_quietly(c->fd);
+        close(c->fd);
+    }
+    c->fd = -1;
+}
+
+/* ------------------------------------------------------------------------
+ * Events
+ * ---------------------------------------------------------------------- */
+
+static void ev_init(struct uiw_cm_event *ev, const struct uiw_conn *c, enum uiw_cm_event_type type,
+                    int status)
+{
+    memset(ev, 0, offsetof(struct uiw_cm_event, private_data));
+    ev->type = type;
+    ev->status = status;
+    ev->conn = (struct uiw_conn *)c;
+    ev->user = c->user;
+    ev->local = c->local;
+    ev->peer = c->peer;
+}
+
+static void ev_set_pd(struct uiw_cm_event *ev, const uint8_t *pd, uint16_t len)
+{
+    ev->private_data_len = len;
+    if (len)
+        memcpy(ev->private_data, pd, len);
+}
+
+/* Fill the negotiated values (and, active side, the peer's private data). */
+static void ev_from_result(struct uiw_cm_event *ev, const struct uiw_conn *c)
+{
+    const uiw_mpa_result *r = &c->neg.result;
+    ev->enhanced = c->active ? c->neg.peer.enhanced : c->req.enhanced;
+    ev->peer_ird = r->peer_ird;
+    ev->peer_ord = r->peer_ord;
+    ev->mpa_rev = r->rev;
+    ev->crc = r->crc;
+    ev->markers_rx = r->markers_rx;
+    ev->markers_tx = r->markers_tx;
+    ev->p2p = r->p2p;
+    ev->rtr = r->rtr;
+    ev->ird = r->ird;
+    ev->ord = r->ord;
+    if (c->active)
+        ev_set_pd(ev, r->peer_pd, r->peer_pd_len);
+}
+
+/* c->lock held. */
+static void post(struct uiw_conn *c, enum uiw_cm_event_type type, int status)
+{
+    struct uiw_cm_event *ev = malloc(sizeof(*ev));
+    if (!ev) {
+        uiw_log("cm: out of memory, event %d lost", (int)type);
+        return;
+    }
+    ev_init(ev, c, type, status);
+    ev->private_data_len = 0;
+    if (type == UIW_CM_ESTABLISHED || type == UIW_CM_REJECTED)
+        ev_from_result(ev, c);
+    uiw_cm_queue(c->ch, ev);
+    free(ev);
+}
+
+static void post_connect_request(struct uiw_conn *c)
+{
+    struct uiw_cm_event *ev = malloc(sizeof(*ev));
+    const uiw_mpa_frame *f = &c->req;
+    if (!ev) {
+        uiw_log("cm: out of memory, CONNECT_REQUEST lost");
+        return;
+    }
+    ev_init(ev, c, UIW_CM_CONNECT_REQUEST, 0);
+    pthread_mutex_lock(&cm_list_lock);
+    ev->listener = c->listener;
+    pthread_mutex_unlock(&cm_list_lock);
+    ev->enhanced = f->enhanced;
+    ev->peer_ird = f->enhanced ? f->ird : 0;
+    ev->peer_ord = f->enhanced ? f->ord : 0;
+    ev->mpa_rev = f->rev;
+    ev->crc = f->crc;
+    ev->markers_tx = f->markers;
+    ev->p2p = f->enhanced && f->p2p;
+    ev->rtr = ev->p2p ? f->rtr : 0;
+    ev_set_pd(ev, f->ulp_pd, f->ulp_pd_len);
+    uiw_cm_queue(c->ch, ev);
+    free(ev);
+}
+
+/* ------------------------------------------------------------------------
+ * Terminate for a failed Reply check (RFC 6581 §9.1 code 6, §9.2 code 7)
+ * ---------------------------------------------------------------------- */
+
+static void send_terminate(int fd, const uiw_mpa_neg *n)
+{
+    uiw_hdr h;
+    uiw_tx tx;
+    uiw_tx_msg m;
+    uiw_tx_cfg cfg = {.crc = n->result.crc, .markers = n->result.markers_tx, .max_fpdu = 1024};
+    memset(&h, 0, sizeof(h));
+    h.tagged = false;
+    h.last = true;
+    h.ddp_version = UIW_DDP_VERSION;
+    h.rdmap_version = UIW_RDMAP_VERSION;
+    h.opcode = UIW_OP_TERMINATE;
+    h.qn = UIW_QN_TERMINATE;
+    h.msn = 1; /* the first message on QN 2 */
+    h.mo = 0;
+    h.u.term.cause = n->term;
+    uiw_fpdu *f = malloc(sizeof(*f));
+    if (!f)
+        return;
+    if (uiw_tx_init(&tx, &cfg) == 0 && uiw_tx_msg_init(&m, &h, NULL, 0, 0) == 0 &&
+        uiw_tx_next(&tx, &m, f) == 1) {
+        struct msghdr mh;
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov = f->iov;
+        mh.msg_iovlen = (size_t)f->iovcnt;
+        if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)f->bytes)
+            uiw_dbg(1, "cm: Terminate not sent completely");
+    }
+    free(f);
+}
+
+/* ------------------------------------------------------------------------
+ * Active side
+ * ---------------------------------------------------------------------- */
+
+/* Setup failed: close our socket, report. c->lock held, progress thread. */
+static void active_fail(struct uiw_conn *c, enum uiw_cm_event_type type, int status, bool abortive)
+{
+    timer_disarm(c);
+    conn_close_fd(c, abortive);
+    c->state = UIW_CS_CLOSED;
+    post(c, type, status);
+}
+
+static void conn_io_cb(void *obj, uint32_t events);
+
+/* The Reply was accepted: attach the QP (the data path sends the RTR first
+ * when P2P), then ESTABLISHED. c->lock held, progress thread. */
+static void active_done(struct uiw_conn *c)
+{
+    uiw_mpa_result res = c->neg.result;
+    timer_disarm(c);
+    if (!c->qp) {
+        if (c->had_qp) {
+            active_fail(c, UIW_CM_CONNECT_ERROR, -ENODEV, true);
+            return;
+        }
+        /* MPA only: keep reading (and discarding) to see the peer's FIN. */
+        c->state = UIW_CS_ESTABLISHED;
+        post(c, UIW_CM_ESTABLISHED, 0);
+        return;
+    }
+    struct uiw_qp *qp = c->qp;
+    int fd = c->fd;
+    c->state = UIW_CS_ACCEPTING; /* attaching */
+    busy_enter(c);
+    if (c->fd_reg) {
+        uiw_progress_del(fd); /* our own callback: returns at once */
+        c->fd_reg = false;
+    }
+    pthread_mutex_unlock(&c->lock);
+    int rc = uiw_qp_attach_socket(qp, fd, &res);
+    pthread_mutex_lock(&c->lock);
+    busy_leave(c);
+    if (rc == 0) {
+        c->attached = true;
+        c->fd = -1; /* the QP's now */
+    }
+    if (c->state == UIW_CS_DEAD)
+        return;
+    if (rc < 0) {
+        uiw_log("cm: attaching the QP failed: %d", rc);
+        active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
+        return;
+    }
+    if (c->state != UIW_CS_ACCEPTING) /* closed meanwhile (QP destroyed) */
+        return;
+    c->state = UIW_CS_ESTABLISHED;
+    post(c, UIW_CM_ESTABLISHED, 0);
+    if (c->early_close) {
+        c->state = UIW_CS_CLOSED;
+        post(c, UIW_CM_DISCONNECTED, c->early_err);
+    }
+}
+
+/* Read the Reply exactly and feed it to the negotiation. c->lock held. */
+static void active_read(struct uiw_conn *c)
+{
+    for (;;) {
+        size_t want = frame_want(c);
+        ssize_t n = recv(c->fd, c->rbuf + c->rhave, want - c->rhave, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return;
+            active_fail(c, UIW_CM_CONNECT_ERROR, -errno, true);
+            return;
+        }
+        if (n == 0) {
+            active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
+            return;
+        }
+        size_t olen = 0;
+        int rc = uiw_mpa_neg_feed(&c->neg, c->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
+        c->rhave = (uint16_t)(c->rhave + n);
+        if (rc < 0 && c->neg.state != UIW_MPA_S_FAILED) {
+            active_fail(c, UIW_CM_CONNECT_ERROR, -EPROTO, true);
+            return;
+        }
+        switch (c->neg.state) {
+        case UIW_MPA_S_WAIT_REP:
+            continue;
+        case UIW_MPA_S_DONE:
+            active_done(c);
+            return;
+        case UIW_MPA_S_REJECTED:
+            uiw_dbg(1, "cm: connection rejected: %s", c->neg.why ? c->neg.why : "");
+            active_fail(c, UIW_CM_REJECTED, -ECONNREFUSED, false);
+            return;
+        default:
+            uiw_dbg(1, "cm: MPA Reply refused: %s (%d)", c->neg.why ? c->neg.why : "",
+                    c->neg.error);
+            if (c->neg.term_valid && c->neg.term_send)
+                send_terminate(c->fd, &c->neg);
+            active_fail(c, UIW_CM_CONNECT_ERROR, c->neg.error ? c->neg.error : -EPROTO, false);
+            return;
+        }
+    }
+}
+
+/* TCP connect finished (EPOLLOUT). c->lock held. */
+static void active_connected(struct uiw_conn *c)
+{
+    int err = 0;
+    socklen_t l = sizeof(err);
+    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+        err = errno;
+    if (err) {
+        active_fail(c, UIW_CM_UNREACHABLE, -err, false);
+        return;
+    }
+    struct sockaddr_storage ss;
+    l = sizeof(ss);
+    if (getpeername(c->fd, (struct sockaddr *)&ss, &l) < 0)
+        return; /* still connecting */
+    fill_addrs(c);
+    int rc = send_all(c->fd, c->txframe, c->txframe_len, c->timeout_ms);
+    if (rc < 0) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
+        return;
+    }
+    c->state = UIW_CS_WAIT_REP;
+    timer_arm(c, c->timeout_ms); /* RFC 5044 §7.1.2 rule 10 */
+    rc = uiw_progress_mod(c->fd, EPOLLIN, conn_io_cb, c);
+    if (rc < 0) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
+        return;
+    }
+    active_read(c);
+}
+
+/* ------------------------------------------------------------------------
+ * Passive side
+ * ---------------------------------------------------------------------- */
+
+/* Drop a connection the ULP never saw. c->lock held, progress thread.
+ * Returns true when the caller must drop the listener's reference (after
+ * unlocking). */
+static bool passive_drop(struct uiw_conn *c, const char *why)
+{
+    uiw_dbg(1, "cm: dropping incoming connection: %s", why);
+    timer_disarm(c);
+    conn_close_fd(c, false);
+    if (c->tfd_reg) {
+        uiw_progress_del(c->tfd);
+        c->tfd_reg = false;
+    }
+    c->state = UIW_CS_CLOSED;
+    bool owned = false;
+    pthread_mutex_lock(&cm_list_lock);
+    struct uiw_listener *l = c->listener;
+    if (l && !l->dying) {
+        for (struct uiw_conn **pp = &l->conns; *pp; pp = &(*pp)->lnext) {
+            if (*pp == c) {
+                *pp = c->lnext;
+                owned = true;
+                break;
+            }
+        }
+        c->listener = NULL;
+    }
+    pthread_mutex_unlock(&cm_list_lock);
+    return owned;
+}
+
+/* The Request is complete. c->lock held, progress thread. */
+static bool passive_request(struct uiw_conn *c)
+{
+    char b;
+    /* siw's strict check: the initiator sends nothing after its Request
+     * until our Reply (RFC 5044 §7.1.2). */
+    if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+        return passive_drop(c, "bytes after the MPA Request");
+    /* Trial negotiation: MPA-level refusals (markers, no RTR type) are
+     * answered with a Reject without the ULP; malformed Requests close. */
+    uiw_mpa_policy pol;
+    uint8_t out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, NULL, 0);
+    uiw_mpa_neg_start_responder(&c->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
+        uiw_dbg(1, "cm: rejecting incoming connection: %s", c->neg.why ? c->neg.why : "");
+        if (send_all(c->fd, out, olen, c->timeout_ms) < 0)
+            return passive_drop(c, "cannot send the Reject");
+        (void)shutdown(c->fd, SHUT_WR);
+        c->state = UIW_CS_REJECTED;
+        timer_arm(c, c->timeout_ms);
+        return false;
+    }
+    if (c->neg.state != UIW_MPA_S_DONE)
+        return passive_drop(c, c->neg.why ? c->neg.why : "unusable MPA Request");
+    timer_disarm(c);
+    /* The ULP decides; the socket stays quiet meanwhile (accept peeks). */
+    if (c->fd_reg) {
+        uiw_progress_del(c->fd);
+        c->fd_reg = false;
+    }
+    c->state = UIW_CS_REQ_RCVD;
+    post_connect_request(c);
+    return false;
+}
+
+/* Read the Request exactly. c->lock held. Returns as passive_drop. */
+static bool passive_read(struct uiw_conn *c)
+{
+    for (;;) {
+        size_t want = frame_want(c);
+        ssize_t n = recv(c->fd, c->rbuf + c->rhave, want - c->rhave, 0);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return false;
+            return passive_drop(c, "socket error");
+        }
+        if (n == 0)
+            return passive_drop(c, "peer closed before its MPA Request");
+        c->rhave = (uint16_t)(c->rhave + n);
+        int rc = uiw_mpa_decode(c->rbuf, c->rhave, UIW_MPA_REQUEST, &c->req);
+        if (rc == -EAGAIN)
+            continue;
+        if (rc < 0)
+            return passive_drop(c, "malformed MPA Request");
+        return passive_request(c);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Sockets cm.c keeps after MPA (no QP) or for the close handshake
+ * ---------------------------------------------------------------------- */
+
+/* Read and discard until EAGAIN; on EOF/error finish the close. c->lock
+ * held, progress thread. */
+static void drain(struct uiw_conn *c)
+{
+    char buf[4096];
+    for (;;) {
+        ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
+        if (n > 0)
+            continue;
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        int err = n == 0 ? 0 : -errno;
+        uint8_t st = c->state;
+        timer_disarm(c);
+        if (st == UIW_CS_ESTABLISHED)
+            (void)shutdown(c->fd, SHUT_WR); /* answer the peer's FIN */
+        conn_close_fd(c, false);
+        c->state = UIW_CS_CLOSED;
+        if (st == UIW_CS_ESTABLISHED || st == UIW_CS_DISCONNECTING)
+            post(c, UIW_CM_DISCONNECTED, err);
+        return;
+    }
+}
+
+static void conn_io_cb(void *obj, uint32_t events)
+{
+    struct uiw_conn *c = obj;
+    bool release = false;
+    (void)events;
+    pthread_mutex_lock(&c->lock);
+    switch (c->state) {
+    case UIW_CS_CONNECTING:
+        active_connected(c);
+        break;
+    case UIW_CS_WAIT_REP:
+        active_read(c);
+        break;
+    case UIW_CS_WAIT_REQ:
+        release = passive_read(c);
+        break;
+    case UIW_CS_ESTABLISHED:
+    case UIW_CS_DISCONNECTING:
+    case UIW_CS_REJECTED:
+        if (c->fd >= 0 && !c->attached)
+            drain(c);
+        break;
+    default:
+        break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (release)
+        conn_put(c);
+}
+
+/* ------------------------------------------------------------------------
+ * Aborting an attached connection (timeouts)
+ * ---------------------------------------------------------------------- */
+
+/* RST the QP's socket and move the QP to ERR. c->lock held; it is dropped
+ * and re-taken (busy). */
+static void abort_attached(struct uiw_conn *c)
+{
+    struct uiw_qp *qp = c->qp;
+    if (!qp || !c->attached)
+        return;
+    busy_enter(c);
+    pthread_mutex_unlock(&c->lock);
+    pthread_mutex_lock(&qp->lock);
+    abort_socket(qp->fd);
+    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
+        uiw_qp_to_error_locked(qp);
+    pthread_mutex_unlock(&qp->lock);
+    pthread_mutex_lock(&c->lock);
+    busy_leave(c);
+}
+
+static void conn_timer_cb(void *obj, uint32_t events)
+{
+    struct uiw_conn *c = obj;
+    uint64_t ticks;
+    bool release = false;
+    (void)events;
+    while (read(c->tfd, &ticks, sizeof(ticks)) < 0 && errno == EINTR)
+        ;
+    pthread_mutex_lock(&c->lock);
+    if (c->busy && c->state != UIW_CS_DEAD) {
+        /* an attach or abort is running without the lock: look again soon */
+        timer_arm(c, BUSY_RETRY_MS);
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    switch (c->state) {
+    case UIW_CS_WAIT_REQ: /* RFC 5044 §7.1.2 rule 8; siw drops silently */
+        release = passive_drop(c, "no MPA Request within the timeout");
+        break;
+    case UIW_CS_WAIT_REP:
+        uiw_dbg(1, "cm: no MPA Reply within %u ms", c->timeout_ms);
+        active_fail(c, UIW_CM_CONNECT_ERROR, -ETIMEDOUT, true);
+        break;
+    case UIW_CS_WAIT_RTR:
+        uiw_dbg(1, "cm: no RTR within %u ms", c->timeout_ms);
+        c->state = UIW_CS_CLOSED;
+        abort_attached(c);
+        if (c->state != UIW_CS_DEAD)
+            post(c, UIW_CM_CONNECT_ERROR, -ETIMEDOUT);
+        break;
+    case UIW_CS_DISCONNECTING:
+        c->state = UIW_CS_CLOSED;
+        if (c->attached)
+            abort_attached(c);
+        else
+            conn_close_fd(c, true);
+        if (c->state != UIW_CS_DEAD)
+            post(c, UIW_CM_DISCONNECTED, -ETIMEDOUT);
+        break;
+    case UIW_CS_REJECTED:
+        conn_close_fd(c, true);
+        c->state = UIW_CS_CLOSED;
+        break;
+    default:
+        break;
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (release)
+        conn_put(c);
+}
+
+static int conn_register_timer(struct uiw_conn *c)
+{
+    int rc = uiw_progress_add(c->tfd, EPOLLIN, conn_timer_cb, c);
+    if (rc == 0)
+        c->tfd_reg = true;
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Listeners
+ * ---------------------------------------------------------------------- */
+
+static void listener_cb(void *obj, uint32_t events)
+{
+    struct uiw_listener *l = obj;
+    (void)events;
+    for (;;) {
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            if (errno == EINTR || errno == ECONNABORTED)
+                continue;
+            if (errno != EAGAIN && errno != EWOULDBLOCK)
+                uiw_log("cm: accept: %s", strerror(errno));
+            return;
+        }
+        struct uiw_conn *c = conn_new(l->ctx, l->ch, l->user, false);
+        if (!c) {
+            close_abort(fd);
+            continue;
+        }
+        c->fd = fd;
+        set_sockopts(fd);
+        fill_addrs(c);
+        c->state = UIW_CS_WAIT_REQ;
+        pthread_mutex_lock(&cm_list_lock);
+        c->listener = l;
+        c->lnext = l->conns;
+        l->conns = c;
+        pthread_mutex_unlock(&cm_list_lock);
+        pthread_mutex_lock(&c->lock);
+        if (conn_register_timer(c) == 0 && uiw_progress_add(fd, EPOLLIN, conn_io_cb, c) == 0) {
+            c->fd_reg = true;
+            timer_arm(c, c->timeout_ms);
+            pthread_mutex_unlock(&c->lock);
+            continue;
+        }
+        bool owned = passive_drop(c, "cannot register with the progress thread");
+        pthread_mutex_unlock(&c->lock);
+        if (owned)
+            conn_put(c);
+    }
+}
+
+UIW_EXPORT int uiw_cm_listen(struct uiw_context *ctx, const struct sockaddr *addr, int backlog,
+                             struct uiw_cm_channel *ch, void *user, struct uiw_listener **out)
+{
+    if (!addr || !ch || !out)
+        return -EINVAL;
+    if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
+        return -EAFNOSUPPORT;
+    struct uiw_listener *l = calloc(1, sizeof(*l));
+    if (!l)
+        return -ENOMEM;
+    l->fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (l->fd < 0) {
+        int e = -errno;
+        free(l);
+        return e;
+    }
+    int one = 1;
+    (void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    socklen_t len = sizeof(l->addr);
+    int rc = 0;
+    if (bind(l->fd, addr, sa_len(addr)) < 0 || listen(l->fd, backlog > 0 ? backlog : 128) < 0 ||
+        getsockname(l->fd, (struct sockaddr *)&l->addr, &len) < 0)
+        rc = -errno;
+    l->ch = ch;
+    l->ctx = ctx;
+    l->user = user;
+    if (rc == 0)
+        rc = uiw_progress_add(l->fd, EPOLLIN, listener_cb, l);
+    if (rc < 0) {
+        close(l->fd);
+        free(l);
+        return rc;
+    }
+    l->reg = true;
+    *out = l;
+    return 0;
+}
+
+UIW_EXPORT int uiw_cm_listener_addr(const struct uiw_listener *l, struct sockaddr_storage *addr)
+{
+    if (!l || !addr)
+        return -EINVAL;
+    *addr = l->addr;
+    return 0;
+}
+
+static void conn_kill(struct uiw_conn *c);
+
+UIW_EXPORT void uiw_cm_listener_destroy(struct uiw_listener *l)
+{
+    if (!l)
+        return;
+    if (l->reg)
+        uiw_progress_del(l->fd);
+    pthread_mutex_lock(&cm_list_lock);
+    l->dying = true;
+    struct uiw_conn *list = l->conns;
+    l->conns = NULL;
+    for (struct uiw_conn *c = list; c; c = c->lnext)
+        c->listener = NULL;
+    pthread_mutex_unlock(&cm_list_lock);
+    while (list) {
+        struct uiw_conn *c = list;
+        list = c->lnext;
+        c->lnext = NULL;
+        /* Not yet handed to the ULP: ours to destroy. */
+        if (uiw_cm_claim_unpopped(c->ch, c))
+            conn_kill(c);
+    }
+    close(l->fd);
+    free(l);
+}
+
+/* ------------------------------------------------------------------------
+ * Active connect
+ * ---------------------------------------------------------------------- */
+
+/* Give the QP to c (qp->conn) with a reference. */
+static int conn_take_qp(struct uiw_conn *c, struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&qp->lock);
+    if (qp->conn) {
+        pthread_mutex_unlock(&qp->lock);
+        return -EBUSY;
+    }
+    qp->conn = c;
+    pthread_mutex_unlock(&qp->lock);
+    uiw_qp_get(qp);
+    return 0;
+}
+
+/* Undo conn_take_qp. No c->lock held. */
+static void conn_drop_qp(struct uiw_conn *c, struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&qp->lock);
+    if (qp->conn == c)
+        qp->conn = NULL;
+    pthread_mutex_unlock(&qp->lock);
+    uiw_qp_put(qp);
+}
+
+UIW_EXPORT int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src,
+                              const struct sockaddr *dst, const struct uiw_conn_param *p,
+                              struct uiw_cm_channel *ch, void *user, struct uiw_conn **out)
+{
+    if (!dst || !ch || !out)
+        return -EINVAL;
+    if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)
+        return -EAFNOSUPPORT;
+    if (src && src->sa_family != dst->sa_family)
+        return -EINVAL;
+    const struct uiw_config *cfg = uiw_config();
+    uint16_t pd_len = p ? p->private_data_len : 0;
+    if (pd_len && !p->private_data)
+        return -EINVAL;
+    if (pd_len > UIW_CM_MAX_PD(cfg->mpa_rev == 1 ? 1 : 2))
+        return -EMSGSIZE;
+    if (!qp && cfg->p2p)
+        return -EINVAL; /* nobody to send the RTR */
+
+    struct uiw_conn *c = conn_new(qp ? qp->ctx : NULL, ch, user, true);
+    if (!c)
+        return -ENOMEM;
+    if (pd_len)
+        memcpy(c->pd, p->private_data, pd_len);
+    c->pd_len = pd_len;
+    unsigned ird = p ? p->ird : UIW_MPA_DEFAULT_IRD, ord = p ? p->ord : UIW_MPA_DEFAULT_ORD;
+    uiw_mpa_policy pol;
+    make_policy(&pol, ird, ord, c->pd, pd_len);
+    int rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    if (rc < 0) {
+        conn_put(c);
+        return rc;
+    }
+    c->txframe_len = (uint16_t)rc;
+
+    if (qp) {
+        rc = conn_take_qp(c, qp);
+        if (rc < 0) {
+            conn_put(c);
+            return rc;
+        }
+        c->qp = qp;
+        c->had_qp = true;
+    }
+    c->fd = socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (c->fd < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    set_sockopts(c->fd);
+    if (src && bind(c->fd, src, sa_len(src)) < 0) {
+        rc = -errno;
+        goto fail;
+    }
+    memcpy(&c->peer, dst, sa_len(dst));
+    rc = conn_register_timer(c);
+    if (rc < 0)
+        goto fail;
+
+    pthread_mutex_lock(&c->lock);
+    c->state = UIW_CS_CONNECTING;
+    if (connect(c->fd, dst, sa_len(dst)) < 0 && errno != EINPROGRESS) {
+        int e = errno;
+        fill_addrs(c);
+        c->state = UIW_CS_CLOSED;
+        close(c->fd);
+        c->fd = -1;
+        post(c, UIW_CM_UNREACHABLE, -e);
+        pthread_mutex_unlock(&c->lock);
+        *out = c;
+        return 0;
+    }
+    c->fd_reg = true; /* before the first callback can run */
+    pthread_mutex_unlock(&c->lock);
+    rc = uiw_progress_add(c->fd, EPOLLOUT, conn_io_cb, c);
+    if (rc < 0) {
+        c->fd_reg = false; /* nothing can have run */
+        goto fail;
+    }
+    *out = c;
+    return 0;
+
+fail:
+    if (c->tfd_reg) {
+        uiw_progress_del(c->tfd);
+        c->tfd_reg = false;
+    }
+    if (c->qp)
+        conn_drop_qp(c, c->qp);
+    c->qp = NULL;
+    if (c->fd >= 0)
+        close(c->fd);
+    c->fd = -1;
+    conn_put(c);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Accept / reject
+ * ---------------------------------------------------------------------- */
+
+/* Register cm.c's socket (c->fd) with the progress thread from a user
+ * thread, without holding c->lock (a callback may run at once; fd_reg is
+ * set first so that it can unregister the socket itself). busy held. */
+static void watch_fd(struct uiw_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    int fd = c->fd;
+    c->fd_reg = fd >= 0;
+    pthread_mutex_unlock(&c->lock);
+    if (fd < 0)
+        return;
+    int rc = uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
+    if (rc < 0) {
+        pthread_mutex_lock(&c->lock);
+        c->fd_reg = false;
+        uiw_log("cm: cannot watch the socket: %d", rc);
+        pthread_mutex_unlock(&c->lock);
+    }
+}
+
+/* Begin accept/reject: REQ_RCVD -> ACCEPTING with busy held. */
+static int passive_begin(struct uiw_conn *c, uint16_t pd_len, const void *pd)
+{
+    if (!c || (pd_len && !pd))
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    if (c->state != UIW_CS_REQ_RCVD || c->active) {
+        pthread_mutex_unlock(&c->lock);
+        return -EINVAL;
+    }
+    /* The Reply is enhanced exactly when the Request was (RFC 6581 §10). */
+    if (pd_len > UIW_CM_MAX_PD(c->req.enhanced ? 2 : 1)) {
+        pthread_mutex_unlock(&c->lock);
+        return -EMSGSIZE;
+    }
+    c->state = UIW_CS_ACCEPTING;
+    busy_enter(c);
+    if (pd_len)
+        memcpy(c->pd, pd, pd_len);
+    c->pd_len = pd_len;
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* End of a failed accept/reject: close the socket, report nothing. */
+static int passive_abort(struct uiw_conn *c, int err, bool abortive)
+{
+    pthread_mutex_lock(&c->lock);
+    conn_close_fd(c, abortive); /* not registered: safe on this thread */
+    if (c->state != UIW_CS_DEAD)
+        c->state = UIW_CS_CLOSED;
+    busy_leave(c);
+    pthread_mutex_unlock(&c->lock);
+    return err;
+}
+
+/* Anything from the initiator before our Reply is a protocol error. */
+static int peek_quiet(int fd)
+{
+    char b;
+    ssize_t n = recv(fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    if (n > 0)
+        return -EPROTO;
+    if (n == 0)
+        return -ECONNRESET;
+    if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+        return 0;
+    return -errno;
+}
+
+UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct uiw_conn_param *p,
+                             void *user)
+{
+    uint16_t pd_len = p ? p->private_data_len : 0;
+    int rc = passive_begin(c, pd_len, p ? p->private_data : NULL);
+    if (rc < 0)
+        return rc;
+    bool p2p = c->req.enhanced && c->req.p2p;
+    if (!qp && p2p) {
+        pthread_mutex_lock(&c->lock);
+        c->state = UIW_CS_REQ_RCVD;
+        busy_leave(c);
+        pthread_mutex_unlock(&c->lock);
+        return -EINVAL; /* the RTR needs a QP */
+    }
+    if (qp) {
+        rc = conn_take_qp(c, qp);
+        if (rc < 0) {
+            pthread_mutex_lock(&c->lock);
+            c->state = UIW_CS_REQ_RCVD;
+            busy_leave(c);
+            pthread_mutex_unlock(&c->lock);
+            return rc;
+        }
+        pthread_mutex_lock(&c->lock);
+        c->qp = qp;
+        c->had_qp = true;
+        c->ctx = qp->ctx;
+        pthread_mutex_unlock(&c->lock);
+    }
+    rc = peek_quiet(c->fd);
+    if (rc < 0)
+        return passive_abort(c, rc, true);
+
+    uiw_mpa_policy pol;
+    uint8_t out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+    make_policy(&pol, p ? p->ird : UIW_MPA_DEFAULT_IRD, p ? p->ord : UIW_MPA_DEFAULT_ORD, c->pd,
+                c->pd_len);
+    uiw_mpa_neg_start_responder(&c->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
+        /* The ULP's values made the MPA layer refuse (e.g. a Read RTR and
+         * IRD 0): the initiator gets the Reject, the caller the reason. */
+        uiw_log("cm: accept refused by the MPA negotiation: %s", c->neg.why ? c->neg.why : "");
+        (void)send_all(c->fd, out, olen, c->timeout_ms);
+        return passive_abort(c, c->neg.error ? c->neg.error : -ECONNREFUSED, false);
+    }
+    if (c->neg.state != UIW_MPA_S_DONE)
+        return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
+    rc = send_all(c->fd, out, olen, c->timeout_ms);
+    if (rc < 0)
+        return passive_abort(c, rc, true);
+
+    pthread_mutex_lock(&c->lock);
+    c->user = user;
+    if (!qp) {
+        /* MPA only: watch the socket for the peer's FIN. */
+        c->state = UIW_CS_ESTABLISHED;
+        post(c, UIW_CM_ESTABLISHED, 0);
+        pthread_mutex_unlock(&c->lock);
+        watch_fd(c);
+        pthread_mutex_lock(&c->lock);
+        busy_leave(c);
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    /* With P2P, ESTABLISHED comes with the first FPDU (uiw_cm_first_fpdu),
+     * which may arrive as soon as the socket is attached. */
+    if (p2p) {
+        c->state = UIW_CS_WAIT_RTR;
+        timer_arm(c, c->timeout_ms);
+    }
+    int fd = c->fd;
+    uiw_mpa_result res = c->neg.result;
+    pthread_mutex_unlock(&c->lock);
+
+    rc = uiw_qp_attach_socket(qp, fd, &res);
+
+    pthread_mutex_lock(&c->lock);
+    if (rc < 0) {
+        uiw_log("cm: attaching the QP failed: %d", rc);
+        timer_disarm(c);
+        conn_close_fd(c, true);
+        if (c->state != UIW_CS_DEAD)
+            c->state = UIW_CS_CLOSED;
+        busy_leave(c);
+        pthread_mutex_unlock(&c->lock);
+        return rc;
+    }
+    c->attached = true;
+    c->fd = -1; /* the QP's now */
+    if (c->state == UIW_CS_ACCEPTING) {
+        c->state = UIW_CS_ESTABLISHED;
+        post(c, UIW_CM_ESTABLISHED, 0);
+        if (c->early_close) {
+            c->state = UIW_CS_CLOSED;
+            post(c, UIW_CM_DISCONNECTED, c->early_err);
+        }
+    }
+    busy_leave(c);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+UIW_EXPORT int uiw_cm_reject(struct uiw_conn *c, const void *pd, uint16_t pd_len)
+{
+    int rc = passive_begin(c, pd_len, pd);
+    if (rc < 0)
+        return rc;
+    uiw_mpa_policy pol;
+    uint8_t out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, c->pd, c->pd_len);
+    pol.responder_rejects = true;
+    uiw_mpa_neg_start_responder(&c->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->neg.state != UIW_MPA_S_REJECTED || !olen)
+        return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
+    rc = send_all(c->fd, out, olen, c->timeout_ms);
+    if (rc < 0)
+        return passive_abort(c, rc, true);
+    /* RFC 5044 §7.1.2 rule 2 leaves TCP open for the ULP; we close it as
+     * siw does: FIN now, the descriptor once the initiator has closed. */
+    (void)shutdown(c->fd, SHUT_WR);
+    pthread_mutex_lock(&c->lock);
+    bool watch = c->state != UIW_CS_DEAD;
+    if (watch) {
+        c->state = UIW_CS_REJECTED;
+        timer_arm(c, c->timeout_ms);
+    }
+    pthread_mutex_unlock(&c->lock);
+    if (watch)
+        watch_fd(c);
+    pthread_mutex_lock(&c->lock);
+    busy_leave(c);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Teardown
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int uiw_cm_disconnect(struct uiw_conn *c)
+{
+    if (!c)
+        return -EINVAL;
+    pthread_mutex_lock(&c->lock);
+    switch (c->state) {
+    case UIW_CS_CLOSED:
+    case UIW_CS_DISCONNECTING:
+    case UIW_CS_REJECTED:
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    case UIW_CS_ESTABLISHED:
+    case UIW_CS_WAIT_RTR:
+        break;
+    default:
+        pthread_mutex_unlock(&c->lock);
+        return -ENOTCONN;
+    }
+    c->state = UIW_CS_DISCONNECTING;
+    timer_arm(c, c->timeout_ms);
+    if (!c->attached) {
+        /* MPA only: our socket, already watched by drain(). */
+        (void)shutdown(c->fd, SHUT_WR);
+        pthread_mutex_unlock(&c->lock);
+        return 0;
+    }
+    struct uiw_qp *qp = c->qp;
+    busy_enter(c);
+    pthread_mutex_unlock(&c->lock);
+    if (qp) {
+        pthread_mutex_lock(&qp->lock);
+        if (qp->fd >= 0)
+            (void)shutdown(qp->fd, SHUT_WR);
+        /* Flush: the QP sends nothing after our FIN. The data path reports
+         * the peer's FIN through uiw_qp_llp_closed_locked. */
+        if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
+            uiw_qp_to_error_locked(qp);
+        pthread_mutex_unlock(&qp->lock);
+    }
+    pthread_mutex_lock(&c->lock);
+    busy_leave(c);
+    pthread_mutex_unlock(&c->lock);
+    return 0;
+}
+
+/* Destroy c (the ULP's destroy, or a listener's for a connection the ULP
+ * never saw). No locks held. */
+static void conn_kill(struct uiw_conn *c)
+{
+    pthread_mutex_lock(&c->lock);
+    uint8_t prev = c->state;
+    c->state = UIW_CS_DEAD; /* callbacks that get the lock from now on do nothing */
+    wait_idle(c);
+    bool fd_reg = c->fd_reg, tfd_reg = c->tfd_reg, attached = c->attached;
+    struct uiw_qp *qp = c->qp;
+    c->fd_reg = c->tfd_reg = false;
+    c->qp = NULL;
+    pthread_mutex_unlock(&c->lock);
+
+    if (fd_reg)
+        uiw_progress_del(c->fd);
+    if (tfd_reg)
+        uiw_progress_del(c->tfd);
+
+    pthread_mutex_lock(&cm_list_lock);
+    struct uiw_listener *l = c->listener;
+    if (l) {
+        for (struct uiw_conn **pp = &l->conns; *pp; pp = &(*pp)->lnext) {
+            if (*pp == c) {
+                *pp = c->lnext;
+                break;
+            }
+        }
+        c->listener = NULL;
+    }
+    pthread_mutex_unlock(&cm_list_lock);
+    (void)uiw_cm_purge(c->ch, c);
+
+    bool up = prev == UIW_CS_ESTABLISHED || prev == UIW_CS_WAIT_RTR || prev == UIW_CS_ACCEPTING ||
+              prev == UIW_CS_DISCONNECTING;
+    if (qp) {
+        pthread_mutex_lock(&qp->lock);
+        if (qp->conn == c)
+            qp->conn = NULL;
+        if (attached && up) {
+            if (prev != UIW_CS_DISCONNECTING)
+                abort_socket(qp->fd);
+            if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
+                uiw_qp_to_error_locked(qp);
+        }
+        pthread_mutex_unlock(&qp->lock);
+        uiw_qp_put(qp);
+    }
+    if (c->fd >= 0) {
+        bool graceful =
+            prev == UIW_CS_CLOSED || prev == UIW_CS_REJECTED || prev == UIW_CS_DISCONNECTING;
+        if (graceful)
+            close(c->fd);
+        else
+            close_abort(c->fd);
+        c->fd = -1;
+    }
+    conn_put(c);
+}
+
+UIW_EXPORT void uiw_cm_conn_destroy(struct uiw_conn *c)
+{
+    if (c)
+        conn_kill(c);
+}
+
+UIW_EXPORT int uiw_cm_conn_addr(const struct uiw_conn *c, struct sockaddr_storage *local,
+                                struct sockaddr_storage *peer)
+{
+    if (!c)
+        return -EINVAL;
+    if (local)
+        *local = c->local;
+    if (peer)
+        *peer = c->peer;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Hooks for the data path and the QP objects
+ * ---------------------------------------------------------------------- */
+
+void uiw_cm_first_fpdu(struct uiw_conn *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    if (c->state == UIW_CS_WAIT_RTR) {
+        timer_disarm(c);
+        c->state = UIW_CS_ESTABLISHED;
+        post(c, UIW_CM_ESTABLISHED, 0);
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+void uiw_cm_llp_closed(struct uiw_conn *c, int err)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&c->lock);
+    /* qp->lock is held by the caller: c->qp->fd is stable. */
+    int fd = c->qp ? c->qp->fd : -1;
+    switch (c->state) {
+    case UIW_CS_ESTABLISHED:
+        if (fd >= 0)
+            (void)shutdown(fd, SHUT_WR); /* answer the peer's FIN */
+        timer_disarm(c);
+        c->state = UIW_CS_CLOSED;
+        post(c, UIW_CM_DISCONNECTED, err);
+        break;
+    case UIW_CS_DISCONNECTING:
+        timer_disarm(c);
+        c->state = UIW_CS_CLOSED;
+        post(c, UIW_CM_DISCONNECTED, err);
+        break;
+    case UIW_CS_WAIT_RTR:
+        if (fd >= 0)
+            (void)shutdown(fd, SHUT_WR);
+        timer_disarm(c);
+        c->state = UIW_CS_CLOSED;
+        post(c, UIW_CM_CONNECT_ERROR, err ? err : -ECONNRESET);
+        break;
+    case UIW_CS_ACCEPTING: /* still attaching: reported right after ESTABLISHED */
+        if (fd >= 0)
+            (void)shutdown(fd, SHUT_WR);
+        c->early_close = true;
+        c->early_err = err;
+        break;
+    default:
+        break;
+    }
+    pthread_mutex_unlock(&c->lock);
+}
+
+void uiw_cm_qp_destroyed(struct uiw_qp *qp)
+{
+    if (!qp)
+        return;
+    pthread_mutex_lock(&qp->lock);
+    struct uiw_conn *c = qp->conn;
+    if (c)
+        conn_get(c);
+    pthread_mutex_unlock(&qp->lock);
+    if (!c)
+        return;
+
+    pthread_mutex_lock(&c->lock);
+    wait_idle(c);
+    if (c->qp != qp || c->state == UIW_CS_DEAD) {
+        pthread_mutex_unlock(&c->lock);
+        conn_put(c);
+        return;
+    }
+    c->qp = NULL;
+    bool attached = c->attached;
+    uint8_t st = c->state;
+    enum uiw_cm_event_type ev = 0;
+    int status = 0;
+    if (st == UIW_CS_ESTABLISHED || st == UIW_CS_DISCONNECTING) {
+        ev = UIW_CM_DISCONNECTED;
+        status = st == UIW_CS_DISCONNECTING ? 0 : -ECONNABORTED;
+    } else if (st == UIW_CS_WAIT_RTR) {
+        ev = UIW_CM_CONNECT_ERROR;
+        status = -ENODEV;
+    }
+    if (ev) {
+        timer_disarm(c);
+        c->state = UIW_CS_CLOSED;
+    }
+    busy_enter(c);
+    pthread_mutex_unlock(&c->lock);
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->conn == c)
+        qp->conn = NULL;
+    if (attached && ev && st != UIW_CS_DISCONNECTING && qp->fd >= 0) {
+        /* The QP closes the socket: make that close an abort (RST). */
+        struct linger lg = {.l_onoff = 1, .l_linger = 0};
+        (void)setsockopt(qp->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    }
+    pthread_mutex_unlock(&qp->lock);
+    uiw_qp_put(qp);
+
+    pthread_mutex_lock(&c->lock);
+    busy_leave(c);
+    if (ev && c->state != UIW_CS_DEAD)
+        post(c, ev, status);
+    pthread_mutex_unlock(&c->lock);
+    conn_put(c);
+}
