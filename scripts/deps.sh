@@ -12,6 +12,9 @@ if [ "$want" != build ]; then
     # clang + compiler-rt: libFuzzer targets; tshark: independent wire check;
     # python3: small test helpers.
     pkgs+=(clang libclang-rt-14-dev tshark python3)
+    # librdmacm-dev: the rdma_cm ABI; the rest are the unmodified RDMA
+    # programs the drop-in libraries are tested with.
+    pkgs+=(librdmacm-dev rdmacm-utils perftest ibverbs-utils qperf fio)
 fi
 
 missing=()
