@@ -13,6 +13,7 @@
 #include <stdint.h>
 
 #include "testutil.h"
+#include "wire_testutil.h"
 #include "uiwarp/wire.h"
 
 /* ------------------------------------------------------------------------
@@ -29,52 +30,6 @@ static int decode_exact(const uint8_t *img, size_t len, uiw_hdr *h, uiw_term_cau
     rc = uiw_hdr_decode(len ? copy : NULL, len, h, c);
     free(copy);
     return rc;
-}
-
-static bool term_eq(const uiw_term *a, const uiw_term *b)
-{
-    return a->cause.layer == b->cause.layer && a->cause.etype == b->cause.etype &&
-           a->cause.ecode == b->cause.ecode && a->hdr_ddp == b->hdr_ddp &&
-           a->hdr_rdma == b->hdr_rdma && a->hdr_mpa == b->hdr_mpa &&
-           a->ddp_hdr_len == b->ddp_hdr_len && a->rdma_hdr_len == b->rdma_hdr_len &&
-           memcmp(a->ddp_hdr, b->ddp_hdr, a->ddp_hdr_len) == 0 &&
-           memcmp(a->rdma_hdr, b->rdma_hdr, a->rdma_hdr_len) == 0 && a->siw_layout == b->siw_layout;
-}
-
-/* Field-by-field comparison of what the wire carries for this opcode. */
-static bool hdr_eq(const uiw_hdr *a, const uiw_hdr *b)
-{
-    if (a->tagged != b->tagged || a->last != b->last || a->ddp_rsvd != b->ddp_rsvd ||
-        a->ddp_version != b->ddp_version || a->rdmap_version != b->rdmap_version ||
-        a->rdmap_rsvd != b->rdmap_rsvd || a->opcode != b->opcode)
-        return false;
-    if (a->tagged)
-        return a->stag == b->stag && a->to == b->to;
-    if (a->inv_stag != b->inv_stag || a->qn != b->qn || a->msn != b->msn || a->mo != b->mo)
-        return false;
-    switch (a->opcode) {
-    case UIW_OP_READ_REQ:
-        return a->u.rreq.sink_stag == b->u.rreq.sink_stag &&
-               a->u.rreq.sink_to == b->u.rreq.sink_to &&
-               a->u.rreq.read_size == b->u.rreq.read_size &&
-               a->u.rreq.src_stag == b->u.rreq.src_stag && a->u.rreq.src_to == b->u.rreq.src_to;
-    case UIW_OP_IMM_DATA:
-    case UIW_OP_IMM_DATA_SE:
-        return memcmp(a->u.imm, b->u.imm, UIW_IMM_DATA_LEN) == 0;
-    case UIW_OP_ATOMIC_REQ: {
-        const uiw_atomic_req *x = &a->u.atomic_req, *y = &b->u.atomic_req;
-        return x->aop == y->aop && x->req_id == y->req_id && x->stag == y->stag && x->to == y->to &&
-               x->add_swap == y->add_swap && x->add_swap_mask == y->add_swap_mask &&
-               x->compare == y->compare && x->compare_mask == y->compare_mask;
-    }
-    case UIW_OP_ATOMIC_RESP:
-        return a->u.atomic_resp.req_id == b->u.atomic_resp.req_id &&
-               a->u.atomic_resp.orig_value == b->u.atomic_resp.orig_value;
-    case UIW_OP_TERMINATE:
-        return term_eq(&a->u.term, &b->u.term);
-    default:
-        return true;
-    }
 }
 
 /* Full round trip of one message:

@@ -17,6 +17,7 @@
 #include <stdint.h>
 
 #include "testutil.h"
+#include "wire_testutil.h"
 #include "uiwarp/wire.h"
 
 /* ------------------------------------------------------------------------
@@ -74,47 +75,6 @@ static void flatten(const uiw_fpdu *f, buf *b)
         buf_add(b, f->iov[i].iov_base, f->iov[i].iov_len);
     if (b->n - before != f->bytes)
         abort();
-}
-
-static bool hdr_eq(const uiw_hdr *a, const uiw_hdr *b)
-{
-    if (a->tagged != b->tagged || a->last != b->last || a->opcode != b->opcode ||
-        a->ddp_version != b->ddp_version || a->rdmap_version != b->rdmap_version)
-        return false;
-    if (a->tagged)
-        return a->stag == b->stag && a->to == b->to;
-    if (a->qn != b->qn || a->msn != b->msn || a->mo != b->mo || a->inv_stag != b->inv_stag)
-        return false;
-    switch (a->opcode) {
-    case UIW_OP_READ_REQ:
-        return a->u.rreq.sink_stag == b->u.rreq.sink_stag &&
-               a->u.rreq.sink_to == b->u.rreq.sink_to &&
-               a->u.rreq.read_size == b->u.rreq.read_size &&
-               a->u.rreq.src_stag == b->u.rreq.src_stag && a->u.rreq.src_to == b->u.rreq.src_to;
-    case UIW_OP_IMM_DATA:
-    case UIW_OP_IMM_DATA_SE:
-        return memcmp(a->u.imm, b->u.imm, UIW_IMM_DATA_LEN) == 0;
-    case UIW_OP_ATOMIC_REQ: {
-        const uiw_atomic_req *x = &a->u.atomic_req, *y = &b->u.atomic_req;
-        return x->aop == y->aop && x->req_id == y->req_id && x->stag == y->stag && x->to == y->to &&
-               x->add_swap == y->add_swap && x->add_swap_mask == y->add_swap_mask &&
-               x->compare == y->compare && x->compare_mask == y->compare_mask;
-    }
-    case UIW_OP_ATOMIC_RESP:
-        return a->u.atomic_resp.req_id == b->u.atomic_resp.req_id &&
-               a->u.atomic_resp.orig_value == b->u.atomic_resp.orig_value;
-    case UIW_OP_TERMINATE: {
-        const uiw_term *x = &a->u.term, *y = &b->u.term;
-        return x->cause.layer == y->cause.layer && x->cause.etype == y->cause.etype &&
-               x->cause.ecode == y->cause.ecode && x->hdr_ddp == y->hdr_ddp &&
-               x->hdr_rdma == y->hdr_rdma && x->hdr_mpa == y->hdr_mpa &&
-               x->ddp_hdr_len == y->ddp_hdr_len && x->rdma_hdr_len == y->rdma_hdr_len &&
-               memcmp(x->ddp_hdr, y->ddp_hdr, x->ddp_hdr_len) == 0 &&
-               memcmp(x->rdma_hdr, y->rdma_hdr, x->rdma_hdr_len) == 0;
-    }
-    default:
-        return true;
-    }
 }
 
 /* ------------------------------------------------------------------------
