@@ -18,7 +18,7 @@ static unsigned long tu_checks, tu_failed;
         tu_checks++;                                                                               \
         if (!(cond)) {                                                                             \
             tu_failed++;                                                                           \
-            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);              \
+            fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond);               \
         }                                                                                          \
     } while (0)
 
@@ -39,8 +39,8 @@ static unsigned long tu_checks, tu_failed;
         tu_checks++;                                                                               \
         if (memcmp((a), (b), (n)) != 0) {                                                          \
             tu_failed++;                                                                           \
-            fprintf(stderr, "%s:%d: CHECK_MEM failed: %s vs %s (%zu bytes)\n", __FILE__,          \
-                    __LINE__, #a, #b, (size_t)(n));                                                \
+            fprintf(stderr, "%s:%d: CHECK_MEM failed: %s vs %s (%zu bytes)\n", __FILE__, __LINE__, \
+                    #a, #b, (size_t)(n));                                                          \
         }                                                                                          \
     } while (0)
 
@@ -50,7 +50,7 @@ static unsigned long tu_checks, tu_failed;
         tu_checks++;                                                                               \
         if (!tu_sa || !tu_sb || strcmp(tu_sa, tu_sb) != 0) {                                       \
             tu_failed++;                                                                           \
-            fprintf(stderr, "%s:%d: CHECK_STR failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__,    \
+            fprintf(stderr, "%s:%d: CHECK_STR failed: \"%s\" != \"%s\"\n", __FILE__, __LINE__,     \
                     tu_sa ? tu_sa : "(null)", tu_sb ? tu_sb : "(null)");                           \
         }                                                                                          \
     } while (0)

@@ -277,11 +277,11 @@ typedef struct uiw_atomic_resp {
  * tied to an incoming message; we send them absent (flags clear). */
 typedef struct uiw_term {
     uiw_term_cause cause;
-    bool hdr_ddp;        /* D: terminated DDP header attached */
-    bool hdr_rdma;       /* R: terminated RDMA (Read Request) header attached */
-    bool hdr_mpa;        /* M: DDP Segment Length valid */
-    uint8_t ddp_hdr_len; /* 0; 2 (M without D); 16 or 20 (D) */
-    uint8_t rdma_hdr_len; /* 0 or UIW_RREQ_LEN (R) */
+    bool hdr_ddp;                            /* D: terminated DDP header attached */
+    bool hdr_rdma;                           /* R: terminated RDMA (Read Request) header attached */
+    bool hdr_mpa;                            /* M: DDP Segment Length valid */
+    uint8_t ddp_hdr_len;                     /* 0; 2 (M without D); 16 or 20 (D) */
+    uint8_t rdma_hdr_len;                    /* 0 or UIW_RREQ_LEN (R) */
     uint8_t ddp_hdr[UIW_TERM_MAX_DDP_HDR];   /* DDP Segment Length(2) + DDP header */
     uint8_t rdma_hdr[UIW_TERM_MAX_RDMA_HDR]; /* Read Request header */
     uint8_t raw_ctrl[UIW_TERM_CTRL_LEN];     /* the control word as received */
@@ -403,19 +403,19 @@ bool uiw_term_ctrl_looks_siw(const uint8_t in[4]);
  * ---------------------------------------------------------------------- */
 
 #define UIW_MPA_KEY_LEN      16
-#define UIW_MPA_HDR_LEN      20 /* key(16) flags(1) rev(1) pd_len(2) */
+#define UIW_MPA_HDR_LEN      20  /* key(16) flags(1) rev(1) pd_len(2) */
 #define UIW_MPA_MAX_PD       512 /* RFC 5044 §7.1 */
-#define UIW_MPA_RFC6581_LEN  4  /* IRD/ORD words */
+#define UIW_MPA_RFC6581_LEN  4   /* IRD/ORD words */
 #define UIW_MPA_MAX_FRAME    (UIW_MPA_HDR_LEN + UIW_MPA_MAX_PD)
 #define UIW_MPA_IRD_ORD_MASK 0x3FFF
 #define UIW_MPA_IRD_ORD_AUTO 0x3FFF /* RFC 6581 §9.1: ULP negotiates itself */
 
 /* flag bits of byte 16 */
-#define UIW_MPA_FLAG_M       0x80
-#define UIW_MPA_FLAG_C       0x40
-#define UIW_MPA_FLAG_R       0x20
-#define UIW_MPA_FLAG_S       0x10 /* RFC 6581: private data begins with IRD/ORD */
-#define UIW_MPA_FLAG_RES     0x0F
+#define UIW_MPA_FLAG_M   0x80
+#define UIW_MPA_FLAG_C   0x40
+#define UIW_MPA_FLAG_R   0x20
+#define UIW_MPA_FLAG_S   0x10 /* RFC 6581: private data begins with IRD/ORD */
+#define UIW_MPA_FLAG_RES 0x0F
 /* RFC 6581 §9 control flags */
 #define UIW_MPA_IRD_A_P2P    0x8000
 #define UIW_MPA_IRD_B_SEND0  0x4000 /* zero-length Send RTR */
@@ -497,23 +497,23 @@ enum uiw_crc_policy {
 #define UIW_MPA_DEFAULT_MAX_IRD 128 /* siw's limit */
 
 typedef struct uiw_mpa_policy {
-    uint8_t rev;             /* revision we send: 1 or 2 (2 = RFC 6581 words, S) */
-    uint8_t crc;             /* enum uiw_crc_policy */
-    bool markers;            /* we want to receive markers */
-    bool accept_markers;     /* we are able to send markers if the peer asks */
-    bool p2p;                /* initiator: peer-to-peer, negotiate an RTR (rev 2
-                              * only); responder: ignored, the Request's A rules */
-    uint8_t rtr_offer;       /* initiator: RTR types offered; responder: supported */
-    uint16_t ird;            /* our inbound read queue depth (max we can serve) */
-    uint16_t ord;            /* our outbound read depth (wanted) */
-    uint16_t max_ird;        /* largest IRD we can raise to (below ird: = ird) */
-    uint16_t min_ord;        /* responder: ORD the ULP needs; an initiator IRD
-                              * below it is rejected with min_ord in the
-                              * Reject's ORD (RFC 6581 §9.1). 0: clamp (siw). */
-    const uint8_t *ulp_pd;   /* private data to send; must stay valid until the
-                              * peer's frame has been fed */
-    uint16_t ulp_pd_len;     /* <= 508 with Rev 2 (512 - RFC 6581 words) */
-    bool responder_rejects;  /* responder: the ULP rejects (uses ulp_pd) */
+    uint8_t rev;            /* revision we send: 1 or 2 (2 = RFC 6581 words, S) */
+    uint8_t crc;            /* enum uiw_crc_policy */
+    bool markers;           /* we want to receive markers */
+    bool accept_markers;    /* we are able to send markers if the peer asks */
+    bool p2p;               /* initiator: peer-to-peer, negotiate an RTR (rev 2
+                             * only); responder: ignored, the Request's A rules */
+    uint8_t rtr_offer;      /* initiator: RTR types offered; responder: supported */
+    uint16_t ird;           /* our inbound read queue depth (max we can serve) */
+    uint16_t ord;           /* our outbound read depth (wanted) */
+    uint16_t max_ird;       /* largest IRD we can raise to (below ird: = ird) */
+    uint16_t min_ord;       /* responder: ORD the ULP needs; an initiator IRD
+                             * below it is rejected with min_ord in the
+                             * Reject's ORD (RFC 6581 §9.1). 0: clamp (siw). */
+    const uint8_t *ulp_pd;  /* private data to send; must stay valid until the
+                             * peer's frame has been fed */
+    uint16_t ulp_pd_len;    /* <= 508 with Rev 2 (512 - RFC 6581 words) */
+    bool responder_rejects; /* responder: the ULP rejects (uses ulp_pd) */
 } uiw_mpa_policy;
 
 /* Fill pol with the interop defaults described above. */
@@ -523,39 +523,39 @@ void uiw_mpa_policy_default(uiw_mpa_policy *pol);
  * FAILED what was known is filled in (peer private data and IRD/ORD always,
  * RFC 6581 §9.1; crc/markers when a Terminate is to be sent). */
 typedef struct uiw_mpa_result {
-    bool crc;           /* CRC in use, both directions */
-    bool markers_rx;    /* peer inserts markers toward us */
-    bool markers_tx;    /* we insert markers toward the peer */
-    uint8_t rev;        /* revision in use */
-    bool enhanced;      /* RFC 6581 IRD/ORD exchanged (both frames had S) */
-    uint16_t ird, ord;  /* local values after negotiation (the policy's when
-                         * not enhanced; 0x3FFF: left to the ULP) */
+    bool crc;                    /* CRC in use, both directions */
+    bool markers_rx;             /* peer inserts markers toward us */
+    bool markers_tx;             /* we insert markers toward the peer */
+    uint8_t rev;                 /* revision in use */
+    bool enhanced;               /* RFC 6581 IRD/ORD exchanged (both frames had S) */
+    uint16_t ird, ord;           /* local values after negotiation (the policy's when
+                                  * not enhanced; 0x3FFF: left to the ULP) */
     uint16_t peer_ird, peer_ord; /* as the peer sent them, 14 bits (for the ULP) */
     bool p2p;
-    uint8_t rtr;        /* chosen RTR type (one bit), UIW_RTR_NONE if not p2p */
-    bool send_rtr;      /* initiator: must send an RTR before any FPDU */
-    bool await_rtr;     /* responder: must receive the first FPDU before sending
-                         * (RFC 5044 §7.1.2 rule 4: every accept, p2p or not) */
+    uint8_t rtr;    /* chosen RTR type (one bit), UIW_RTR_NONE if not p2p */
+    bool send_rtr;  /* initiator: must send an RTR before any FPDU */
+    bool await_rtr; /* responder: must receive the first FPDU before sending
+                     * (RFC 5044 §7.1.2 rule 4: every accept, p2p or not) */
     uint16_t peer_pd_len;
     uint8_t peer_pd[UIW_MPA_MAX_PD]; /* peer's ULP private data */
 } uiw_mpa_result;
 
 enum uiw_mpa_state {
     UIW_MPA_S_IDLE = 0,
-    UIW_MPA_S_WAIT_REQ,   /* responder: waiting for the Request */
-    UIW_MPA_S_WAIT_REP,   /* initiator: Request sent, waiting for the Reply */
-    UIW_MPA_S_DONE,       /* negotiated; FPDU mode */
-    UIW_MPA_S_REJECTED,   /* a Reject was sent or received */
-    UIW_MPA_S_FAILED,     /* protocol error; see term / error */
+    UIW_MPA_S_WAIT_REQ, /* responder: waiting for the Request */
+    UIW_MPA_S_WAIT_REP, /* initiator: Request sent, waiting for the Reply */
+    UIW_MPA_S_DONE,     /* negotiated; FPDU mode */
+    UIW_MPA_S_REJECTED, /* a Reject was sent or received */
+    UIW_MPA_S_FAILED,   /* protocol error; see term / error */
 };
 
 typedef struct uiw_mpa_neg {
-    uint8_t state;   /* enum uiw_mpa_state */
+    uint8_t state; /* enum uiw_mpa_state */
     bool initiator;
     uiw_mpa_policy pol;
     uint8_t buf[UIW_MPA_MAX_FRAME]; /* assembly of the peer's frame */
     uint16_t have;
-    uiw_mpa_frame peer;      /* the peer's frame once decoded */
+    uiw_mpa_frame peer; /* the peer's frame once decoded */
     uiw_mpa_result result;
     /* REJECTED: -ECONNREFUSED (ULP reject, sent or received), -EOPNOTSUPP
      * (markers, no RTR type), -ENOBUFS (initiator IRD too small).
@@ -563,14 +563,14 @@ typedef struct uiw_mpa_neg {
      * -EOPNOTSUPP (markers, RTR), -ENOBUFS (IRD), -EINVAL (policy),
      * -EMSGSIZE (our private data). */
     int error;
-    bool term_valid;         /* term holds the LLP/MPA error code of the outcome
-                              * (RFC 5044 §8, RFC 6581 §8) */
-    bool term_send;          /* ... and a Terminate with it must be sent before
-                              * closing (initiator only: RFC 6581 §9.1 code 6,
-                              * §9.2 code 7; framed with result.crc/markers).
-                              * Code 4 closes at once (RFC 5044 §8): false. */
+    bool term_valid; /* term holds the LLP/MPA error code of the outcome
+                      * (RFC 5044 §8, RFC 6581 §8) */
+    bool term_send;  /* ... and a Terminate with it must be sent before
+                      * closing (initiator only: RFC 6581 §9.1 code 6,
+                      * §9.2 code 7; framed with result.crc/markers).
+                      * Code 4 closes at once (RFC 5044 §8): false. */
     uiw_term_cause term;
-    const char *why;         /* static text explaining error/reject */
+    const char *why; /* static text explaining error/reject */
 } uiw_mpa_neg;
 
 /* Initiator: fills out with the Request frame; returns its length, or
