@@ -86,7 +86,8 @@ void uiw_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
  * Device and context (device.c)
  * ---------------------------------------------------------------------- */
 struct uiw_device {
-    struct verbs_device vdev; /* ibv_device first, as rdma-core does */
+    struct ibv_device ibdev; /* first: what apps see (rdma-core's struct
+                              * verbs_device is not in the public headers) */
     char ifname[64];
     unsigned ifindex;
     uint8_t mac[6];
@@ -112,6 +113,35 @@ struct uiw_context {
 /* Queue an async event (QP fatal, access error, SRQ limit, CQ error...).
  * Safe from any thread, with any engine lock held. */
 void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type type, void *obj);
+/* Drop queued, not yet delivered async events about obj (destroy paths). */
+void uiw_async_purge(struct uiw_context *ctx, const void *obj);
+
+/* The context's op tables: verbs.c fills ibv_context_ops and verbs_context
+ * (every slot non-NULL; unsupported ones fail with EOPNOTSUPP) with: */
+void uiw_verbs_init_ops(struct uiw_context *ctx);
+int uiw_op_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr *attr,
+                      size_t attr_size); /* device.c */
+int uiw_op_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
+                           struct ibv_device_attr_ex *attr, size_t attr_size); /* device.c */
+int uiw_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);        /* cq.c */
+int uiw_op_req_notify_cq(struct ibv_cq *cq, int solicited_only);       /* cq.c */
+int uiw_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
+                     struct ibv_send_wr **bad); /* qp.c */
+int uiw_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
+                     struct ibv_recv_wr **bad); /* qp.c */
+int uiw_op_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr,
+                         struct ibv_recv_wr **bad); /* qp.c */
+struct uiw_qp;
+/* ibv_post_send's work with qp->lock held (qp.c): by QP state, post
+ * (RTS), flush at once (ERR, SQE), or fail (EINVAL in RESET, else
+ * ENOTCONN). Returns 0 or a positive errno, *bad set on failure. */
+int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr,
+                                struct ibv_send_wr **bad);
+/* Extended verbs (verbs_ex.c) */
+struct ibv_cq_ex *uiw_op_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *attr);
+struct ibv_qp *uiw_op_create_qp_ex(struct ibv_context *c, struct ibv_qp_init_attr_ex *attr);
+struct ibv_srq *uiw_op_create_srq_ex(struct ibv_context *c, struct ibv_srq_init_attr_ex *attr);
+void uiw_qpx_free(struct uiw_qp *qp); /* ibv_destroy_qp: the ibv_wr_* builder */
 
 /* ------------------------------------------------------------------------
  * Memory (mem.c): PDs, MRs and the STag table
@@ -134,6 +164,7 @@ struct uiw_mr {
     uint32_t stag;
     atomic_bool valid;    /* cleared by invalidation / deregistration */
     atomic_int users;     /* placements in progress (see uiw_mr_get) */
+    uint32_t free_next;   /* mem.c: STag table free list link (slot unused) */
 };
 
 /* Result of a tagged-buffer check: 0 or the RFC error for a Terminate. */
@@ -143,23 +174,28 @@ enum uiw_mem_err {
     UIW_MEM_BASE_BOUNDS,   /* TO/length outside the region (overflow-safe) */
     UIW_MEM_ACCESS,        /* missing access right */
     UIW_MEM_PD,            /* STag not associated with this QP's PD */
+    UIW_MEM_TO_WRAP,       /* TO + len wraps 64 bits (RFC 5041 §7.1 check 5) */
 };
 
 /* Look up stag for an access of len bytes at tagged offset `to` with the
  * given IBV_ACCESS_* right (0 for local read). On success returns the MR
  * with users incremented and sets *addr; the caller must uiw_mr_put() it
  * as soon as the access is done (never across a wait for the network).
- * Overflow-safe: to + len may not wrap. */
+ * Overflow-safe: to + len may not wrap. len == 0 is not checked at all
+ * (RFC 5041 §5.2: STag and TO of a zero-length tagged message MUST NOT be
+ * checked; e.g. the P2P RTR Write to STag 1): returns &uiw_mr_zero with
+ * *addr = NULL; uiw_mr_put() ignores it. */
 struct uiw_mr *uiw_mr_get(struct uiw_pd *pd, uint32_t stag, uint64_t to, uint64_t len,
                           unsigned access, uint8_t **addr, enum uiw_mem_err *err);
 void uiw_mr_put(struct uiw_mr *mr);
+extern struct uiw_mr uiw_mr_zero;
 /* Local check of an SGE (lkey) for length bytes; same contract. */
 struct uiw_mr *uiw_sge_get(struct uiw_pd *pd, const struct ibv_sge *sge, unsigned access,
                            uint8_t **addr, enum uiw_mem_err *err);
-/* Invalidate an STag (Send with Invalidate, Local Invalidate). Returns 0,
- * -ENOENT (unknown), -EACCES (PD mismatch) or -EINVAL (not invalidatable:
- * RFC 5040 §6.2 — here: MRs registered through ibv_reg_mr may be invalidated
- * only when IBV_ACCESS_... see mem.c). */
+/* Invalidate an STag (Send with Invalidate, Local Invalidate). Returns 0
+ * (also when already invalid), -ENOENT (unknown), -EACCES (PD mismatch) or
+ * -EINVAL (not invalidatable: an MR with no IBV_ACCESS_REMOTE_* right was
+ * never advertised, see mem.c; Terminate "STag cannot be Invalidated"). */
 int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag);
 
 /* ------------------------------------------------------------------------
@@ -176,12 +212,22 @@ struct uiw_comp_channel {
 struct uiw_qp;
 
 struct uiw_cq {
-    struct ibv_cq ibcq;
+    union {
+        struct ibv_cq ibcq;
+        struct ibv_cq_ex ibcqx; /* ibv_cq is its prefix (ibv_cq_ex_to_cq) */
+    };
+    /* ibv_create_cq_ex (verbs_ex.c): the completion start/next_poll popped,
+     * read by the ibv_wc_read_* callbacks */
+    struct ibv_wc ex_wc;
+    uint32_t ex_create_flags; /* IBV_CREATE_CQ_ATTR_* */
+    pthread_mutex_t ex_lock;  /* held from a successful start_poll to end_poll */
     pthread_mutex_t lock;
     struct ibv_wc *ring;
     unsigned cap, head, count;
     uint8_t armed;     /* 0, UIW_CQ_ARM_ALL, UIW_CQ_ARM_SOLICITED */
     bool overflow;     /* a completion was lost: CQ in error (async event raised) */
+    uint32_t comp_reported;  /* events handed out by ibv_get_cq_event (channel lock) */
+    uint32_t async_reported; /* async events handed out (ctx->async_lock) */
     /* QPs whose completions land here, for poll-driven progress */
     struct uiw_qp **qps;
     unsigned nqps, qps_cap;
@@ -213,7 +259,8 @@ struct uiw_sqe {
     /* progress */
     uint64_t sent;        /* payload bytes handed to TCP */
     bool immediate_pending; /* Write/Send with Imm: the Immediate Data message follows */
-    uint8_t state;        /* see qp_tx.c */
+    uint8_t state;        /* enum dp_sqe_state (dp_int.h) */
+    uint8_t status;       /* enum ibv_wc_status once state is done (qp_tx.c) */
 };
 
 struct uiw_rqe {
@@ -231,6 +278,7 @@ struct uiw_orqe {
     uint32_t size;
     uint32_t req_id;      /* Atomic request identifier */
     bool atomic;
+    uint32_t msn;         /* MSN of the request on QN 1 (matches a Terminate's header) */
 };
 
 /* An inbound Read / Atomic to serve (IRQ entry). */
@@ -251,21 +299,43 @@ struct uiw_srq {
     unsigned max_sge;
     unsigned limit;       /* 0 = not armed */
     struct uiw_context *ctx;
+    atomic_int refs;      /* QPs using it */
+    uint32_t async_reported; /* async events handed out (ctx->async_lock) */
 };
+
+/* Take the next receive from an SRQ (data path, qp->lock held; takes
+ * srq->lock). Raises IBV_EVENT_SRQ_LIMIT_REACHED (and disarms) when the
+ * count drops below an armed limit. False when the SRQ is empty. */
+bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out);
 
 struct uiw_conn; /* cm.c */
 
+struct uiw_qpx;
+
 struct uiw_qp {
-    struct ibv_qp ibqp;
+    union {
+        struct ibv_qp ibqp;
+        struct ibv_qp_ex ibqpx; /* qp_base is ibqp (ibv_qp_to_qp_ex) */
+    };
+    struct uiw_qpx *qpx;   /* ibv_wr_* builder (verbs_ex.c); NULL unless created by
+                            * ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+                            * freed by ibv_destroy_qp */
     struct uiw_context *ctx;
     struct uiw_pd *pd;
     struct uiw_cq *scq, *rcq;
     struct uiw_srq *srq;
     pthread_mutex_t lock;  /* protects everything below */
-    atomic_int refs;
+    atomic_int refs;       /* 1 = the application's; uiw_qp_get() for any other
+                            * holder (e.g. uiw_cq_drive, under cq->lock while
+                            * the QP is on cq->qps); ibv_destroy_qp waits until
+                            * only its own is left */
     enum ibv_qp_state state;
     bool sq_sig_all;
     struct ibv_qp_cap cap;
+    struct ibv_qp_attr attr; /* attributes set by ibv_modify_qp (access flags,
+                              * en_sqd_async_notify, port, IB-only values kept
+                              * for ibv_query_qp) */
+    uint32_t async_reported; /* async events handed out (ctx->async_lock) */
 
     /* send queue: ring of cap.max_send_wr entries */
     struct uiw_sqe *sq;
@@ -277,7 +347,11 @@ struct uiw_qp {
 
     /* negotiated connection parameters */
     struct uiw_conn *conn;
-    int fd;                /* the TCP socket once connected, else -1 */
+    int fd;                /* the TCP socket once connected, else -1; owned
+                            * by the QP from uiw_qp_attach_socket on:
+                            * ibv_destroy_qp (and a move to RESET) removes it
+                            * from progress and closes it; an application
+                            * move to ERR shuts it down (SHUT_RDWR) */
     uiw_mpa_result mpa;
     unsigned ord, ird;
 
@@ -355,19 +429,32 @@ int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
 /* The socket reported EOF/RST: flush and move to ERR (or close cleanly if
  * we were disconnecting). qp->lock held. */
 void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err);
+/* Free the data path state (rx_state, tx_state) of a QP being destroyed
+ * (qp_tx.c); after uiw_progress_del of its socket, without qp->lock. */
+void uiw_qp_dp_free(struct uiw_qp *qp);
 
 /* ------------------------------------------------------------------------
  * Progress (progress.c)
  * ---------------------------------------------------------------------- */
 /* Register fd with the process-wide progress thread (started on first use).
  * cb runs on the progress thread with the given events (EPOLLIN/OUT/ERR/HUP)
- * and must take the object's lock itself (blocking lock is fine there). */
+ * and must take the object's lock itself (blocking lock is fine there).
+ * events are passed to epoll as given (EPOLLET for edge-triggered). add:
+ * -EEXIST if fd is registered. mod: with EPOLLET, a MOD reports a ready fd
+ * again (a callback that stopped early re-arms itself that way). All three
+ * may be called with object locks held (lock order: object -> progress). */
 typedef void (*uiw_progress_cb)(void *obj, uint32_t events);
 int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj);
 int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj);
-/* Removes fd; on return no callback for obj is running or will run. */
+/* Removes fd; on return no callback for obj is running or will run. From
+ * another thread it waits for a running callback: do not hold a lock that
+ * callback takes. From the progress thread (inside any callback, the fd's
+ * own included) it returns at once and the callback is not called again.
+ * Call it before closing fd. */
 int uiw_progress_del(int fd);
-/* Run cb(obj) on the progress thread after ms milliseconds (timeouts). */
+/* Run cb(obj) once on the progress thread after ms milliseconds. cancel:
+ * on return cb will not start; from another thread it also waits for a cb
+ * that is running (same lock rule as del). */
 int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id);
 void uiw_progress_timer_cancel(uint64_t id);
 /* Poll-driven progress: called by ibv_poll_cq when its CQ is empty; tries
@@ -376,63 +463,223 @@ void uiw_progress_timer_cancel(uint64_t id);
 void uiw_cq_drive(struct uiw_cq *cq);
 
 /* ------------------------------------------------------------------------
- * Connections (cm.c): the internal API librdmacm and the tests use.
+ * Connections (cm.c, cm_channel.c; private structs in cm_int.h): the
+ * internal API librdmacm and the tests use. TCP + MPA connection setup
+ * (RFC 5044 §7.1, RFC 6581), RTR, teardown, shaped after rdma_cm events.
+ *
+ * Policy comes from uiw_config() (read once per process): mpa_rev (1|2),
+ * crc (enum uiw_crc_policy values), markers (we want them AND can send
+ * them; 0 refuses a peer's M=1, as siw), p2p (initiator: peer-to-peer with
+ * an RTR; a responder always honours a P2P Request), rtr (enum uiw_rtr
+ * bits: initiator offers, responder supports), mpa_timeout_ms (0 =
+ * 10000). IRD/ORD come from the ULP's uiw_conn_param, clamped to
+ * UIW_MAX_IRD / UIW_MAX_ORD.
+ *
+ * Wire discipline. cm.c reads exactly the peer's MPA frame (its 20-byte
+ * header, then PD_Length bytes), so every byte after it stays in the socket
+ * for the data path: nothing has to be handed over. It sends nothing after
+ * its own frame until the peer's frame arrived (siw drops peers that do):
+ * the initiator attaches the QP only after the Reply, the responder only
+ * after writing its Reply. A responder also drops an initiator whose bytes
+ * follow its Request before the Reply was sent (siw's strict check).
+ *
+ * Threads and locks. Handshakes, timeouts and teardown run on the progress
+ * thread (uiw_progress_add on the TCP socket and on a per-connection
+ * timerfd for the timeouts); accept/reject/disconnect/destroy run in the
+ * caller's thread. Lock order: qp->lock -> connection lock -> listener
+ * list lock -> channel lock. cm.c never holds a connection lock while it
+ * takes qp->lock or calls uiw_qp_attach_socket.
+ * qp->conn is written only by cm.c, under qp->lock: set when the QP is
+ * given to uiw_cm_connect / uiw_cm_accept, cleared when the connection lets
+ * go of it (the connection also holds a uiw_qp_get reference until then).
+ *
+ * What cm.c needs from the progress thread (progress.c): uiw_progress_del
+ * may be called from inside a progress callback, also for the fd whose
+ * callback is running (it then returns at once and that callback is not
+ * called again), and the same fd may be added again right after (cm.c
+ * removes its handshake registration and the data path then adds the
+ * socket in uiw_qp_attach_socket, possibly inside that callback).
  * ---------------------------------------------------------------------- */
 enum uiw_cm_event_type {
-    UIW_CM_CONNECT_REQUEST = 1, /* passive: a peer's MPA Request arrived */
-    UIW_CM_ESTABLISHED,         /* both sides: QP in RTS (after RTR if p2p) */
-    UIW_CM_REJECTED,            /* active: peer rejected (private data kept) */
-    UIW_CM_UNREACHABLE,         /* active: TCP connect failed */
-    UIW_CM_CONNECT_ERROR,       /* MPA protocol error or timeout (status) */
-    UIW_CM_DISCONNECTED,        /* peer closed / we disconnected */
+    UIW_CM_CONNECT_REQUEST = 1, /* passive: a peer's MPA Request arrived; ev.conn is new
+                                 * and must be accepted, rejected or destroyed */
+    UIW_CM_ESTABLISHED,         /* both sides: QP in RTS (passive P2P: after the first FPDU);
+                                 * active: carries the Reply's private data */
+    UIW_CM_REJECTED,            /* active: peer rejected (R=1): -ECONNREFUSED, private data
+                                 * and IRD/ORD of the Reject */
+    UIW_CM_UNREACHABLE,         /* active: TCP connect failed (-ECONNREFUSED, -ETIMEDOUT,
+                                 * -ENETUNREACH, ...) */
+    UIW_CM_CONNECT_ERROR,       /* MPA failure: -ETIMEDOUT (no Reply, passive P2P: no RTR
+                                 * within the timeout), -EPROTO (malformed frame, wrong key,
+                                 * revision), -EOPNOTSUPP (markers, RTR), -ENOBUFS (IRD),
+                                 * -ECONNRESET (peer closed during setup), -ENODEV (QP
+                                 * destroyed during setup), or uiw_qp_attach_socket's error */
+    UIW_CM_DISCONNECTED,        /* peer closed (FIN: status 0; RST: -ECONNRESET), our orderly
+                                 * close completed (0; -ETIMEDOUT: no FIN within the MPA
+                                 * timeout), the QP was destroyed (-ECONNABORTED) */
 };
 
 struct uiw_conn_param {
     const void *private_data;
-    uint16_t private_data_len;
-    uint16_t ird;  /* responder_resources */
-    uint16_t ord;  /* initiator_depth */
+    uint16_t private_data_len; /* <= UIW_CM_MAX_PD(rev): 508 with MPA Rev 2, 512 with Rev 1 */
+    uint16_t ird;              /* responder_resources */
+    uint16_t ord;              /* initiator_depth */
 };
+/* ULP private data that fits an MPA frame of revision rev (RFC 5044 §7.1:
+ * 512 bytes, RFC 6581's 4 IRD/ORD bytes included with Rev 2). Linux siw
+ * accepts only 256 including those 4 bytes: send it at most 252. */
+#define UIW_CM_MAX_PD(rev) ((rev) >= 2 ? UIW_MPA_MAX_PD - UIW_MPA_RFC6581_LEN : UIW_MPA_MAX_PD)
 
 struct uiw_cm_event {
     enum uiw_cm_event_type type;
-    int status;               /* 0 or negative errno (-ETIMEDOUT, -ECONNREFUSED, -EPROTO) */
-    struct uiw_conn *conn;    /* CONNECT_REQUEST: the new connection to accept/reject */
-    struct uiw_listener *listener;
-    void *user;               /* the user pointer given to connect/listen */
+    int status;               /* 0 or negative errno (see the types above) */
+    struct uiw_conn *conn;    /* the connection (CONNECT_REQUEST: the new one) */
+    struct uiw_listener *listener; /* CONNECT_REQUEST: the listener it came to */
+    void *user;               /* CONNECT_REQUEST: the listener's user pointer; else the one
+                               * given to uiw_cm_connect / uiw_cm_accept */
+    /* The peer's RFC 6581 IRD/ORD words (14 bits, as sent; 0x3FFF = "left to
+     * the ULP"), valid when `enhanced`. rdma_cm terms, from our side:
+     * initiator_depth <= peer_ird, responder_resources >= peer_ord. */
+    bool enhanced;
     uint16_t peer_ird, peer_ord;
+    /* CONNECT_REQUEST: what the Request asks for. ESTABLISHED: what is in
+     * use (ird/ord = our values after negotiation). */
+    uint8_t mpa_rev;
+    bool crc;                 /* CONNECT_REQUEST: C of the Request */
+    bool markers_rx, markers_tx; /* CONNECT_REQUEST: markers_tx = M of the Request */
+    bool p2p;
+    uint8_t rtr;              /* enum uiw_rtr; CONNECT_REQUEST: the types offered */
+    uint16_t ird, ord;
+    /* CONNECT_REQUEST: the Request's, ESTABLISHED (active): the Reply's,
+     * REJECTED: the Reject's ULP private data (RFC 6581 words removed) */
     uint16_t private_data_len;
     uint8_t private_data[UIW_MPA_MAX_PD];
     struct sockaddr_storage local, peer;
 };
 
-/* Events are delivered through a channel: a pollable fd plus a queue. */
+/* Events are delivered through a channel: a pollable fd plus a queue. The
+ * fd is readable exactly while an event is queued. */
 struct uiw_cm_channel;
 struct uiw_cm_channel *uiw_cm_channel_create(void);
+/* Destroy listeners and connections that use the channel first; events
+ * still queued are dropped. */
 void uiw_cm_channel_destroy(struct uiw_cm_channel *ch);
 int uiw_cm_channel_fd(const struct uiw_cm_channel *ch);
-/* Blocks unless the fd is non-blocking (then -EAGAIN). */
+/* 0 with *ev filled, or -EAGAIN when the channel fd is O_NONBLOCK and no
+ * event is queued (else it blocks), -EINTR, -EINVAL. */
 int uiw_cm_get_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev);
 
+/* Listen on addr (IPv4 or IPv6, wildcard and port 0 allowed; SO_REUSEADDR).
+ * ctx may be NULL. Incoming connections are accepted by the progress
+ * thread; one whose Request does not arrive within the MPA timeout, is
+ * malformed or is followed by early bytes is closed silently (as siw); one
+ * the MPA layer must refuse (markers we cannot send, no RTR type) gets a
+ * Reject (R=1) without bothering the ULP. Every other Request raises
+ * CONNECT_REQUEST. */
 struct uiw_listener;
 int uiw_cm_listen(struct uiw_context *ctx, const struct sockaddr *addr, int backlog,
                   struct uiw_cm_channel *ch, void *user, struct uiw_listener **out);
+/* The bound address (the port chosen when addr had port 0). */
 int uiw_cm_listener_addr(const struct uiw_listener *l, struct sockaddr_storage *addr);
+/* Also destroys connections whose CONNECT_REQUEST was not yet retrieved. */
 void uiw_cm_listener_destroy(struct uiw_listener *l);
 
-/* Active side: TCP connect, MPA Request (policy from uiw_config), attach
- * qp on success. Asynchronous: ESTABLISHED / REJECTED / UNREACHABLE /
- * CONNECT_ERROR follow on ch. */
+/* Active side: non-blocking TCP connect (bound to src when given; port 0
+ * allowed), MPA Request with p, Reply within the MPA timeout, attach qp.
+ * Returns 0 (then exactly one of ESTABLISHED / REJECTED / UNREACHABLE /
+ * CONNECT_ERROR follows on ch) or -EINVAL, -EAFNOSUPPORT, -EMSGSIZE
+ * (private data), -EBUSY (qp already has a connection), -errno of
+ * socket/bind. qp may be NULL (MPA only, for tests and tools; not with
+ * UIWARP_P2P): the connection then carries no FPDUs, bytes received after
+ * the Reply are discarded. A failed Reply check that RFC 6581 §9 wants
+ * reported (insufficient IRD, no matching RTR) sends an LLP/MPA Terminate
+ * (QN 2, MSN 1, MO 0) before the close. */
 int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src, const struct sockaddr *dst,
                    const struct uiw_conn_param *p, struct uiw_cm_channel *ch, void *user,
                    struct uiw_conn **out);
-/* Passive side, after CONNECT_REQUEST. */
+/* Passive side, after CONNECT_REQUEST: send the Reply (IRD/ORD from p) and
+ * attach qp (NULL: MPA only, refused with -EINVAL for a P2P Request).
+ * ESTABLISHED follows at once, or with P2P after the initiator's first
+ * FPDU (CONNECT_ERROR -ETIMEDOUT if it does not come within the MPA
+ * timeout). Returns 0, -EINVAL (wrong state), -EMSGSIZE, -EBUSY, -EPROTO
+ * (initiator sent bytes before our Reply), -ECONNRESET (peer gone), or the
+ * error of uiw_qp_attach_socket (the connection is then closed). */
 int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct uiw_conn_param *p,
                   void *user);
+/* Passive side, after CONNECT_REQUEST: Reject (R=1) carrying pd, then
+ * close once the initiator has closed (or after the MPA timeout). No
+ * further event. */
 int uiw_cm_reject(struct uiw_conn *c, const void *pd, uint16_t pd_len);
-/* Orderly close (RFC 5040 §5.4 / siw: SQD then TCP FIN). */
+/* Orderly close: TCP FIN (shutdown SHUT_WR), the QP moved to ERR
+ * (outstanding WRs flushed); DISCONNECTED when the data path reports EOF
+ * (the peer's FIN: status 0; RST: -ECONNRESET) or after the MPA timeout
+ * (-ETIMEDOUT, then RST). The peer, on our FIN, gets DISCONNECTED and
+ * answers with its own FIN at once. No Terminate (as siw). 0 also when
+ * already closed; -ENOTCONN before ESTABLISHED (destroy cancels). */
 int uiw_cm_disconnect(struct uiw_conn *c);
+/* Free the connection: queued events for it are dropped; if the
+ * connection was still up the TCP connection is aborted (RST) and the QP
+ * moved to ERR; the QP (if any) is let go (qp->conn cleared; the socket
+ * stays the QP's until ibv_destroy_qp). */
 void uiw_cm_conn_destroy(struct uiw_conn *c);
+/* Local and peer address of the TCP connection (either may be NULL). */
+int uiw_cm_conn_addr(const struct uiw_conn *c, struct sockaddr_storage *local,
+                     struct sockaddr_storage *peer);
+
+/* --- Hooks cm.c implements for the other engine files. Each is called with
+ * qp->lock held by the caller where stated and takes only the connection
+ * and channel locks (never calls back into the QP). --- */
+
+/* qp_rx.c: the first FPDU arrived on a QP attached with mpa->await_rtr
+ * (every passive connection; with P2P it is the RTR). cm.c then reports
+ * ESTABLISHED for a P2P responder. c = qp->conn; qp->lock held. Calling it
+ * for later FPDUs or non-P2P connections is harmless (ignored). */
+void uiw_cm_first_fpdu(struct uiw_conn *c);
+/* qp_rx.c / qp_tx.c (from uiw_qp_llp_closed_locked): the socket of an
+ * attached QP reported EOF (err 0) or an error/RST (negative errno), or the
+ * data path dropped the connection after a Terminate (-EPROTO). Call after
+ * the QP was flushed and moved to ERR. cm.c sends its FIN (shutdown
+ * SHUT_WR) and reports DISCONNECTED (CONNECT_ERROR for a P2P responder
+ * still waiting for the RTR). Idempotent. c = qp->conn; qp->lock held. */
+void uiw_cm_llp_closed(struct uiw_conn *c, int err);
+/* qp.c: ibv_destroy_qp of a QP with qp->conn set, called first (before it
+ * waits for other references), without qp->lock. cm.c clears qp->conn,
+ * sets SO_LINGER 0 on qp->fd if the connection was still up (the QP's
+ * close then sends RST; DISCONNECTED is reported) or fails a pending setup
+ * (CONNECT_ERROR -ENODEV), and drops its uiw_qp_get reference. */
+void uiw_cm_qp_destroyed(struct uiw_qp *qp);
+
+/* --- What cm.c needs from the data path (qp_tx.c / qp_rx.c / progress.c),
+ * in addition to uiw_qp_attach_socket and uiw_qp_llp_closed_locked. ---
+ *
+ * uiw_qp_attach_socket(qp, fd, mpa) is called by cm.c without qp->lock,
+ * with qp->conn already set, once the MPA exchange is complete (the socket
+ * then holds nothing but FPDU-stream bytes; cm.c has removed it from the
+ * progress thread). On success the fd belongs to the QP (see qp->fd); on
+ * failure nothing was attached and cm.c closes it. Besides attaching:
+ *  - mpa->send_rtr (active P2P): the RTR is the first FPDU on the wire,
+ *    before any WR can be sent: mpa->rtr == UIW_RTR_WRITE: zero-length RDMA
+ *    Write, STag 1, TO 0, L; UIW_RTR_READ: Read Request on QN 1 (MSN 1, MO
+ *    0) with sink STag 0 / TO 0, source STag 1 / TO 0, size 0, whose
+ *    zero-length Read Response (sink STag 0) is consumed without placement;
+ *    UIW_RTR_SEND: zero-length Send on QN 0 (MSN 1). The RTR uses no SQ
+ *    slot, no ORQ credit visible to the ULP and produces no completion.
+ *  - mpa->await_rtr (every passive connection): send nothing, Read
+ *    Responses included, until the first FPDU was received and validated
+ *    (RFC 5044 §7.1.2 rule 4, RFC 6581 §5), then call
+ *    uiw_cm_first_fpdu(qp->conn). A received RTR is consumed silently:
+ *    zero-length Write (STag not checked), zero-length Read Request
+ *    (answered with a zero-length Read Response to its sink STag),
+ *    zero-length Send (consumes no Receive).
+ *  - qp->ird / qp->ord from mpa->ird / mpa->ord.
+ * After an orderly uiw_cm_disconnect (cm.c: shutdown(qp->fd, SHUT_WR), then
+ * uiw_qp_to_error_locked) the data path keeps reading until EOF or reports
+ * EOF at once (a QP that shut its read side), in both cases through
+ * uiw_qp_llp_closed_locked -> uiw_cm_llp_closed; cm.c falls back to its
+ * timeout (DISCONNECTED -ETIMEDOUT) if that never comes. To abort, cm.c
+ * sets SO_LINGER 0 and disconnects the socket (connect AF_UNSPEC: RST)
+ * under qp->lock without closing it; the data path then sees an error/EOF.
+ */
 
 #ifdef __cplusplus
 }

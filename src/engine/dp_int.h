@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Data path internals shared by qp_tx.c and qp_rx.c (not part of the
+ * engine-wide API in engine.h).
+ */
+#ifndef UIWARP_DP_INT_H
+#define UIWARP_DP_INT_H
+
+#include "engine.h"
+
+/* "no async event" for uiw_qp_terminate_locked (enum ibv_event_type has no
+ * such value; errors reported through a completion raise none). */
+#define DP_NO_ASYNC ((enum ibv_event_type) - 1)
+
+/* uiw_sqe.state */
+enum dp_sqe_state {
+    SQE_NEW = 0,   /* posted, not started */
+    SQE_SENDING,   /* being segmented / waiting for its last byte to reach TCP */
+    SQE_WAIT_RESP, /* Read / Atomic Request sent, response outstanding */
+    SQE_DONE,      /* finished; uiw_sqe.status holds the result */
+};
+
+/* A DDP header image for a Terminate attachment: the 2-byte DDP Segment
+ * Length (the ULPDU_Length it came with), the 14/18-byte DDP header and,
+ * for a Read Request, the 28-byte RDMA header (RFC 5040 §4.8). */
+#define DP_HDR_IMAGE_MAX (UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN)
+unsigned dp_hdr_image(const uiw_hdr *h, unsigned ulpdu_len, bool with_rreq,
+                      uint8_t out[DP_HDR_IMAGE_MAX]);
+
+/* ORQ / IRQ rings are allocated by qp.c with UIW_MAX_ORD / UIW_MAX_IRD
+ * entries; the negotiated depths (qp->ord / qp->ird) limit their use. */
+static inline unsigned dp_ord(const struct uiw_qp *qp)
+{
+    return qp->ord < UIW_MAX_ORD ? qp->ord : UIW_MAX_ORD;
+}
+static inline unsigned dp_ird(const struct uiw_qp *qp)
+{
+    return qp->ird < UIW_MAX_IRD ? qp->ird : UIW_MAX_IRD;
+}
+static inline struct uiw_orqe *dp_orq_head(struct uiw_qp *qp)
+{
+    return qp->orq_count ? &qp->orq[qp->orq_head % UIW_MAX_ORD] : NULL;
+}
+void dp_orq_pop(struct uiw_qp *qp);
+/* Position of an SQE relative to sq_head. */
+static inline unsigned dp_sq_pos(const struct uiw_qp *qp, const struct uiw_sqe *e)
+{
+    return ((unsigned)(e - qp->sq) + qp->sq_cap - qp->sq_head) % qp->sq_cap;
+}
+
+/* qp_tx.c */
+int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu);
+void dp_tx_free(struct uiw_qp *qp);
+/* Complete finished SQEs from the head, in order (RFC 5040 §5.5 rule 15). */
+void dp_sq_complete(struct uiw_qp *qp);
+/* Complete the first `pos` SQEs (finished ones as they are, others with
+ * IBV_WC_WR_FLUSH_ERR) and the one at `pos` with `st`. */
+void dp_sq_fail_upto(struct uiw_qp *qp, unsigned pos, enum ibv_wc_status st);
+/* Complete one SQE now (CQE if signalled or failed). */
+void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st);
+/* The responder may send (first FPDU received). */
+void dp_tx_release_await(struct uiw_qp *qp);
+/* Drop all transmit work (QP in ERR), keeping a Terminate in flight. */
+void dp_tx_error_cleanup(struct uiw_qp *qp);
+/* Re-arm the socket's epoll registration (EPOLLOUT while blocked). */
+void dp_arm(struct uiw_qp *qp);
+/* Enter ERR after a protocol event: flush (qp.c), drop transmit/receive
+ * state. */
+void dp_enter_error(struct uiw_qp *qp);
+
+/* qp_rx.c */
+int dp_rx_attach(struct uiw_qp *qp);
+void dp_rx_free(struct uiw_qp *qp);
+/* Drop receive state (QP in ERR): the message in progress of an SRQ is
+ * completed with IBV_WC_WR_FLUSH_ERR (its RQE is ours), unless st says
+ * otherwise. */
+void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st);
+void dp_event_cb(void *obj, uint32_t events);
+
+#endif

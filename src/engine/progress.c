@@ -1,0 +1,482 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The process-wide progress thread and poll-driven progress (docs/ENGINE.md
+ * "Threads, locks, progress").
+ *
+ * One thread, started on first use, sleeps in epoll_wait on:
+ *   - every registered fd (the data path registers connected sockets with
+ *     edge-triggered EPOLLIN, EPOLLOUT only while transmission is blocked;
+ *     the CM registers its handshake sockets and timerfds),
+ *   - an eventfd that wakes it when a timer is added from another thread,
+ * with the timeout of the earliest timer. It never polls: with nothing
+ * registered and no timer it blocks indefinitely.
+ *
+ * Registrations. Each uiw_progress_add creates a registration object with
+ * a generation number; the epoll key is (generation << 32 | fd), so an
+ * event that was already returned by epoll_wait for a registration that
+ * has since been removed (or replaced by a new one for the same fd number)
+ * is recognised and dropped. A callback runs with pg.lock released and the
+ * registration marked busy:
+ *   - uiw_progress_del from another thread waits until it is no longer
+ *     busy, so on return no callback for the fd runs or will run (the
+ *     caller must not hold a lock the callback takes);
+ *   - uiw_progress_del from the progress thread (inside any callback, also
+ *     the fd's own) cannot wait for itself: it marks the registration dead
+ *     and returns at once; the dispatcher frees it when the callback
+ *     returns, and never calls it again. The same fd may be added again at
+ *     once (a new registration, new generation).
+ * Lock order: object locks (qp->lock, connection locks) -> pg.lock; the
+ * dispatcher never holds pg.lock while calling out.
+ *
+ * Timers: a list sorted by deadline (CLOCK_MONOTONIC). uiw_progress_timer_cancel
+ * from another thread waits for a running callback of that timer, with the
+ * same locking rule as uiw_progress_del.
+ *
+ * uiw_cq_drive: ibv_poll_cq on an empty CQ tries each QP of the CQ with
+ * pthread_mutex_trylock and runs its receive (and transmit) processing.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+
+#define PG_MAX_EVENTS 64
+#define PG_WAKE_KEY   UINT64_MAX
+
+struct preg {
+    int fd;
+    uint32_t gen;
+    uint32_t events;
+    uiw_progress_cb cb;
+    void *obj;
+    bool dead;   /* removed: never called again */
+    bool busy;   /* its callback is running */
+    bool orphan; /* removed while busy on the progress thread: dispatcher frees */
+};
+
+struct ptimer {
+    struct ptimer *next;
+    uint64_t id;
+    uint64_t deadline_ns;
+    void (*cb)(void *);
+    void *obj;
+};
+
+static struct {
+    pthread_once_t once;
+    int init_err;
+    pthread_mutex_t lock;
+    pthread_cond_t idle; /* a callback (fd or timer) returned */
+    int epfd, wakefd;
+    pthread_t thread;
+    struct preg **regs; /* indexed by fd */
+    unsigned nregs;
+    uint32_t gen;
+    struct ptimer *timers; /* sorted by deadline */
+    uint64_t next_timer_id;
+    uint64_t timer_running; /* id of the timer whose callback runs, 0 = none */
+} pg = {
+    .once = PTHREAD_ONCE_INIT,
+    .lock = PTHREAD_MUTEX_INITIALIZER,
+    .idle = PTHREAD_COND_INITIALIZER,
+    .epfd = -1,
+    .wakefd = -1,
+};
+
+static _Thread_local bool on_progress_thread;
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static uint64_t key_of(const struct preg *r)
+{
+    return (uint64_t)r->gen << 32 | (uint32_t)r->fd;
+}
+
+/* Wake the thread so it recomputes its timeout. */
+static void wake(void)
+{
+    uint64_t one = 1;
+    ssize_t w;
+
+    if (pg.wakefd < 0 || on_progress_thread)
+        return;
+    w = write(pg.wakefd, &one, sizeof(one));
+    (void)w; /* a full counter still wakes the thread */
+}
+
+/* epoll_wait timeout: ms until the earliest timer, rounded up; -1 if none. pg.lock held. */
+static int timeout_ms_locked(void)
+{
+    uint64_t now, d;
+
+    if (!pg.timers)
+        return -1;
+    now = now_ns();
+    if (pg.timers->deadline_ns <= now)
+        return 0;
+    d = (pg.timers->deadline_ns - now + 999999u) / 1000000u;
+    return d > 3600000u ? 3600000 : (int)d;
+}
+
+/* Run every due timer; pg.lock held on entry and exit. */
+static void run_timers_locked(void)
+{
+    for (;;) {
+        struct ptimer *t = pg.timers;
+
+        if (!t || t->deadline_ns > now_ns())
+            return;
+        pg.timers = t->next;
+        pg.timer_running = t->id;
+        pthread_mutex_unlock(&pg.lock);
+        t->cb(t->obj);
+        free(t);
+        pthread_mutex_lock(&pg.lock);
+        pg.timer_running = 0;
+        pthread_cond_broadcast(&pg.idle);
+    }
+}
+
+static void dispatch(const struct epoll_event *ev)
+{
+    int fd = (int)(uint32_t)ev->data.u64;
+    uint32_t gen = (uint32_t)(ev->data.u64 >> 32);
+    struct preg *r;
+    uiw_progress_cb cb;
+    void *obj;
+
+    pthread_mutex_lock(&pg.lock);
+    r = (fd >= 0 && (unsigned)fd < pg.nregs) ? pg.regs[fd] : NULL;
+    if (!r || r->gen != gen || r->dead) {
+        /* stale: removed (or replaced) after epoll_wait returned it */
+        pthread_mutex_unlock(&pg.lock);
+        return;
+    }
+    r->busy = true;
+    cb = r->cb;
+    obj = r->obj;
+    pthread_mutex_unlock(&pg.lock);
+
+    cb(obj, ev->events);
+
+    pthread_mutex_lock(&pg.lock);
+    r->busy = false;
+    if (r->orphan)
+        free(r);
+    pthread_cond_broadcast(&pg.idle);
+    pthread_mutex_unlock(&pg.lock);
+}
+
+static void *progress_main(void *arg)
+{
+    struct epoll_event evs[PG_MAX_EVENTS];
+
+    (void)arg;
+    on_progress_thread = true;
+    for (;;) {
+        int n, tmo;
+
+        pthread_mutex_lock(&pg.lock);
+        run_timers_locked();
+        tmo = timeout_ms_locked();
+        pthread_mutex_unlock(&pg.lock);
+
+        n = epoll_wait(pg.epfd, evs, PG_MAX_EVENTS, tmo);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            uiw_log("progress: epoll_wait: %s", strerror(errno));
+            struct timespec ts = {0, 10000000}; /* should not happen; do not spin */
+            nanosleep(&ts, NULL);
+            continue;
+        }
+        for (int i = 0; i < n; i++) {
+            if (evs[i].data.u64 == PG_WAKE_KEY) {
+                uint64_t v;
+                ssize_t rd = read(pg.wakefd, &v, sizeof(v));
+                (void)rd;
+                continue;
+            }
+            dispatch(&evs[i]);
+        }
+    }
+    return NULL;
+}
+
+static void progress_init(void)
+{
+    struct epoll_event ev;
+    sigset_t all, old;
+    pthread_attr_t attr;
+    int err;
+
+    pg.epfd = epoll_create1(EPOLL_CLOEXEC);
+    if (pg.epfd < 0) {
+        pg.init_err = -errno;
+        return;
+    }
+    pg.wakefd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (pg.wakefd < 0) {
+        pg.init_err = -errno;
+        close(pg.epfd);
+        pg.epfd = -1;
+        return;
+    }
+    memset(&ev, 0, sizeof(ev));
+    ev.events = EPOLLIN;
+    ev.data.u64 = PG_WAKE_KEY;
+    if (epoll_ctl(pg.epfd, EPOLL_CTL_ADD, pg.wakefd, &ev) < 0) {
+        pg.init_err = -errno;
+        goto fail;
+    }
+    /* The application's signal handlers must not run on our thread. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    err = pthread_create(&pg.thread, &attr, progress_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (err) {
+        pg.init_err = -err;
+        goto fail;
+    }
+    pthread_setname_np(pg.thread, "uiw-progress");
+    return;
+fail:
+    close(pg.wakefd);
+    close(pg.epfd);
+    pg.wakefd = pg.epfd = -1;
+}
+
+static int progress_start(void)
+{
+    pthread_once(&pg.once, progress_init);
+    return pg.init_err;
+}
+
+/* pg.lock held */
+static int regs_grow_locked(int fd)
+{
+    unsigned n;
+    struct preg **nr;
+
+    if ((unsigned)fd < pg.nregs)
+        return 0;
+    n = pg.nregs ? pg.nregs : 64;
+    while (n <= (unsigned)fd)
+        n *= 2;
+    nr = realloc(pg.regs, n * sizeof(*nr));
+    if (!nr)
+        return -ENOMEM;
+    memset(nr + pg.nregs, 0, (n - pg.nregs) * sizeof(*nr));
+    pg.regs = nr;
+    pg.nregs = n;
+    return 0;
+}
+
+UIW_EXPORT int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
+{
+    struct epoll_event ev;
+    struct preg *r;
+    int ret;
+
+    if (fd < 0 || !cb)
+        return -EINVAL;
+    ret = progress_start();
+    if (ret)
+        return ret;
+    r = calloc(1, sizeof(*r));
+    if (!r)
+        return -ENOMEM;
+    pthread_mutex_lock(&pg.lock);
+    ret = regs_grow_locked(fd);
+    if (ret)
+        goto fail;
+    if (pg.regs[fd]) {
+        ret = -EEXIST;
+        goto fail;
+    }
+    r->fd = fd;
+    r->gen = ++pg.gen;
+    r->events = events;
+    r->cb = cb;
+    r->obj = obj;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.u64 = key_of(r);
+    if (epoll_ctl(pg.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
+        ret = -errno;
+        goto fail;
+    }
+    pg.regs[fd] = r;
+    pthread_mutex_unlock(&pg.lock);
+    return 0;
+fail:
+    pthread_mutex_unlock(&pg.lock);
+    free(r);
+    return ret;
+}
+
+UIW_EXPORT int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
+{
+    struct epoll_event ev;
+    struct preg *r;
+    int ret = 0;
+
+    if (fd < 0 || !cb)
+        return -EINVAL;
+    pthread_mutex_lock(&pg.lock);
+    r = (unsigned)fd < pg.nregs ? pg.regs[fd] : NULL;
+    if (!r) {
+        pthread_mutex_unlock(&pg.lock);
+        return -ENOENT;
+    }
+    r->events = events;
+    r->cb = cb;
+    r->obj = obj;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.u64 = key_of(r);
+    /* With EPOLLET, a MOD re-checks readiness and reports a ready fd again:
+     * this is also how a callback that stopped early re-arms itself. */
+    if (epoll_ctl(pg.epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
+        ret = -errno;
+    pthread_mutex_unlock(&pg.lock);
+    return ret;
+}
+
+UIW_EXPORT int uiw_progress_del(int fd)
+{
+    struct preg *r;
+
+    if (fd < 0)
+        return -EINVAL;
+    pthread_mutex_lock(&pg.lock);
+    r = (unsigned)fd < pg.nregs ? pg.regs[fd] : NULL;
+    if (!r) {
+        pthread_mutex_unlock(&pg.lock);
+        return -ENOENT;
+    }
+    pg.regs[fd] = NULL;
+    r->dead = true;
+    /* EBADF/ENOENT if the fd was closed already: nothing left to remove */
+    (void)epoll_ctl(pg.epfd, EPOLL_CTL_DEL, fd, NULL);
+    if (r->busy) {
+        if (on_progress_thread) {
+            /* inside a callback on this very thread (its own fd or another
+             * one running is impossible: one callback at a time) */
+            r->orphan = true;
+            pthread_mutex_unlock(&pg.lock);
+            return 0;
+        }
+        while (r->busy)
+            pthread_cond_wait(&pg.idle, &pg.lock);
+    }
+    free(r);
+    pthread_mutex_unlock(&pg.lock);
+    return 0;
+}
+
+UIW_EXPORT int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id)
+{
+    struct ptimer *t, **pp;
+    bool first;
+    int ret;
+
+    if (!cb)
+        return -EINVAL;
+    ret = progress_start();
+    if (ret)
+        return ret;
+    t = calloc(1, sizeof(*t));
+    if (!t)
+        return -ENOMEM;
+    t->cb = cb;
+    t->obj = obj;
+    t->deadline_ns = now_ns() + (uint64_t)ms * 1000000u;
+    pthread_mutex_lock(&pg.lock);
+    t->id = ++pg.next_timer_id;
+    for (pp = &pg.timers; *pp && (*pp)->deadline_ns <= t->deadline_ns; pp = &(*pp)->next)
+        ;
+    t->next = *pp;
+    *pp = t;
+    if (id)
+        *id = t->id;
+    first = pg.timers == t;
+    pthread_mutex_unlock(&pg.lock);
+    if (first)
+        wake();
+    return 0;
+}
+
+UIW_EXPORT void uiw_progress_timer_cancel(uint64_t id)
+{
+    struct ptimer **pp;
+
+    if (!id)
+        return;
+    pthread_mutex_lock(&pg.lock);
+    for (pp = &pg.timers; *pp; pp = &(*pp)->next) {
+        if ((*pp)->id == id) {
+            struct ptimer *t = *pp;
+            *pp = t->next;
+            free(t);
+            pthread_mutex_unlock(&pg.lock);
+            return;
+        }
+    }
+    /* not queued: fired already, or firing right now */
+    if (!on_progress_thread)
+        while (pg.timer_running == id)
+            pthread_cond_wait(&pg.idle, &pg.lock);
+    pthread_mutex_unlock(&pg.lock);
+}
+
+UIW_EXPORT void uiw_cq_drive(struct uiw_cq *cq)
+{
+    bool busy = false;
+
+    for (unsigned i = 0;; i++) {
+        struct uiw_qp *qp;
+
+        pthread_mutex_lock(&cq->lock);
+        if (i >= cq->nqps) {
+            pthread_mutex_unlock(&cq->lock);
+            break;
+        }
+        qp = cq->qps[i];
+        uiw_qp_get(qp);
+        pthread_mutex_unlock(&cq->lock);
+        /* Lock order qp -> cq: only a trylock here, with cq->lock released.
+         * If the QP is busy, its holder (or the progress thread, which got
+         * the readiness edge) drains the socket. */
+        if (pthread_mutex_trylock(&qp->lock) == 0) {
+            if (qp->fd >= 0)
+                uiw_qp_rx_progress(qp);
+            pthread_mutex_unlock(&qp->lock);
+        } else {
+            busy = true;
+        }
+        uiw_qp_put(qp);
+    }
+    /* Someone (often the progress thread) is processing a QP of this CQ.
+     * A busy-polling caller sharing its CPU would otherwise keep it from
+     * finishing until the end of a scheduler time slice. */
+    if (busy)
+        sched_yield();
+}

@@ -1,0 +1,1186 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Receive processing and placement (docs/ENGINE.md "Receive and
+ * placement"), the Read/Atomic responder, Terminate reception.
+ *
+ * The byte stream of a QP's socket goes through the wire core's FPDU
+ * parser (uiw_rx_feed: framing, markers, CRC, DDP/RDMAP header checks);
+ * this file adds everything that needs the QP:
+ *   - tagged segments (RFC 5041 §5.1.1, §7.1): a Write is checked against
+ *     the STag table (valid, PD, IBV_ACCESS_REMOTE_WRITE, bounds, no TO
+ *     wrap) for the whole segment at its header, and again for every piece
+ *     placed (the MR is held only across one copy/readv, so ibv_dereg_mr
+ *     never waits for the network); a Read Response must continue the
+ *     oldest outstanding Read (ORQ head: sink STag, TO = sink TO + bytes so
+ *     far, total length; RFC 5040 §5.2.2) and is scattered into the Read's
+ *     local SGEs (IBV_ACCESS_LOCAL_WRITE);
+ *   - untagged segments (RFC 5041 §5.1.2, §7.1): QN 0 messages (Sends,
+ *     Immediate Data) need MSN = last + 1, MO = bytes so far, a posted
+ *     receive (RQ or SRQ) long enough; QN 1 (Read / Atomic Requests) MSN
+ *     and the IRD; QN 3 (Atomic Responses) MSN and the ORQ head;
+ *   - zero copy: while the parser is inside a payload whose destination is
+ *     known, at least zcopy_min bytes long, the socket is read with readv
+ *     straight into the destination (plus the staging buffer for whatever
+ *     follows) and the parser is fed the destination bytes (it only
+ *     checks the CRC over them);
+ *   - header-only messages act at their END, after the CRC (RFC 5040 §5.5
+ *     rules 12 and 17, RFC 7306 §5.4 rule 3: processed once Delivered);
+ *   - errors: a check that fails dooms the segment (nothing more of it is
+ *     placed, RFC 5041 §7.1) and the Terminate goes out at its END, so that
+ *     with CRC on a corrupted header is reported as a CRC error (RFC 5044
+ *     §4.4 checks the CRC first); parser errors go out at once.
+ * Every offset is computed in 64 bits from 32-bit (MO, lengths) or checked
+ * 64-bit (TO) quantities; nothing is written outside a region that
+ * uiw_mr_get / uiw_sge_get returned for exactly that range and right.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "dp_int.h"
+
+#define RX_BUF    (64u * 1024)
+#define RX_BUDGET (8u << 20) /* bytes per call before the fd is re-armed */
+#define RX_IOV    (UIW_MAX_SGE + 1)
+/* Staging bytes read together with a payload read in place: the pad, CRC,
+ * a marker and the next FPDU's header, and not much of its payload (which
+ * the next readv should put in place too). */
+#define RX_ZC_TAIL 256
+
+enum { SEG_NONE = 0, SEG_WRITE, SEG_RRESP, SEG_SEND, SEG_CTRL };
+
+struct dp_rx {
+    uint8_t *buf; /* staging */
+    size_t cap, len, off;
+
+    /* the segment between HDR and END */
+    uiw_hdr hdr;
+    uint16_t ulpdu_len;
+    uint32_t payload_len;
+    uint8_t kind; /* SEG_* */
+    bool active;
+    bool doomed; /* a check failed: place nothing more, Terminate at END */
+    uiw_term_cause cause;
+    bool cause_rreq;    /* attach the Read Request header too */
+    uint8_t rqe_status; /* for the receive in progress (0: flush) */
+    uint8_t sqe_status; /* for the Read whose sink failed */
+    bool zc;            /* feeding bytes readv put in place already */
+    uint64_t seg_base;  /* message offset of the segment's payload */
+
+    /* the QN 0 message in progress */
+    bool msg_active, msg_srq, msg_rtr;
+    struct uiw_rqe rqe;
+    uint32_t msg_msn;
+    uint64_t msg_len;
+    uint8_t msg_op;
+
+    uint64_t rr_placed; /* Read Response bytes of the ORQ head so far */
+    bool last_write;    /* the last QN 0-relevant message was a Write */
+    bool got_first;
+    bool dead;     /* parse and discard (Terminate, ERR) */
+    bool eof;      /* EOF/error reported */
+    bool err_done; /* ERR cleanup done */
+    /* statistics (UIWARP_DEBUG >= 1 logs them when the QP goes away) */
+    uint64_t st_zc, st_copy, st_reads;
+};
+
+static struct dp_rx *RX(struct uiw_qp *qp)
+{
+    return qp->rx_state;
+}
+
+static uint32_t get_be32(const uint8_t *p)
+{
+    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+}
+
+static void doom(struct dp_rx *r, unsigned layer, unsigned etype, unsigned ecode)
+{
+    if (r->doomed)
+        return;
+    r->doomed = true;
+    r->cause.layer = (uint8_t)layer;
+    r->cause.etype = (uint8_t)etype;
+    r->cause.ecode = (uint8_t)ecode;
+}
+
+/* RFC 5041 §7.2 tagged codes. The DDP layer has no "access rights" code:
+ * a region that does not allow the placement fails check 2 ("The STag has
+ * an associated buffer that allows Placement"), reported as Invalid STag
+ * (as siw does, notes §2.8). */
+static uint8_t ddp_tagged_code(enum uiw_mem_err err)
+{
+    switch (err) {
+    case UIW_MEM_BASE_BOUNDS:
+        return UIW_DDP_EC_T_BASE_BOUNDS;
+    case UIW_MEM_PD:
+        return UIW_DDP_EC_T_STAG_NOT_ASSOC;
+    case UIW_MEM_TO_WRAP:
+        return UIW_DDP_EC_T_TO_WRAP;
+    default:
+        return UIW_DDP_EC_T_INVALID_STAG;
+    }
+}
+
+/* RFC 5040 §4.8 Figure 9 Remote Protection codes */
+static uint8_t rdmap_prot_code(enum uiw_mem_err err)
+{
+    switch (err) {
+    case UIW_MEM_BASE_BOUNDS:
+        return UIW_RDMAP_EC_BASE_BOUNDS;
+    case UIW_MEM_ACCESS:
+        return UIW_RDMAP_EC_ACCESS_RIGHTS;
+    case UIW_MEM_PD:
+        return UIW_RDMAP_EC_STAG_NOT_ASSOC;
+    case UIW_MEM_TO_WRAP:
+        return UIW_RDMAP_EC_TO_WRAP;
+    default:
+        return UIW_RDMAP_EC_INVALID_STAG;
+    }
+}
+
+/* The async event for an error we detected (IB verbs: access violation,
+ * invalid request, or fatal). */
+static enum ibv_event_type cause_async(uiw_term_cause c)
+{
+    if (c.layer == UIW_LAYER_RDMAP && c.etype == UIW_RDMAP_ET_REMOTE_PROT)
+        return IBV_EVENT_QP_ACCESS_ERR;
+    if (c.layer == UIW_LAYER_DDP && c.etype == UIW_DDP_ET_TAGGED)
+        return c.ecode == UIW_DDP_EC_T_INVALID_VERSION ? IBV_EVENT_QP_REQ_ERR
+                                                       : IBV_EVENT_QP_ACCESS_ERR;
+    if (c.layer == UIW_LAYER_DDP && c.etype == UIW_DDP_ET_UNTAGGED)
+        return IBV_EVENT_QP_REQ_ERR;
+    if (c.layer == UIW_LAYER_RDMAP && c.etype == UIW_RDMAP_ET_REMOTE_OP &&
+        (c.ecode == UIW_RDMAP_EC_INVALID_VERSION || c.ecode == UIW_RDMAP_EC_UNEXPECTED_OPCODE ||
+         c.ecode == UIW_RDMAP_EC_UNSPECIFIED_OTHER || c.ecode == UIW_RDMAP_EC_CANT_INVALIDATE))
+        return IBV_EVENT_QP_REQ_ERR;
+    return IBV_EVENT_QP_FATAL;
+}
+
+/* The status of our outstanding WR a received Terminate names. */
+static enum ibv_wc_status term_status(uiw_term_cause c)
+{
+    switch (c.layer) {
+    case UIW_LAYER_RDMAP:
+        if (c.etype == UIW_RDMAP_ET_REMOTE_PROT)
+            return IBV_WC_REM_ACCESS_ERR;
+        if (c.etype == UIW_RDMAP_ET_REMOTE_OP &&
+            (c.ecode == UIW_RDMAP_EC_INVALID_VERSION || c.ecode == UIW_RDMAP_EC_UNEXPECTED_OPCODE ||
+             c.ecode == UIW_RDMAP_EC_UNSPECIFIED_OTHER || c.ecode == UIW_RDMAP_EC_CANT_INVALIDATE))
+            return IBV_WC_REM_INV_REQ_ERR;
+        return IBV_WC_REM_OP_ERR;
+    case UIW_LAYER_DDP:
+        if (c.etype == UIW_DDP_ET_TAGGED)
+            return c.ecode == UIW_DDP_EC_T_INVALID_VERSION ? IBV_WC_REM_INV_REQ_ERR
+                                                           : IBV_WC_REM_ACCESS_ERR;
+        if (c.etype == UIW_DDP_ET_UNTAGGED)
+            return c.ecode == UIW_DDP_EC_U_INVALID_MSN_NOBUF ? IBV_WC_REM_OP_ERR
+                                                             : IBV_WC_REM_INV_REQ_ERR;
+        return IBV_WC_REM_OP_ERR;
+    default:
+        return IBV_WC_REM_OP_ERR;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Receive queue
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr,
+                                       struct ibv_recv_wr **bad)
+{
+    int ret = 0;
+
+    for (; wr; wr = wr->next) {
+        struct uiw_rqe *e;
+        uint64_t len = 0;
+
+        if (qp->srq || wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_recv_sge ||
+            wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list)) {
+            ret = -EINVAL;
+            break;
+        }
+        if (qp->rq_count >= qp->rq_cap) {
+            ret = -ENOMEM;
+            break;
+        }
+        e = &qp->rq[(qp->rq_head + qp->rq_count) % qp->rq_cap];
+        e->wr_id = wr->wr_id;
+        e->num_sge = wr->num_sge;
+        for (int i = 0; i < wr->num_sge; i++) {
+            e->sge[i] = wr->sg_list[i];
+            len += wr->sg_list[i].length;
+        }
+        e->length = len;
+        qp->rq_count++;
+    }
+    if (ret)
+        *bad = wr;
+    return ret;
+}
+
+/* Complete the QN 0 message in progress (its receive is the RQ head, or
+ * was taken from the SRQ). */
+static void msg_complete(struct uiw_qp *qp, struct dp_rx *r, enum ibv_wc_status st,
+                         const struct ibv_wc *tmpl, bool solicited)
+{
+    struct ibv_wc wc;
+
+    if (tmpl)
+        wc = *tmpl;
+    else
+        memset(&wc, 0, sizeof(wc));
+    wc.wr_id = r->rqe.wr_id;
+    wc.status = st;
+    if (!tmpl)
+        wc.opcode = IBV_WC_RECV;
+    wc.qp_num = qp->ibqp.qp_num;
+    uiw_cq_push(qp->rcq, &wc, solicited && st == IBV_WC_SUCCESS);
+    if (!r->msg_srq && qp->rq_count) {
+        qp->rq_head = (qp->rq_head + 1) % qp->rq_cap;
+        qp->rq_count--;
+    }
+    r->msg_active = false;
+}
+
+/* ------------------------------------------------------------------------
+ * Placement
+ * ---------------------------------------------------------------------- */
+
+/* Map `len` bytes at message offset moff of a local SGE list (LOCAL_WRITE)
+ * into iovecs, each held (mrs). Returns the count (covering *cov bytes, less
+ * than len only when max was reached) or -1. */
+static int sge_map(struct uiw_qp *qp, const struct ibv_sge *sges, int nsge, uint64_t moff,
+                   uint32_t len, struct iovec *iov, struct uiw_mr **mrs, int max, uint32_t *cov)
+{
+    uint64_t skip = moff;
+    uint32_t got = 0;
+    int k = 0;
+
+    for (int i = 0; i < nsge && got < len && k < max; i++) {
+        uint64_t slen = sges[i].length;
+        struct ibv_sge s;
+        enum uiw_mem_err err;
+        uint8_t *addr;
+        struct uiw_mr *mr;
+        uint32_t take;
+
+        if (skip >= slen) {
+            skip -= slen;
+            continue;
+        }
+        take = (uint32_t)(slen - skip < (uint64_t)(len - got) ? slen - skip : len - got);
+        s.addr = sges[i].addr + skip;
+        s.length = take;
+        s.lkey = sges[i].lkey;
+        if (s.addr < sges[i].addr) /* wraps */
+            goto fail;
+        mr = uiw_sge_get(qp->pd, &s, IBV_ACCESS_LOCAL_WRITE, &addr, &err);
+        if (!mr)
+            goto fail;
+        iov[k].iov_base = addr;
+        iov[k].iov_len = take;
+        mrs[k] = mr;
+        k++;
+        got += take;
+        skip = 0;
+    }
+    if (got < len && k < max)
+        goto fail; /* past the end of the list (cannot happen: checked at HDR) */
+    *cov = got;
+    return k;
+fail:
+    for (int i = 0; i < k; i++)
+        uiw_mr_put(mrs[i]);
+    return -1;
+}
+
+/* Destination of `len` bytes at payload offset `off` of the current
+ * segment; -1 with the segment doomed if it fails the checks. */
+static int seg_map(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, uint32_t len,
+                   struct iovec *iov, struct uiw_mr **mrs, int max, uint32_t *cov)
+{
+    enum uiw_mem_err err;
+    uint8_t *addr;
+    struct uiw_mr *mr;
+    int k;
+
+    if (!len || (uint64_t)off + len > r->payload_len)
+        return 0;
+    switch (r->kind) {
+    case SEG_WRITE:
+        /* RFC 5041 §7.1 tagged checks, again for this piece (the region
+         * may have been invalidated or deregistered since the header) */
+        if (r->hdr.to > UINT64_MAX - off) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_TO_WRAP);
+            return -1;
+        }
+        mr = uiw_mr_get(qp->pd, r->hdr.stag, r->hdr.to + off, len, IBV_ACCESS_REMOTE_WRITE, &addr,
+                        &err);
+        if (!mr) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, ddp_tagged_code(err));
+            return -1;
+        }
+        iov[0].iov_base = addr;
+        iov[0].iov_len = len;
+        mrs[0] = mr;
+        *cov = len;
+        return 1;
+    case SEG_RRESP: {
+        struct uiw_orqe *o = dp_orq_head(qp);
+        if (!o || !o->sqe) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_CATASTROPHIC, UIW_DDP_EC_CATASTROPHIC);
+            return -1;
+        }
+        k = sge_map(qp, o->sqe->sge, o->sqe->num_sge, r->seg_base + off, len, iov, mrs, max, cov);
+        if (k < 0) {
+            /* our own sink is not writable (any more): local fault */
+            r->sqe_status = IBV_WC_LOC_PROT_ERR;
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_CATASTROPHIC, UIW_DDP_EC_CATASTROPHIC);
+        }
+        return k;
+    }
+    case SEG_SEND:
+        if (!r->msg_active || r->msg_rtr)
+            return 0;
+        k = sge_map(qp, r->rqe.sge, r->rqe.num_sge, r->seg_base + off, len, iov, mrs, max, cov);
+        if (k < 0) {
+            r->rqe_status = IBV_WC_LOC_PROT_ERR;
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_CATASTROPHIC, UIW_DDP_EC_CATASTROPHIC);
+        }
+        return k;
+    default:
+        return 0;
+    }
+}
+
+/* Copy a payload slice that came through the staging buffer. */
+static void place(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
+                  uint32_t len)
+{
+    struct iovec iov[RX_IOV];
+    struct uiw_mr *mrs[RX_IOV];
+
+    while (len && !r->doomed) {
+        uint32_t cov = 0;
+        int n = seg_map(qp, r, off, len, iov, mrs, RX_IOV, &cov);
+
+        if (n <= 0)
+            return;
+        for (int i = 0; i < n; i++) {
+            memcpy(iov[i].iov_base, data, iov[i].iov_len);
+            data += iov[i].iov_len;
+            uiw_mr_put(mrs[i]);
+        }
+        r->st_copy += cov;
+        off += cov;
+        len -= cov;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Segment headers
+ * ---------------------------------------------------------------------- */
+
+static void hdr_write(struct uiw_qp *qp, struct dp_rx *r)
+{
+    enum uiw_mem_err err;
+    uint8_t *addr;
+    struct uiw_mr *mr;
+
+    r->kind = SEG_WRITE;
+    /* RFC 5041 §7.1: zero-length tagged segments are not validated (the
+     * P2P RTR is a zero-length Write to STag 1) */
+    if (!r->payload_len)
+        return;
+    mr = uiw_mr_get(qp->pd, r->hdr.stag, r->hdr.to, r->payload_len, IBV_ACCESS_REMOTE_WRITE, &addr,
+                    &err);
+    if (!mr) {
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, ddp_tagged_code(err));
+        return;
+    }
+    uiw_mr_put(mr);
+}
+
+static void hdr_rresp(struct uiw_qp *qp, struct dp_rx *r)
+{
+    struct uiw_orqe *o = dp_orq_head(qp);
+
+    r->kind = SEG_RRESP;
+    r->seg_base = r->rr_placed;
+    /* RFC 5040 §5.2.2: it answers the oldest outstanding Read (responses
+     * come in request order, RFC 5040 §5.5 rule 20, RFC 7306 §7) */
+    if (!o || o->atomic) {
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_INVALID_STAG);
+        return;
+    }
+    if (r->payload_len > o->size - r->rr_placed ||
+        (r->hdr.last && r->rr_placed + r->payload_len != o->size)) {
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_BASE_BOUNDS);
+        return;
+    }
+    if (!r->payload_len)
+        return; /* RFC 5041 §7.1: STag/TO of a zero-length segment unchecked */
+    /* the Data Sink validates STag, TO and length (RFC 5040 §5.2.2) on
+     * every segment (siw checks the first only) */
+    if (r->hdr.stag != o->sink_stag)
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_INVALID_STAG);
+    else if (r->hdr.to != o->sink_to + r->rr_placed)
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_BASE_BOUNDS);
+}
+
+static bool take_rqe(struct uiw_qp *qp, struct dp_rx *r)
+{
+    if (qp->srq) {
+        if (!uiw_srq_take(qp->srq, &r->rqe))
+            return false;
+        r->msg_srq = true;
+        return true;
+    }
+    if (!qp->rq_count)
+        return false;
+    r->rqe = qp->rq[qp->rq_head]; /* stays queued until it completes */
+    r->msg_srq = false;
+    return true;
+}
+
+static void hdr_send(struct uiw_qp *qp, struct dp_rx *r)
+{
+    const uiw_hdr *h = &r->hdr;
+
+    r->kind = SEG_SEND;
+    r->seg_base = h->mo;
+    if (!r->msg_active) {
+        /* RFC 5041 §5.1.2, §7.1 checks 3 and 5: a new message has the next
+         * MSN of QN 0 and starts at MO 0 */
+        if (h->msn != qp->rx_msn[UIW_QN_SEND] + 1) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE);
+            return;
+        }
+        if (h->mo != 0) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
+            return;
+        }
+        r->msg_msn = h->msn;
+        r->msg_len = 0;
+        r->msg_op = h->opcode;
+        r->msg_rtr = false;
+        /* a zero-length Send as the P2P RTR consumes no receive */
+        if (!r->got_first && qp->mpa.p2p && qp->mpa.await_rtr && (qp->mpa.rtr & UIW_RTR_SEND) &&
+            h->opcode == UIW_OP_SEND && h->last && !r->payload_len) {
+            r->msg_active = true;
+            r->msg_rtr = true;
+            return;
+        }
+        /* RFC 5041 §7.1 check 2: a buffer for this QN/MSN */
+        if (!take_rqe(qp, r)) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_NOBUF);
+            return;
+        }
+        r->msg_active = true;
+    } else {
+        if (h->msn != r->msg_msn) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE);
+            return;
+        }
+        if (h->opcode != r->msg_op) {
+            doom(r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
+            return;
+        }
+        if (h->mo != r->msg_len) {
+            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
+            return;
+        }
+    }
+    /* RFC 5041 §7.1 check 4: MO + length within the buffer */
+    if (!r->msg_rtr && r->payload_len > r->rqe.length - r->msg_len) {
+        r->rqe_status = IBV_WC_LOC_LEN_ERR;
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG);
+    }
+}
+
+static void on_hdr(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
+{
+    r->hdr = *ev->hdr;
+    r->ulpdu_len = ev->ulpdu_len;
+    r->payload_len = ev->payload_len;
+    r->active = true;
+    r->doomed = false;
+    r->cause_rreq = false;
+    r->rqe_status = 0;
+    r->sqe_status = 0;
+    r->seg_base = 0;
+    r->kind = SEG_NONE;
+    if (r->dead)
+        return;
+    if (r->hdr.tagged) {
+        if (r->hdr.opcode == UIW_OP_WRITE)
+            hdr_write(qp, r);
+        else
+            hdr_rresp(qp, r);
+    } else if (r->hdr.qn == UIW_QN_SEND) {
+        hdr_send(qp, r);
+    } else {
+        r->kind = SEG_CTRL; /* header-only: handled at END */
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Message ends
+ * ---------------------------------------------------------------------- */
+
+/* A doomed segment: specific completions, then the Terminate. */
+static void seg_terminate(struct uiw_qp *qp, struct dp_rx *r)
+{
+    uint8_t img[DP_HDR_IMAGE_MAX];
+    unsigned n = dp_hdr_image(&r->hdr, r->ulpdu_len, r->cause_rreq, img);
+
+    if (r->rqe_status && r->msg_active && !r->msg_rtr)
+        msg_complete(qp, r, (enum ibv_wc_status)r->rqe_status, NULL, false);
+    if (r->sqe_status && r->kind == SEG_RRESP) {
+        struct uiw_orqe *o = dp_orq_head(qp);
+        if (o && o->sqe)
+            dp_sq_fail_upto(qp, dp_sq_pos(qp, o->sqe), (enum ibv_wc_status)r->sqe_status);
+    }
+    uiw_qp_terminate_locked(qp, r->cause, img, n, cause_async(r->cause));
+}
+
+static void end_rresp(struct uiw_qp *qp, struct dp_rx *r)
+{
+    struct uiw_orqe *o = dp_orq_head(qp);
+    struct uiw_sqe *e;
+
+    r->rr_placed += r->payload_len;
+    if (!r->hdr.last || !o)
+        return;
+    /* RFC 5040 §5.5 rule 19: the Read completes with its last response
+     * segment placed (the length was checked at the header) */
+    e = o->sqe;
+    dp_orq_pop(qp);
+    r->rr_placed = 0;
+    if (e) {
+        e->state = SQE_DONE;
+        e->status = IBV_WC_SUCCESS;
+    }
+    dp_sq_complete(qp);
+}
+
+static void end_send(struct uiw_qp *qp, struct dp_rx *r)
+{
+    const uiw_hdr *h = &r->hdr;
+    struct ibv_wc wc;
+    bool solicited = false;
+    enum ibv_wc_status st = IBV_WC_SUCCESS;
+
+    r->msg_len += r->payload_len;
+    if (!h->last)
+        return;
+    qp->rx_msn[UIW_QN_SEND] = r->msg_msn;
+    if (r->msg_rtr) {
+        r->msg_active = false;
+        r->msg_rtr = false;
+        return;
+    }
+    memset(&wc, 0, sizeof(wc));
+    wc.opcode = IBV_WC_RECV;
+    wc.byte_len = (uint32_t)r->msg_len;
+    switch (h->opcode) {
+    case UIW_OP_SEND_SE:
+        solicited = true;
+        break;
+    case UIW_OP_SEND_SE_INV:
+        solicited = true;
+        /* fall through */
+    case UIW_OP_SEND_INV: {
+        /* RFC 5040 §5.3, §7.2 items 4-5: invalidate the STag, which must
+         * be associated with this stream */
+        int rc = uiw_stag_invalidate(qp->pd, h->inv_stag);
+        if (rc) {
+            uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT,
+                                UIW_RDMAP_EC_INVALID_STAG};
+            uint8_t img[DP_HDR_IMAGE_MAX];
+            unsigned n = dp_hdr_image(h, r->ulpdu_len, false, img);
+
+            if (rc == -EACCES) {
+                c.ecode = UIW_RDMAP_EC_CANT_INVALIDATE; /* other PD: not this stream's */
+            } else if (rc == -EINVAL) {
+                c.etype = UIW_RDMAP_ET_REMOTE_OP;
+                c.ecode = UIW_RDMAP_EC_CANT_INVALIDATE;
+            }
+            msg_complete(qp, r, IBV_WC_REM_INV_REQ_ERR, NULL, false);
+            uiw_qp_terminate_locked(qp, c, img, n, cause_async(c));
+            return;
+        }
+        wc.wc_flags = IBV_WC_WITH_INV;
+        wc.invalidated_rkey = h->inv_stag;
+        break;
+    }
+    case UIW_OP_IMM_DATA_SE:
+        solicited = true;
+        /* fall through */
+    case UIW_OP_IMM_DATA:
+        /* RFC 7306 §6: after a Write it completes the Write with Imm; on
+         * its own (or after a Send) it is a receive with immediate data */
+        wc.opcode = r->last_write ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+        wc.wc_flags = IBV_WC_WITH_IMM;
+        memcpy(&wc.imm_data, h->u.imm, sizeof(wc.imm_data));
+        wc.byte_len = 0;
+        break;
+    default:
+        break;
+    }
+    r->last_write = false;
+    msg_complete(qp, r, st, &wc, solicited);
+}
+
+/* Terminate for an error on an incoming header-only message. */
+static void ctrl_fail(struct uiw_qp *qp, struct dp_rx *r, unsigned layer, unsigned etype,
+                      unsigned ecode, bool rreq)
+{
+    doom(r, layer, etype, ecode);
+    r->cause_rreq = rreq;
+    seg_terminate(qp, r);
+}
+
+static struct uiw_irqe *irq_push(struct uiw_qp *qp)
+{
+    struct uiw_irqe *e = &qp->irq[(qp->irq_head + qp->irq_count) % UIW_MAX_IRD];
+
+    memset(e, 0, sizeof(*e));
+    qp->irq_count++;
+    return e;
+}
+
+static void end_rreq(struct uiw_qp *qp, struct dp_rx *r)
+{
+    const uiw_hdr *h = &r->hdr;
+    const uiw_rreq *q = &h->u.rreq;
+    struct uiw_irqe *e;
+
+    /* RFC 5041 §7.1 check 5 on QN 1 */
+    if (h->msn != qp->rx_msn[UIW_QN_READ_REQ] + 1)
+        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
+                         true);
+    /* RFC 5040 §6.1: no more than IRD outstanding; notes §2.7 (as siw) */
+    if (qp->irq_count >= dp_ird(qp))
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                         UIW_RDMAP_EC_CATASTROPHIC_STREAM, true);
+    /* RFC 5040 §5.2.1, §7.2: a non-zero-length Read validates its source
+     * (REMOTE_READ enforced); a zero-length one validates nothing */
+    if (q->read_size) {
+        enum uiw_mem_err err;
+        uint8_t *addr;
+        struct uiw_mr *mr = uiw_mr_get(qp->pd, q->src_stag, q->src_to, q->read_size,
+                                       IBV_ACCESS_REMOTE_READ, &addr, &err);
+        if (!mr)
+            return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, rdmap_prot_code(err),
+                             true);
+        uiw_mr_put(mr);
+        /* our response's TO must not wrap either (RFC 5041 §7.1) */
+        if (q->sink_to > UINT64_MAX - (q->read_size - 1))
+            return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, UIW_RDMAP_EC_TO_WRAP,
+                             true);
+    }
+    qp->rx_msn[UIW_QN_READ_REQ] = h->msn;
+    e = irq_push(qp);
+    e->opcode = UIW_OP_READ_REQ;
+    e->rreq = *q;
+    e->msn = h->msn;
+}
+
+/* RFC 7306 §5.1.1 masked FetchAdd: a bit set in the mask is the most
+ * significant bit of a field, its carry-out is dropped. The fields are
+ * added without carries crossing masked bits, the masked bits get their
+ * sum bit back. */
+static uint64_t masked_add(uint64_t v, uint64_t add, uint64_t mask)
+{
+    return ((v & ~mask) + (add & ~mask)) ^ ((v ^ add) & mask);
+}
+
+/* Execute an Atomic Request on the 8-byte aligned word (RFC 7306 §5.1,
+ * §5.3: atomic with respect to every QP of the process). */
+static uint64_t atomic_exec(uint64_t *p, const uiw_atomic_req *a)
+{
+    uint64_t old = __atomic_load_n(p, __ATOMIC_SEQ_CST), nv;
+
+    if (a->aop == UIW_AOP_FETCH_ADD) {
+        if (!a->add_swap_mask)
+            return __atomic_fetch_add(p, a->add_swap, __ATOMIC_SEQ_CST);
+        do
+            nv = masked_add(old, a->add_swap, a->add_swap_mask);
+        while (
+            !__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST));
+        return old;
+    }
+    /* CmpSwap: swap the masked bits if the masked compare matches;
+     * otherwise memory is unchanged */
+    for (;;) {
+        if ((a->compare ^ old) & a->compare_mask)
+            return old;
+        nv = (old & ~a->add_swap_mask) | (a->add_swap & a->add_swap_mask);
+        if (__atomic_compare_exchange_n(p, &old, nv, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST))
+            return old;
+    }
+}
+
+static void end_areq(struct uiw_qp *qp, struct dp_rx *r)
+{
+    const uiw_hdr *h = &r->hdr;
+    const uiw_atomic_req *a = &h->u.atomic_req;
+    enum uiw_mem_err err;
+    uint8_t *addr;
+    struct uiw_mr *mr;
+    struct uiw_irqe *e;
+    uint64_t orig;
+
+    /* RFC 7306 §5.2: QN 1, shared MSNs and IRD with Read Requests; errors
+     * attach the DDP header only (§8.1 case 2) */
+    if (h->msn != qp->rx_msn[UIW_QN_READ_REQ] + 1)
+        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
+                         false);
+    if (qp->irq_count >= dp_ird(qp))
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                         UIW_RDMAP_EC_CATASTROPHIC_STREAM, false);
+    mr = uiw_mr_get(qp->pd, a->stag, a->to, 8, IBV_ACCESS_REMOTE_ATOMIC, &addr, &err);
+    if (!mr)
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, rdmap_prot_code(err),
+                         false);
+    /* RFC 7306 §8.2: a target not 64-bit aligned is a Remote Operation
+     * Error, catastrophic for the stream; memory is not modified */
+    if ((uintptr_t)addr & 7u) {
+        uiw_mr_put(mr);
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                         UIW_RDMAP_EC_CATASTROPHIC_STREAM, false);
+    }
+    orig = atomic_exec((uint64_t *)(void *)addr, a);
+    uiw_mr_put(mr);
+    qp->rx_msn[UIW_QN_READ_REQ] = h->msn;
+    e = irq_push(qp);
+    e->opcode = UIW_OP_ATOMIC_REQ;
+    e->aresp.req_id = a->req_id;
+    e->aresp.orig_value = orig;
+    e->msn = h->msn;
+}
+
+static void end_aresp(struct uiw_qp *qp, struct dp_rx *r)
+{
+    const uiw_hdr *h = &r->hdr;
+    struct uiw_orqe *o = dp_orq_head(qp);
+    struct iovec iov[RX_IOV];
+    struct uiw_mr *mrs[RX_IOV];
+    struct uiw_sqe *e;
+    uint64_t v = h->u.atomic_resp.orig_value;
+    const uint8_t *src = (const uint8_t *)&v;
+    uint32_t cov = 0;
+    int n;
+
+    /* RFC 7306 §5.2.2: QN 3, MSNs in order, answering the oldest Atomic */
+    if (h->msn != qp->rx_msn[UIW_QN_ATOMIC_RESP] + 1)
+        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
+                         false);
+    if (!o)
+        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_NOBUF,
+                         false);
+    if (!o->atomic)
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                         UIW_RDMAP_EC_UNEXPECTED_OPCODE, false);
+    if (h->u.atomic_resp.req_id != o->req_id)
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                         UIW_RDMAP_EC_UNSPECIFIED_OTHER, false);
+    e = o->sqe;
+    /* the original value, as a native 64-bit word, into the local SGEs */
+    n = sge_map(qp, e->sge, e->num_sge, 0, 8, iov, mrs, RX_IOV, &cov);
+    if (n < 0 || cov != 8) {
+        if (n > 0)
+            for (int i = 0; i < n; i++)
+                uiw_mr_put(mrs[i]);
+        r->sqe_status = 0;
+        dp_sq_fail_upto(qp, dp_sq_pos(qp, e), IBV_WC_LOC_PROT_ERR);
+        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_CATASTROPHIC, UIW_DDP_EC_CATASTROPHIC,
+                         false);
+    }
+    for (int i = 0; i < n; i++) {
+        memcpy(iov[i].iov_base, src, iov[i].iov_len);
+        src += iov[i].iov_len;
+        uiw_mr_put(mrs[i]);
+    }
+    qp->rx_msn[UIW_QN_ATOMIC_RESP] = h->msn;
+    dp_orq_pop(qp);
+    e->state = SQE_DONE;
+    e->status = IBV_WC_SUCCESS;
+    dp_sq_complete(qp);
+}
+
+static void hexdump(char *out, size_t cap, const uint8_t *p, unsigned n)
+{
+    size_t o = 0;
+
+    out[0] = 0;
+    for (unsigned i = 0; i < n && o + 4 < cap; i++)
+        o += (size_t)snprintf(out + o, cap - o, "%s%02x", i ? " " : "", p[i]);
+}
+
+/* RFC 5040 §5.4, §6.2.1: the peer terminated the stream. */
+static void end_term(struct uiw_qp *qp, struct dp_rx *r)
+{
+    const uiw_term *tm = &r->hdr.u.term;
+    char ddp[3 * UIW_TERM_MAX_DDP_HDR + 1], rdma[3 * UIW_TERM_MAX_RDMA_HDR + 1];
+    enum ibv_wc_status st = term_status(tm->cause);
+    int pos = -1;
+
+    hexdump(ddp, sizeof(ddp), tm->ddp_hdr, tm->ddp_hdr_len);
+    hexdump(rdma, sizeof(rdma), tm->rdma_hdr, tm->rdma_hdr_len);
+    uiw_log("qp %u: Terminate received: %s / %s / %s (control %02x %02x %02x %02x, %s layout, "
+            "M%d D%d R%d, MSN %u) ddp [%s] rdma [%s]",
+            qp->ibqp.qp_num, uiw_term_layer_name(tm->cause.layer),
+            uiw_term_etype_name(tm->cause.layer, tm->cause.etype),
+            uiw_term_ecode_name(tm->cause.layer, tm->cause.etype, tm->cause.ecode), tm->raw_ctrl[0],
+            tm->raw_ctrl[1], tm->raw_ctrl[2], tm->raw_ctrl[3], tm->siw_layout ? "siw" : "RFC",
+            tm->hdr_mpa, tm->hdr_ddp, tm->hdr_rdma, r->hdr.msn, ddp, rdma);
+    qp->term_received = true;
+    qp->term = tm->cause;
+    qp->rx_msn[UIW_QN_TERMINATE] = r->hdr.msn;
+
+    /* The WR it is about: a Read/Atomic named by its QN 1 MSN in the
+     * terminated DDP header, else the oldest outstanding one. */
+    dp_sq_complete(qp);
+    if (tm->hdr_ddp && tm->ddp_hdr_len == UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN &&
+        !(tm->ddp_hdr[UIW_TERM_DDP_SEGLEN_LEN] & 0x80)) {
+        const uint8_t *d = tm->ddp_hdr + UIW_TERM_DDP_SEGLEN_LEN;
+        uint32_t qn = get_be32(d + 6), msn = get_be32(d + 10);
+
+        for (unsigned i = 0; qn == UIW_QN_READ_REQ && i < qp->orq_count; i++) {
+            const struct uiw_orqe *o = &qp->orq[(qp->orq_head + i) % UIW_MAX_ORD];
+            if (o->msn == msn && o->sqe) {
+                pos = (int)dp_sq_pos(qp, o->sqe);
+                break;
+            }
+        }
+    }
+    if (pos < 0 && qp->sq_count)
+        pos = 0;
+    if (pos >= 0)
+        dp_sq_fail_upto(qp, (unsigned)pos, st);
+    dp_enter_error(qp);
+    uiw_async_event(qp->ctx, IBV_EVENT_QP_FATAL, &qp->ibqp);
+    /* RFC 5040 §5.4: we may stop sending; close our direction */
+    if (qp->fd >= 0)
+        (void)shutdown(qp->fd, SHUT_WR);
+    if (qp->conn)
+        uiw_cm_llp_closed(qp->conn, -EPROTO);
+}
+
+static void on_end(struct uiw_qp *qp, struct dp_rx *r)
+{
+    if (!r->active)
+        return;
+    r->active = false;
+    if (r->dead || r->kind == SEG_NONE)
+        return;
+    if (r->doomed) {
+        seg_terminate(qp, r);
+        return;
+    }
+    if (!r->got_first) {
+        bool rtr_write = qp->mpa.p2p && qp->mpa.await_rtr && r->kind == SEG_WRITE;
+
+        r->got_first = true;
+        if (qp->mpa.await_rtr) {
+            /* RFC 5044 §7.1.2 rule 4: we may send from now on */
+            dp_tx_release_await(qp);
+            if (qp->conn)
+                uiw_cm_first_fpdu(qp->conn);
+        }
+        if (rtr_write)
+            return;
+    }
+    switch (r->kind) {
+    case SEG_WRITE:
+        if (r->hdr.last)
+            r->last_write = true;
+        break;
+    case SEG_RRESP:
+        end_rresp(qp, r);
+        break;
+    case SEG_SEND:
+        end_send(qp, r);
+        break;
+    case SEG_CTRL:
+        switch (r->hdr.opcode) {
+        case UIW_OP_READ_REQ:
+            end_rreq(qp, r);
+            break;
+        case UIW_OP_ATOMIC_REQ:
+            end_areq(qp, r);
+            break;
+        case UIW_OP_ATOMIC_RESP:
+            end_aresp(qp, r);
+            break;
+        case UIW_OP_TERMINATE:
+            end_term(qp, r);
+            break;
+        default:
+            break;
+        }
+        break;
+    default:
+        break;
+    }
+}
+
+static void on_error(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
+{
+    bool was_dead = r->dead;
+
+    r->active = false;
+    r->dead = true;
+    if (was_dead)
+        return;
+    uiw_log("qp %u: receive error at stream offset %llu: %s", qp->ibqp.qp_num,
+            (unsigned long long)ev->err_off, ev->why ? ev->why : "?");
+    /* RFC 5044 §8 / RFC 5041 §7 / RFC 5040 §7: the parser's cause and the
+     * offending header */
+    uiw_qp_terminate_locked(qp, ev->cause, ev->bad_hdr, ev->bad_hdr_len, cause_async(ev->cause));
+}
+
+static void on_event(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
+{
+    switch (ev->kind) {
+    case UIW_RX_HDR:
+        on_hdr(qp, r, ev);
+        break;
+    case UIW_RX_PAYLOAD:
+        if (r->active && !r->dead && !r->doomed && !r->zc)
+            place(qp, r, ev->offset, ev->data, ev->len);
+        break;
+    case UIW_RX_END:
+        on_end(qp, r);
+        break;
+    case UIW_RX_ERROR:
+        on_error(qp, r, ev);
+        break;
+    default:
+        break;
+    }
+}
+
+/* Feed bytes to the parser and act on every event. */
+static void feed(struct uiw_qp *qp, struct dp_rx *r, const uint8_t *p, size_t n)
+{
+    while (n && !r->dead) {
+        uiw_rx_event ev;
+        size_t used = uiw_rx_feed(&qp->rx, p, n, &ev);
+
+        p += used;
+        n -= used;
+        if (ev.kind != UIW_RX_NONE)
+            on_event(qp, r, &ev);
+        else if (!used)
+            break;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Socket reading
+ * ---------------------------------------------------------------------- */
+
+/* One read: readv into the destination when possible, else recv into the
+ * staging buffer. Returns bytes, 0 at EOF, or -errno. */
+static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
+{
+    uint32_t poff = 0, room;
+    ssize_t n;
+
+    room = r->dead ? 0 : uiw_rx_payload_room(&qp->rx, &poff);
+    if (room && r->active && !r->doomed && room >= uiw_config()->zcopy_min) {
+        struct iovec iov[RX_IOV + 1];
+        struct uiw_mr *mrs[RX_IOV];
+        uint32_t cov = 0;
+        int k = seg_map(qp, r, poff, room, iov, mrs, RX_IOV, &cov);
+
+        if (k > 0) {
+            iov[k].iov_base = r->buf;
+            iov[k].iov_len = RX_ZC_TAIL < r->cap ? RX_ZC_TAIL : r->cap;
+            n = readv(qp->fd, iov, k + 1);
+            r->st_reads++;
+            if (n > 0) {
+                size_t left = (size_t)n < cov ? (size_t)n : cov;
+                r->st_zc += left;
+                /* the parser sees the bytes where they already are */
+                r->zc = true;
+                for (int i = 0; i < k && left; i++) {
+                    size_t c = iov[i].iov_len < left ? iov[i].iov_len : left;
+                    feed(qp, r, iov[i].iov_base, c);
+                    left -= c;
+                }
+                r->zc = false;
+                if ((size_t)n > cov) {
+                    r->len = (size_t)n - cov;
+                    r->off = 0;
+                }
+            }
+            for (int i = 0; i < k; i++)
+                uiw_mr_put(mrs[i]);
+            return n < 0 ? -errno : n;
+        }
+    }
+    n = recv(qp->fd, r->buf, r->cap, MSG_DONTWAIT);
+    r->st_reads++;
+    if (n > 0) {
+        r->len = (size_t)n;
+        r->off = 0;
+    }
+    return n < 0 ? -errno : n;
+}
+
+void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st)
+{
+    struct dp_rx *r = RX(qp);
+
+    if (!r || r->err_done)
+        return;
+    r->err_done = true;
+    r->dead = true;
+    r->active = false;
+    /* a receive taken from the SRQ is ours to complete; an RQ entry is
+     * still queued and flushed by qp.c */
+    if (r->msg_active && r->msg_srq && !r->msg_rtr) {
+        struct ibv_wc wc;
+        memset(&wc, 0, sizeof(wc));
+        wc.wr_id = r->rqe.wr_id;
+        wc.status = st;
+        wc.opcode = IBV_WC_RECV;
+        wc.qp_num = qp->ibqp.qp_num;
+        uiw_cq_push(qp->rcq, &wc, false);
+    }
+    r->msg_active = false;
+    r->rr_placed = 0;
+}
+
+UIW_EXPORT int uiw_qp_rx_progress(struct uiw_qp *qp)
+{
+    struct dp_rx *r = RX(qp);
+    size_t budget = RX_BUDGET;
+
+    if (!r || qp->fd < 0)
+        return 0;
+    if (qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
+        dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
+    while (!r->eof && qp->fd >= 0) {
+        ssize_t n;
+
+        if (r->off < r->len) {
+            size_t off = r->off, len = r->len;
+            r->off = r->len = 0;
+            if (!r->dead)
+                feed(qp, r, r->buf + off, len - off);
+            continue;
+        }
+        if (!budget) {
+            /* let other QPs run: with EPOLLET a MOD reports the fd again */
+            dp_arm(qp);
+            break;
+        }
+        n = rx_read(qp, r);
+        if (n > 0) {
+            budget = (size_t)n < budget ? budget - (size_t)n : 0;
+            continue;
+        }
+        if (n == -EINTR)
+            continue;
+        if (n == -EAGAIN || n == -EWOULDBLOCK)
+            break;
+        uiw_qp_llp_closed_locked(qp, (int)n);
+        break;
+    }
+    uiw_qp_tx_progress(qp);
+    return 0;
+}
+
+UIW_EXPORT void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err)
+{
+    struct dp_rx *r = RX(qp);
+    bool clean;
+
+    if (r) {
+        if (r->eof)
+            return;
+        r->eof = true;
+        clean = err == 0 && uiw_rx_idle(&qp->rx) && !r->msg_active;
+    } else {
+        clean = err == 0;
+    }
+    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
+        if (!clean)
+            uiw_log("qp %u: connection lost (%d)", qp->ibqp.qp_num, err);
+        dp_enter_error(qp);
+        if (!clean && !qp->term_sent && !qp->term_received)
+            uiw_async_event(qp->ctx, IBV_EVENT_QP_FATAL, &qp->ibqp);
+    } else {
+        dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
+        dp_tx_error_cleanup(qp);
+    }
+    if (qp->conn)
+        uiw_cm_llp_closed(qp->conn, err);
+    else if (qp->fd >= 0)
+        (void)shutdown(qp->fd, SHUT_WR); /* no CM: answer the FIN ourselves */
+}
+
+void dp_event_cb(void *obj, uint32_t events)
+{
+    struct uiw_qp *qp = obj;
+
+    (void)events;
+    pthread_mutex_lock(&qp->lock);
+    if (qp->fd >= 0)
+        uiw_qp_rx_progress(qp); /* then transmit */
+    pthread_mutex_unlock(&qp->lock);
+}
+
+int dp_rx_attach(struct uiw_qp *qp)
+{
+    struct dp_rx *r = RX(qp);
+    uiw_rx_cfg cfg;
+
+    if (!r) {
+        r = calloc(1, sizeof(*r));
+        if (!r)
+            return -ENOMEM;
+        r->buf = malloc(RX_BUF);
+        if (!r->buf) {
+            free(r);
+            return -ENOMEM;
+        }
+        r->cap = RX_BUF;
+        qp->rx_state = r;
+    } else {
+        uint8_t *buf = r->buf;
+        size_t cap = r->cap;
+        memset(r, 0, sizeof(*r));
+        r->buf = buf;
+        r->cap = cap;
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.crc = qp->mpa.crc;
+    cfg.markers = qp->mpa.markers_rx;
+    uiw_rx_init(&qp->rx, &cfg);
+    return 0;
+}
+
+void dp_rx_free(struct uiw_qp *qp)
+{
+    struct dp_rx *r = RX(qp);
+
+    if (!r)
+        return;
+    uiw_dbg(1, "qp %u: received %llu bytes in place, %llu copied, %llu reads", qp->ibqp.qp_num,
+            (unsigned long long)r->st_zc, (unsigned long long)r->st_copy,
+            (unsigned long long)r->st_reads);
+    free(r->buf);
+    free(r);
+    qp->rx_state = NULL;
+}

@@ -1,0 +1,1432 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Send queue processing and FPDU transmission (docs/ENGINE.md "Transmit").
+ *
+ * Work sources, served one message at a time (DDP segments of different
+ * messages are never interleaved on the stream, so a receiver like siw,
+ * which handles one tagged and one untagged message at once, is happy):
+ *   - the RTR of an active P2P connection (first, before anything else);
+ *   - the SQ, in order (RFC 5040 §5.5 rule 13), Reads and Atomics limited
+ *     by the negotiated ORD (RFC 5040 §6.1), a fenced WR waiting until no
+ *     Read/Atomic is outstanding;
+ *   - the IRQ (Read and Atomic Responses, in the order the requests were
+ *     delivered: RFC 5040 §5.5 rule 20, RFC 7306 §5.2.2 rule 8),
+ *     alternating with the SQ message by message for fairness;
+ *   - a Terminate (RFC 5040 §5.4): after it nothing else is sent.
+ *
+ * Each message is cut into FPDUs by the wire core (uiw_tx_next) whose
+ * iovecs point into the registered buffers; the header/pad/CRC bytes are
+ * copied into a per-batch arena so that up to IOV_MAX iovecs of many FPDUs
+ * go out in one sendmsg(MSG_DONTWAIT|MSG_NOSIGNAL). A partial write is
+ * remembered (the iovec array is advanced in place) and resumed when the
+ * socket becomes writable (EPOLLOUT is armed only while blocked).
+ *
+ * Read Response payload comes from a local MR named by the peer: the MR is
+ * looked up with IBV_ACCESS_REMOTE_READ (enforced, unlike siw) and held
+ * (users count) only during one call; if bytes of it are still unsent when
+ * the call returns they are copied into a spill buffer first, so that
+ * ibv_dereg_mr never waits for the network and never lets a deregistered
+ * region reach the wire.
+ *
+ * Completions (in order, RFC 5040 §5.5 rule 15): Send/Write when the last
+ * byte of their last FPDU was accepted by TCP (as siw), Reads when the last
+ * Read Response segment was placed, Atomics when the Atomic Response
+ * arrived (qp_rx.c), Local Invalidate when executed in SQ order.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include "dp_int.h"
+
+#define TXB_IOV       1024 /* IOV_MAX on Linux */
+#define TXB_FPDUS     256
+#define TXB_ARENA     (32u * 1024)
+#define TXB_BYTES     (1u << 20)    /* bytes per sendmsg batch */
+#define TXB_VOL_MAX   (256u * 1024) /* Read Response bytes per batch (spill bound) */
+#define TXB_HELD      8
+#define TXB_SPILLS    4
+#define TX_BUDGET     (16u << 20) /* bytes per call before yielding to other QPs */
+#define DP_MAX_FPDU_8 65528u      /* 65535 rounded down to a multiple of 8 */
+
+enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
+enum { SRC_NONE = 0, SRC_SQ, SRC_IRQ, SRC_RTR };
+
+struct dp_fp {
+    size_t end; /* batch offset just past this FPDU */
+    uint8_t kind;
+    unsigned arg;
+};
+
+struct dp_tx {
+    /* the batch being written */
+    struct iovec iov[TXB_IOV];
+    uint8_t vol[TXB_IOV]; /* points into a Read Response source MR */
+    int niov, cur;        /* cur: first iovec not completely sent */
+    size_t total, sent;
+    struct dp_fp fp[TXB_FPDUS];
+    int nfp, fp_cur; /* fp_cur: first FPDU not completely sent */
+    uint8_t arena[TXB_ARENA];
+    size_t arena_used;
+    size_t vol_bytes;
+    uint64_t wire_base; /* stream offset of the batch's first byte */
+    uint8_t *spill[TXB_SPILLS];
+    int nspill;
+    uint8_t *term_buf; /* unsent rest of an FPDU cut by a Terminate */
+
+    uiw_fpdu fpdu;
+
+    /* the message being segmented */
+    uint8_t src;      /* SRC_* */
+    uint8_t phase;    /* SQ: 0 the message, 1 its Immediate Data */
+    bool irq_read;    /* SRC_IRQ: a Read Response (payload from an MR) */
+    bool irq_held;    /* ... whose MR is held in this call */
+    unsigned sq_idx;  /* SRC_SQ: ring index */
+    unsigned irq_pos; /* SRC_IRQ: ring index */
+    uiw_tx_msg msg;
+    struct iovec sgl[UIW_MAX_SGE];
+
+    struct uiw_mr *held[TXB_HELD];
+    int nheld;
+
+    unsigned sq_started;  /* SQEs from sq_head that were started */
+    unsigned irq_started; /* IRQ entries from irq_head that were started */
+    bool last_irq;        /* fairness: the previous message came from the IRQ */
+    uint8_t rtr;          /* P2P RTR still to send (enum uiw_rtr bit) */
+    bool await;           /* responder: nothing before the first FPDU arrived */
+    bool term_queued;     /* a Terminate is in the batch: nothing else follows */
+    bool term_out;        /* ... and was handed to TCP */
+    bool shut;            /* SHUT_WR done */
+    bool err_done;        /* ERR cleanup done */
+    bool busy;            /* uiw_qp_tx_progress running (re-entry guard) */
+    uint32_t atomic_id;
+};
+
+static struct dp_tx *TX(struct uiw_qp *qp)
+{
+    return qp->tx_state;
+}
+
+/* ------------------------------------------------------------------------
+ * Helpers shared with qp_rx.c
+ * ---------------------------------------------------------------------- */
+
+unsigned dp_hdr_image(const uiw_hdr *h, unsigned ulpdu_len, bool with_rreq,
+                      uint8_t out[DP_HDR_IMAGE_MAX])
+{
+    uint8_t tmp[UIW_RX_HDRBUF];
+    unsigned ddp = h->tagged ? UIW_HDR_TAGGED_LEN : UIW_HDR_UNTAGGED_LEN;
+    unsigned n;
+    int r;
+
+    if (h->opcode == UIW_OP_TERMINATE)
+        return 0;
+    r = uiw_hdr_encode(h, tmp, sizeof(tmp));
+    if (r < (int)ddp)
+        return 0;
+    /* RFC 5040 §4.8: DDP Segment Length, then the terminated DDP header */
+    out[0] = (uint8_t)(ulpdu_len >> 8);
+    out[1] = (uint8_t)ulpdu_len;
+    memcpy(out + UIW_TERM_DDP_SEGLEN_LEN, tmp, ddp);
+    n = UIW_TERM_DDP_SEGLEN_LEN + ddp;
+    /* ... and the Read Request header (R) for errors on a Read Request */
+    if (with_rreq && !h->tagged && h->opcode == UIW_OP_READ_REQ &&
+        r >= (int)(UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN)) {
+        memcpy(out + n, tmp + UIW_HDR_UNTAGGED_LEN, UIW_RREQ_LEN);
+        n += UIW_RREQ_LEN;
+    }
+    return n;
+}
+
+void dp_orq_pop(struct uiw_qp *qp)
+{
+    if (!qp->orq_count)
+        return;
+    qp->orq_head = (qp->orq_head + 1) % UIW_MAX_ORD;
+    qp->orq_count--;
+}
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+        return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return IBV_WC_FETCH_ADD;
+    case IBV_WR_LOCAL_INV:
+        return IBV_WC_LOCAL_INV;
+    default:
+        return IBV_WC_SEND;
+    }
+}
+
+void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st)
+{
+    struct ibv_wc wc;
+
+    e->state = SQE_DONE;
+    e->status = (uint8_t)st;
+    if (!(qp->sq_sig_all || (e->flags & IBV_SEND_SIGNALED)) && st == IBV_WC_SUCCESS)
+        return;
+    memset(&wc, 0, sizeof(wc));
+    wc.wr_id = e->wr_id;
+    wc.status = st;
+    wc.opcode = wc_opcode(e->opcode);
+    wc.qp_num = qp->ibqp.qp_num;
+    wc.byte_len = e->opcode == IBV_WR_LOCAL_INV ? 0 : (uint32_t)e->length;
+    uiw_cq_push(qp->scq, &wc, false);
+}
+
+static void sq_pop(struct uiw_qp *qp)
+{
+    struct dp_tx *t = TX(qp);
+
+    qp->sq_head = (qp->sq_head + 1) % qp->sq_cap;
+    qp->sq_count--;
+    if (t && t->sq_started)
+        t->sq_started--;
+}
+
+void dp_sq_complete(struct uiw_qp *qp)
+{
+    bool popped = false;
+
+    while (qp->sq_count) {
+        struct uiw_sqe *e = &qp->sq[qp->sq_head];
+
+        if (e->state != SQE_DONE)
+            break;
+        dp_sqe_finish(qp, e, (enum ibv_wc_status)e->status);
+        sq_pop(qp);
+        popped = true;
+    }
+    /* IB verbs: SQD with notification reports the drained SQ once */
+    if (popped && !qp->sq_count && qp->state == IBV_QPS_SQD && qp->attr.en_sqd_async_notify)
+        uiw_async_event(qp->ctx, IBV_EVENT_SQ_DRAINED, &qp->ibqp);
+}
+
+void dp_sq_fail_upto(struct uiw_qp *qp, unsigned pos, enum ibv_wc_status st)
+{
+    for (unsigned i = 0; i < pos && qp->sq_count; i++) {
+        struct uiw_sqe *e = &qp->sq[qp->sq_head];
+
+        dp_sqe_finish(qp, e,
+                      e->state == SQE_DONE ? (enum ibv_wc_status)e->status : IBV_WC_WR_FLUSH_ERR);
+        sq_pop(qp);
+    }
+    if (qp->sq_count) {
+        dp_sqe_finish(qp, &qp->sq[qp->sq_head], st);
+        sq_pop(qp);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The batch
+ * ---------------------------------------------------------------------- */
+
+static void release_held(struct dp_tx *t)
+{
+    for (int i = 0; i < t->nheld; i++)
+        uiw_mr_put(t->held[i]);
+    t->nheld = 0;
+    t->irq_held = false;
+}
+
+static void batch_reset(struct uiw_qp *qp, struct dp_tx *t)
+{
+    t->niov = t->cur = 0;
+    t->total = t->sent = 0;
+    t->nfp = t->fp_cur = 0;
+    t->arena_used = 0;
+    t->vol_bytes = 0;
+    t->wire_base = qp->tx.stream_off;
+    for (int i = 0; i < t->nspill; i++)
+        free(t->spill[i]);
+    t->nspill = 0;
+    free(t->term_buf);
+    t->term_buf = NULL;
+}
+
+static bool batch_room(const struct dp_tx *t)
+{
+    if (t->niov + UIW_TX_MAX_IOV > TXB_IOV || t->nfp >= TXB_FPDUS ||
+        t->arena_used + UIW_TX_SCRATCH > TXB_ARENA || t->total >= TXB_BYTES)
+        return false;
+    if (t->src == SRC_IRQ && t->irq_read && t->vol_bytes >= TXB_VOL_MAX)
+        return false;
+    return true;
+}
+
+static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, bool vol)
+{
+    if (!n)
+        return;
+    if (t->niov > 0 && t->vol[t->niov - 1] == vol &&
+        (const uint8_t *)t->iov[t->niov - 1].iov_base + t->iov[t->niov - 1].iov_len == p) {
+        t->iov[t->niov - 1].iov_len += n;
+        return;
+    }
+    t->iov[t->niov].iov_base = (void *)p;
+    t->iov[t->niov].iov_len = n;
+    t->vol[t->niov] = vol;
+    t->niov++;
+}
+
+/* Move t->fpdu into the batch: scratch bytes (length, header, markers, pad,
+ * CRC) are copied into the arena, payload iovecs are kept. */
+static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, bool vol)
+{
+    const uiw_fpdu *f = &t->fpdu;
+    uintptr_t sb = (uintptr_t)f->scratch, se = sb + sizeof(f->scratch);
+
+    for (int i = 0; i < f->iovcnt; i++) {
+        const uint8_t *p = f->iov[i].iov_base;
+        size_t n = f->iov[i].iov_len;
+
+        if ((uintptr_t)p >= sb && (uintptr_t)p < se) {
+            uint8_t *d = t->arena + t->arena_used;
+            memcpy(d, p, n);
+            t->arena_used += n;
+            push_iov(t, d, n, false);
+        } else {
+            push_iov(t, p, n, vol);
+            if (vol)
+                t->vol_bytes += n;
+        }
+    }
+    t->total += f->bytes;
+    t->fp[t->nfp].end = t->total;
+    t->fp[t->nfp].kind = kind;
+    t->fp[t->nfp].arg = arg;
+    t->nfp++;
+}
+
+/* Copy the unsent bytes that still point into Read Response source MRs
+ * into a spill buffer, so the MRs can be released. */
+static bool spill_vol(struct dp_tx *t)
+{
+    size_t need = 0, off = 0;
+    uint8_t *buf;
+
+    for (int i = t->cur; i < t->niov; i++)
+        if (t->vol[i])
+            need += t->iov[i].iov_len;
+    if (!need)
+        return true;
+    if (t->nspill == TXB_SPILLS)
+        return false;
+    buf = malloc(need);
+    if (!buf)
+        return false;
+    for (int i = t->cur; i < t->niov; i++) {
+        if (!t->vol[i])
+            continue;
+        memcpy(buf + off, t->iov[i].iov_base, t->iov[i].iov_len);
+        t->iov[i].iov_base = buf + off;
+        t->vol[i] = 0;
+        off += t->iov[i].iov_len;
+    }
+    t->spill[t->nspill++] = buf;
+    return true;
+}
+
+static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
+{
+    switch (f->kind) {
+    case MK_SQE: {
+        struct uiw_sqe *e = &qp->sq[f->arg];
+        if (e->state == SQE_SENDING) {
+            e->state = SQE_DONE;
+            e->status = IBV_WC_SUCCESS;
+        }
+        break;
+    }
+    case MK_IRQ:
+        /* the response left: its IRD credit is free again (RFC 5040 §6.1) */
+        if (qp->irq_count) {
+            qp->irq_head = (qp->irq_head + 1) % UIW_MAX_IRD;
+            qp->irq_count--;
+        }
+        if (t->irq_started)
+            t->irq_started--;
+        break;
+    case MK_TERM:
+        t->term_out = true;
+        break;
+    default:
+        break;
+    }
+}
+
+/* sendmsg until the batch is out (0), the socket is full (-EAGAIN) or
+ * broken (-errno). */
+static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
+{
+    while (t->cur < t->niov) {
+        struct msghdr mh;
+        ssize_t n;
+
+        memset(&mh, 0, sizeof(mh));
+        mh.msg_iov = &t->iov[t->cur];
+        mh.msg_iovlen = (size_t)(t->niov - t->cur);
+        n = sendmsg(qp->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK)
+                return -EAGAIN;
+            return -errno;
+        }
+        t->sent += (size_t)n;
+        while (n > 0) {
+            struct iovec *v = &t->iov[t->cur];
+            if ((size_t)n >= v->iov_len) {
+                n -= (ssize_t)v->iov_len;
+                t->cur++;
+            } else {
+                v->iov_base = (uint8_t *)v->iov_base + n;
+                v->iov_len -= (size_t)n;
+                n = 0;
+            }
+        }
+        while (t->fp_cur < t->nfp && t->fp[t->fp_cur].end <= t->sent)
+            fire(qp, t, &t->fp[t->fp_cur++]);
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Starting messages
+ * ---------------------------------------------------------------------- */
+
+static void hdr_init(uiw_hdr *h, bool tagged, unsigned opcode)
+{
+    memset(h, 0, sizeof(*h));
+    h->tagged = tagged;
+    h->last = true;
+    h->ddp_version = UIW_DDP_VERSION;
+    h->rdmap_version = UIW_RDMAP_VERSION;
+    h->opcode = (uint8_t)opcode;
+}
+
+static void hdr_untagged(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn)
+{
+    hdr_init(h, false, opcode);
+    h->qn = qn;
+    h->msn = msn;
+    h->mo = 0;
+}
+
+/* Gather list of a Send/Write: inline slot or the SGEs (lkey checked for
+ * local read, RFC 5042 §5: every access is checked). */
+static enum ibv_wc_status local_sgl(struct uiw_qp *qp, const struct uiw_sqe *e, struct iovec *sgl,
+                                    int *n)
+{
+    int k = 0;
+
+    if (e->inline_data) {
+        sgl[0].iov_base = e->inline_data;
+        sgl[0].iov_len = (size_t)e->length;
+        *n = e->length ? 1 : 0;
+        return IBV_WC_SUCCESS;
+    }
+    for (int i = 0; i < e->num_sge; i++) {
+        enum uiw_mem_err err;
+        uint8_t *addr;
+        struct uiw_mr *mr;
+
+        if (!e->sge[i].length)
+            continue;
+        mr = uiw_sge_get(qp->pd, &e->sge[i], 0, &addr, &err);
+        if (!mr)
+            return IBV_WC_LOC_PROT_ERR;
+        uiw_mr_put(mr);
+        sgl[k].iov_base = addr;
+        sgl[k].iov_len = e->sge[i].length;
+        k++;
+    }
+    *n = k;
+    return IBV_WC_SUCCESS;
+}
+
+/* The local buffers a Read Response / Atomic Response will be written to
+ * (verbs: IBV_ACCESS_LOCAL_WRITE). Checked again at placement. */
+static enum ibv_wc_status local_sink_ok(struct uiw_qp *qp, const struct uiw_sqe *e)
+{
+    for (int i = 0; i < e->num_sge; i++) {
+        enum uiw_mem_err err;
+        uint8_t *addr;
+        struct uiw_mr *mr = uiw_sge_get(qp->pd, &e->sge[i], IBV_ACCESS_LOCAL_WRITE, &addr, &err);
+
+        if (!mr)
+            return IBV_WC_LOC_PROT_ERR;
+        uiw_mr_put(mr);
+    }
+    return IBV_WC_SUCCESS;
+}
+
+/* Local checks of an SQE before anything of it is sent. */
+static enum ibv_wc_status sqe_check(struct uiw_qp *qp, const struct uiw_sqe *e, struct iovec *sgl,
+                                    int *nsgl)
+{
+    enum ibv_wc_status st;
+
+    switch (e->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        st = local_sgl(qp, e, sgl, nsgl);
+        if (st)
+            return st;
+        /* RFC 5041 §5.2: a message is shorter than 2^32; verbs max_msg_sz */
+        if (e->length > UIW_MAX_MSG_SIZE)
+            return IBV_WC_LOC_LEN_ERR;
+        if ((e->opcode == IBV_WR_RDMA_WRITE || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+            e->length && e->remote_addr > UINT64_MAX - (e->length - 1))
+            return IBV_WC_LOC_LEN_ERR; /* TO would wrap (RFC 5041 §7.1) */
+        return IBV_WC_SUCCESS;
+    case IBV_WR_RDMA_READ:
+        st = local_sink_ok(qp, e);
+        if (st)
+            return st;
+        if (e->length > UIW_MAX_MSG_SIZE)
+            return IBV_WC_LOC_LEN_ERR;
+        if (e->length && ((e->num_sge && e->sge[0].addr > UINT64_MAX - (e->length - 1)) ||
+                          e->remote_addr > UINT64_MAX - (e->length - 1)))
+            return IBV_WC_LOC_LEN_ERR;
+        if (!dp_ord(qp))
+            return IBV_WC_LOC_QP_OP_ERR; /* no Read credit negotiated */
+        return IBV_WC_SUCCESS;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        /* RFC 7306 §5.1: a 64-bit operation; the original value comes back */
+        if (e->length != 8)
+            return IBV_WC_LOC_LEN_ERR;
+        st = local_sink_ok(qp, e);
+        if (st)
+            return st;
+        if (!dp_ord(qp))
+            return IBV_WC_LOC_QP_OP_ERR;
+        return IBV_WC_SUCCESS;
+    case IBV_WR_LOCAL_INV:
+        return IBV_WC_SUCCESS;
+    default:
+        return IBV_WC_LOC_QP_OP_ERR;
+    }
+}
+
+/* A local error on the SQE at pos: it completes with st after the ones
+ * before it, and a Terminate goes out instead of it (RFC 5040 §7.1 case 1:
+ * Local Catastrophic, no headers). */
+static void sqe_fail(struct uiw_qp *qp, unsigned pos, enum ibv_wc_status st)
+{
+    uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, UIW_RDMAP_EC_UNSPECIFIED};
+
+    uiw_log("qp %u: local error on wr_id 0x%llx: %s", qp->ibqp.qp_num,
+            (unsigned long long)qp->sq[(qp->sq_head + pos) % qp->sq_cap].wr_id,
+            ibv_wc_status_str(st));
+    dp_sq_fail_upto(qp, pos, st);
+    uiw_qp_terminate_locked(qp, c, NULL, 0, DP_NO_ASYNC);
+}
+
+static bool orq_full(struct uiw_qp *qp)
+{
+    return qp->orq_count >= dp_ord(qp) || qp->orq_count >= UIW_MAX_ORD;
+}
+
+static struct uiw_orqe *orq_push(struct uiw_qp *qp)
+{
+    struct uiw_orqe *o = &qp->orq[(qp->orq_head + qp->orq_count) % UIW_MAX_ORD];
+
+    memset(o, 0, sizeof(*o));
+    qp->orq_count++;
+    return o;
+}
+
+/* Start the SQE at position t->sq_started. 1: started (or a local
+ * operation executed), 0: must wait, -1: failed (QP in error). */
+static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
+{
+    unsigned pos = t->sq_started;
+    unsigned idx = (qp->sq_head + pos) % qp->sq_cap;
+    struct uiw_sqe *e = &qp->sq[idx];
+    bool se = e->flags & IBV_SEND_SOLICITED;
+    enum ibv_wc_status st;
+    int nsgl = 0, r;
+    uiw_hdr h;
+
+    /* IB verbs fence: wait for every outstanding Read/Atomic */
+    if ((e->flags & IBV_SEND_FENCE) && qp->orq_count)
+        return 0;
+    if ((e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+         e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) &&
+        dp_ord(qp) && orq_full(qp))
+        return 0; /* RFC 5040 §6.1: never more than ORD outstanding */
+
+    st = sqe_check(qp, e, t->sgl, &nsgl);
+    if (st) {
+        /* let what was built before it go out and complete first */
+        if (t->niov)
+            return 0;
+        sqe_fail(qp, pos, st);
+        return -1;
+    }
+
+    switch (e->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+        /* RFC 5040 §5.3; with Imm the SE goes on the Immediate Data */
+        hdr_untagged(&h, (se && e->opcode == IBV_WR_SEND) ? UIW_OP_SEND_SE : UIW_OP_SEND,
+                     UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+        break;
+    case IBV_WR_SEND_WITH_INV:
+        hdr_untagged(&h, se ? UIW_OP_SEND_SE_INV : UIW_OP_SEND_INV, UIW_QN_SEND,
+                     ++qp->tx_msn[UIW_QN_SEND]);
+        h.inv_stag = e->imm_or_inv; /* RFC 5040 §4.1 Invalidate STag */
+        break;
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        hdr_init(&h, true, UIW_OP_WRITE); /* RFC 5040 §5.1 */
+        h.stag = e->rkey;
+        h.to = e->remote_addr;
+        break;
+    case IBV_WR_RDMA_READ: {
+        /* RFC 5040 §4.4, §5.2.1: Read Request on QN 1; the response is
+         * placed by us into the SGE list, addressed by the first SGE */
+        struct uiw_orqe *o = orq_push(qp);
+        o->sqe = e;
+        o->sink_stag = e->num_sge ? e->sge[0].lkey : 0;
+        o->sink_to = e->num_sge ? e->sge[0].addr : 0;
+        o->size = (uint32_t)e->length;
+        o->msn = ++qp->tx_msn[UIW_QN_READ_REQ];
+        hdr_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, o->msn);
+        h.u.rreq.sink_stag = o->sink_stag;
+        h.u.rreq.sink_to = o->sink_to;
+        h.u.rreq.read_size = o->size;
+        h.u.rreq.src_stag = e->rkey;
+        h.u.rreq.src_to = e->remote_addr;
+        nsgl = 0;
+        break;
+    }
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP: {
+        /* RFC 7306 §5.2.1: Atomic Request on QN 1 (shares ORD/IRD) */
+        struct uiw_orqe *o = orq_push(qp);
+        uiw_atomic_req *a = &h.u.atomic_req;
+        o->sqe = e;
+        o->atomic = true;
+        o->size = 8;
+        o->req_id = ++t->atomic_id;
+        o->msn = ++qp->tx_msn[UIW_QN_READ_REQ];
+        hdr_untagged(&h, UIW_OP_ATOMIC_REQ, UIW_QN_READ_REQ, o->msn);
+        a->req_id = o->req_id;
+        a->stag = e->rkey;
+        a->to = e->remote_addr;
+        if (e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+            /* RFC 7306 §5.1.1: Add Mask 0 = one 64-bit add; Figure 5 and
+             * §5.2.1: Compare Data 0, Compare Mask all ones for FetchAdd */
+            a->aop = UIW_AOP_FETCH_ADD;
+            a->add_swap = e->compare_add;
+            a->add_swap_mask = 0;
+            a->compare = 0;
+            a->compare_mask = UINT64_MAX;
+        } else {
+            /* RFC 7306 §5.1.2 with all-ones masks: verbs CmpSwap (swap the
+             * whole word if it equals compare_add) */
+            a->aop = UIW_AOP_CMP_SWAP;
+            a->add_swap = e->swap;
+            a->add_swap_mask = UINT64_MAX;
+            a->compare = e->compare_add;
+            a->compare_mask = UINT64_MAX;
+        }
+        nsgl = 0;
+        break;
+    }
+    case IBV_WR_LOCAL_INV:
+        /* executed in SQ order; verbs: failure is a local protection error */
+        r = uiw_stag_invalidate(qp->pd, e->imm_or_inv);
+        if (r) {
+            if (t->niov)
+                return 0;
+            sqe_fail(qp, pos, IBV_WC_LOC_PROT_ERR);
+            return -1;
+        }
+        e->state = SQE_DONE;
+        e->status = IBV_WC_SUCCESS;
+        t->sq_started++;
+        return 1;
+    default:
+        return -1; /* refused at post time */
+    }
+
+    r = uiw_tx_msg_init(&t->msg, &h, t->sgl, nsgl,
+                        (e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+                         e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+                            ? 0
+                            : e->length);
+    if (r < 0) {
+        /* sqe_check covers what uiw_tx_msg_init refuses: cannot happen */
+        uiw_log("qp %u: cannot segment wr_id 0x%llx: %d", qp->ibqp.qp_num,
+                (unsigned long long)e->wr_id, r);
+        sqe_fail(qp, pos, IBV_WC_LOC_LEN_ERR);
+        return -1;
+    }
+    e->state = (e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP)
+                   ? SQE_WAIT_RESP
+                   : SQE_SENDING;
+    t->src = SRC_SQ;
+    t->phase = 0;
+    t->sq_idx = idx;
+    t->sq_started++;
+    return 1;
+}
+
+/* The Immediate Data message that follows a Write/Send with Imm
+ * (RFC 7306 §6.2: 8 bytes; here the 4 bytes of imm_data, then zeros). */
+static void start_imm(struct uiw_qp *qp, struct dp_tx *t, const struct uiw_sqe *e)
+{
+    uiw_hdr h;
+
+    hdr_untagged(&h, (e->flags & IBV_SEND_SOLICITED) ? UIW_OP_IMM_DATA_SE : UIW_OP_IMM_DATA,
+                 UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+    memcpy(h.u.imm, &e->imm_or_inv, 4);
+    (void)uiw_tx_msg_init(&t->msg, &h, NULL, 0, 0);
+    t->phase = 1;
+}
+
+static uint8_t rdmap_prot_code(enum uiw_mem_err err)
+{
+    switch (err) {
+    case UIW_MEM_BASE_BOUNDS:
+        return UIW_RDMAP_EC_BASE_BOUNDS;
+    case UIW_MEM_ACCESS:
+        return UIW_RDMAP_EC_ACCESS_RIGHTS;
+    case UIW_MEM_PD:
+        return UIW_RDMAP_EC_STAG_NOT_ASSOC;
+    case UIW_MEM_TO_WRAP:
+        return UIW_RDMAP_EC_TO_WRAP;
+    default:
+        return UIW_RDMAP_EC_INVALID_STAG;
+    }
+}
+
+/* A Read Response cannot be (further) served from its source: RDMAP
+ * Remote Protection Error with the Read Request header updated to the
+ * current location (RFC 5040 §4.8 "Terminated RDMA Header"). */
+static void irq_fail(struct uiw_qp *qp, const struct uiw_irqe *e, enum uiw_mem_err err)
+{
+    uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, rdmap_prot_code(err)};
+    uint8_t img[DP_HDR_IMAGE_MAX];
+    uiw_hdr h;
+    unsigned n;
+
+    hdr_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, e->msn);
+    h.u.rreq = e->rreq;
+    h.u.rreq.sink_to += e->sent;
+    h.u.rreq.src_to += e->sent;
+    h.u.rreq.read_size -= (uint32_t)e->sent;
+    n = dp_hdr_image(&h, UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN, true, img);
+    uiw_qp_terminate_locked(qp, c, img, n, IBV_EVENT_QP_ACCESS_ERR);
+}
+
+/* Look the current Read Response's source up again (a later call, or the
+ * first FPDU): the whole requested range, REMOTE_READ. */
+static bool irq_hold(struct uiw_qp *qp, struct dp_tx *t)
+{
+    struct uiw_irqe *e = &qp->irq[t->irq_pos];
+    enum uiw_mem_err err;
+    uint8_t *addr;
+    struct uiw_mr *mr;
+
+    if (!e->rreq.read_size) {
+        t->irq_held = true;
+        return true;
+    }
+    if (t->nheld == TXB_HELD)
+        return false;
+    mr = uiw_mr_get(qp->pd, e->rreq.src_stag, e->rreq.src_to, e->rreq.read_size,
+                    IBV_ACCESS_REMOTE_READ, &addr, &err);
+    if (!mr) {
+        /* deregistered or invalidated while being read */
+        irq_fail(qp, e, err);
+        return false;
+    }
+    t->held[t->nheld++] = mr;
+    t->sgl[0].iov_base = addr;
+    t->sgl[0].iov_len = e->rreq.read_size;
+    t->irq_held = true;
+    return true;
+}
+
+static int serve_irq(struct uiw_qp *qp, struct dp_tx *t)
+{
+    unsigned pos = (qp->irq_head + t->irq_started) % UIW_MAX_IRD;
+    struct uiw_irqe *e = &qp->irq[pos];
+    uiw_hdr h;
+    int r;
+
+    t->irq_pos = pos;
+    if (e->opcode == UIW_OP_READ_REQ) {
+        /* RFC 5040 §5.2.2: tagged, to the requester's sink STag/TO */
+        if (e->rreq.read_size && t->nheld == TXB_HELD)
+            return 0;
+        hdr_init(&h, true, UIW_OP_READ_RESP);
+        h.stag = e->rreq.sink_stag;
+        h.to = e->rreq.sink_to;
+        e->sent = 0;
+        t->irq_read = true;
+        t->irq_held = false;
+        if (!irq_hold(qp, t))
+            return -1;
+        r = uiw_tx_msg_init(&t->msg, &h, t->sgl, e->rreq.read_size ? 1 : 0, e->rreq.read_size);
+    } else {
+        /* RFC 7306 §5.2.2: Atomic Response on QN 3 */
+        hdr_untagged(&h, UIW_OP_ATOMIC_RESP, UIW_QN_ATOMIC_RESP, ++qp->tx_msn[UIW_QN_ATOMIC_RESP]);
+        h.u.atomic_resp = e->aresp;
+        t->irq_read = false;
+        r = uiw_tx_msg_init(&t->msg, &h, NULL, 0, 0);
+    }
+    if (r < 0) {
+        /* checked on delivery (qp_rx.c); cannot happen */
+        uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
+        uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
+        return -1;
+    }
+    t->src = SRC_IRQ;
+    t->irq_started++;
+    return 1;
+}
+
+/* The P2P RTR (RFC 6581 §9, siw's forms: notes §1.3), before any FPDU. */
+static void start_rtr(struct uiw_qp *qp, struct dp_tx *t)
+{
+    uiw_hdr h;
+
+    if (t->rtr & UIW_RTR_WRITE) {
+        hdr_init(&h, true, UIW_OP_WRITE);
+        h.stag = 1; /* siw: Chelsio refuses STag 0 */
+        h.to = 0;
+    } else if (t->rtr & UIW_RTR_READ) {
+        struct uiw_orqe *o = orq_push(qp);
+        o->sqe = NULL; /* internal: consumed without completion */
+        o->msn = ++qp->tx_msn[UIW_QN_READ_REQ];
+        hdr_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, o->msn);
+        h.u.rreq.src_stag = 1;
+    } else {
+        hdr_untagged(&h, UIW_OP_SEND, UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+    }
+    (void)uiw_tx_msg_init(&t->msg, &h, NULL, 0, 0);
+    t->rtr = 0;
+    t->src = SRC_RTR;
+}
+
+static bool sq_startable(struct uiw_qp *qp, struct dp_tx *t)
+{
+    return qp->state == IBV_QPS_RTS && t->sq_started < qp->sq_count &&
+           qp->sq[(qp->sq_head + t->sq_started) % qp->sq_cap].state == SQE_NEW;
+}
+
+/* Set up the next message. 1: something to segment (or a local operation
+ * done), 0: nothing now, -1: error (QP in ERR). */
+static int pick_next(struct uiw_qp *qp, struct dp_tx *t)
+{
+    bool irq, sq, irq_first;
+
+    if (t->term_queued)
+        return 0;
+    if (t->rtr) {
+        start_rtr(qp, t);
+        return 1;
+    }
+    if (t->await) /* RFC 5044 §7.1.2 rule 4 */
+        return 0;
+    irq = qp->irq_count > t->irq_started;
+    sq = sq_startable(qp, t);
+    /* alternate message by message; either one may have to wait (SQ:
+     * fence, ORD; IRQ: source MRs held in this call), then the other goes */
+    irq_first = irq && (!sq || !t->last_irq);
+    for (int pass = 0; pass < 2; pass++) {
+        int r;
+
+        if ((pass == 0) == irq_first) {
+            if (!irq)
+                continue;
+            r = serve_irq(qp, t);
+            if (r > 0)
+                t->last_irq = true;
+        } else {
+            if (!sq)
+                continue;
+            r = start_sqe(qp, t);
+            if (r > 0)
+                t->last_irq = false;
+        }
+        if (r)
+            return r;
+    }
+    return 0;
+}
+
+static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
+{
+    while (batch_room(t)) {
+        uint8_t kind = MK_NONE;
+        unsigned arg = 0;
+        bool vol;
+        int r;
+
+        if (t->src == SRC_NONE) {
+            if (pick_next(qp, t) <= 0)
+                return;
+            continue;
+        }
+        if (t->src == SRC_IRQ && t->irq_read && !t->irq_held && !irq_hold(qp, t))
+            return;
+        vol = t->src == SRC_IRQ && t->irq_read;
+        r = uiw_tx_next(&qp->tx, &t->msg, &t->fpdu);
+        if (r <= 0) {
+            uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
+            uiw_log("qp %u: segmentation failed: %d", qp->ibqp.qp_num, r);
+            t->src = SRC_NONE;
+            uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
+            return;
+        }
+        if (t->src == SRC_IRQ && t->irq_read)
+            qp->irq[t->irq_pos].sent = t->msg.done;
+        if (!t->fpdu.last) {
+            append_fpdu(t, MK_NONE, 0, vol);
+            continue;
+        }
+        /* the message's last FPDU */
+        switch (t->src) {
+        case SRC_SQ: {
+            struct uiw_sqe *e = &qp->sq[t->sq_idx];
+            bool imm =
+                (e->opcode == IBV_WR_SEND_WITH_IMM || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
+                t->phase == 0;
+            if (e->state == SQE_SENDING && !imm) {
+                kind = MK_SQE;
+                arg = t->sq_idx;
+            }
+            append_fpdu(t, kind, arg, vol);
+            if (imm)
+                start_imm(qp, t, e);
+            else
+                t->src = SRC_NONE;
+            continue;
+        }
+        case SRC_IRQ:
+            kind = MK_IRQ;
+            break;
+        default:
+            break;
+        }
+        append_fpdu(t, kind, arg, vol);
+        t->src = SRC_NONE;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Terminate (RFC 5040 §4.8, §5.4, §7)
+ * ---------------------------------------------------------------------- */
+
+/* What to attach (RFC 5040 §4.8 Figure 10): LLP errors and a Local
+ * Catastrophic Error nothing; DDP errors and RDMAP Remote Protection /
+ * Operation errors the DDP Segment Length and the DDP header; errors on a
+ * Read Request also its RDMA header (bad images of 48 bytes). */
+static void term_attach(uiw_term *tm, uiw_term_cause c, const uint8_t *bad, unsigned len)
+{
+    unsigned ddp;
+
+    memset(tm, 0, sizeof(*tm));
+    tm->cause = c;
+    if (c.layer == UIW_LAYER_LLP || (c.layer == UIW_LAYER_RDMAP && c.etype == 0) || !bad ||
+        len < UIW_TERM_DDP_SEGLEN_LEN)
+        return;
+    tm->hdr_mpa = true; /* M: the DDP Segment Length is valid */
+    ddp = len > UIW_TERM_DDP_SEGLEN_LEN && (bad[UIW_TERM_DDP_SEGLEN_LEN] & 0x80)
+              ? UIW_HDR_TAGGED_LEN
+              : UIW_HDR_UNTAGGED_LEN;
+    if (len < UIW_TERM_DDP_SEGLEN_LEN + ddp) {
+        tm->ddp_hdr_len = UIW_TERM_DDP_SEGLEN_LEN;
+        memcpy(tm->ddp_hdr, bad, UIW_TERM_DDP_SEGLEN_LEN);
+        return;
+    }
+    tm->hdr_ddp = true; /* D */
+    tm->ddp_hdr_len = (uint8_t)(UIW_TERM_DDP_SEGLEN_LEN + ddp);
+    memcpy(tm->ddp_hdr, bad, tm->ddp_hdr_len);
+    if (c.layer == UIW_LAYER_RDMAP && len >= (unsigned)tm->ddp_hdr_len + UIW_RREQ_LEN) {
+        tm->hdr_rdma = true; /* R */
+        tm->rdma_hdr_len = UIW_RREQ_LEN;
+        memcpy(tm->rdma_hdr, bad + tm->ddp_hdr_len, UIW_RREQ_LEN);
+    }
+}
+
+/* Put the Terminate in place of everything not yet handed to TCP: a
+ * partially sent FPDU must be finished (framing), its rest is copied since
+ * the buffers behind it are about to be flushed. */
+static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h)
+{
+    size_t keep_end = t->sent, tail, off = 0;
+    uint64_t base;
+    uint8_t *buf = NULL;
+    int r;
+
+    if (t->cur < t->niov && t->fp_cur < t->nfp) {
+        size_t start = t->fp_cur ? t->fp[t->fp_cur - 1].end : 0;
+        if (t->sent > start)
+            keep_end = t->fp[t->fp_cur].end;
+    }
+    tail = keep_end - t->sent;
+    if (tail) {
+        buf = malloc(tail);
+        if (!buf) {
+            uiw_log("qp %u: no memory for the Terminate", qp->ibqp.qp_num);
+            t->term_queued = true; /* the stream is broken: just close */
+            t->term_out = true;
+            return;
+        }
+        for (int i = t->cur; i < t->niov && off < tail; i++) {
+            size_t n = t->iov[i].iov_len < tail - off ? t->iov[i].iov_len : tail - off;
+            memcpy(buf + off, t->iov[i].iov_base, n);
+            off += n;
+        }
+    }
+    base = t->wire_base + t->sent;
+    release_held(t);
+    batch_reset(qp, t);
+    t->src = SRC_NONE;
+    t->wire_base = base;
+    t->term_buf = buf;
+    if (tail) {
+        push_iov(t, buf, tail, false);
+        t->total = tail;
+        t->fp[0].end = tail;
+        t->fp[0].kind = MK_NONE;
+        t->nfp = 1;
+    }
+    /* the wire core's stream offset must be the wire's (markers) */
+    qp->tx.stream_off = base + tail;
+    t->term_queued = true;
+    r = uiw_tx_msg_init(&t->msg, h, NULL, 0, 0);
+    if (r == 0)
+        r = uiw_tx_next(&qp->tx, &t->msg, &t->fpdu);
+    if (r != 1) {
+        uiw_log("qp %u: cannot build the Terminate: %d", qp->ibqp.qp_num, r);
+        return;
+    }
+    append_fpdu(t, MK_TERM, 0, false);
+}
+
+void dp_enter_error(struct uiw_qp *qp)
+{
+    dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
+    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
+        uiw_qp_to_error_locked(qp);
+    dp_tx_error_cleanup(qp);
+}
+
+UIW_EXPORT void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause,
+                                        const uint8_t *bad_hdr, unsigned bad_hdr_len,
+                                        enum ibv_event_type async)
+{
+    struct dp_tx *t = TX(qp);
+    uiw_hdr h;
+
+    /* RFC 5040 §7.1 rule 4: only the first error is reported; nothing is
+     * sent after a Terminate (§5.4) or once the stream is being closed */
+    if (qp->term_sent || qp->term_received || qp->state == IBV_QPS_ERR ||
+        qp->state == IBV_QPS_RESET)
+        return;
+    qp->term_sent = true;
+    qp->term = cause;
+    uiw_log("qp %u: sending Terminate %s / %s / %s", qp->ibqp.qp_num,
+            uiw_term_layer_name(cause.layer), uiw_term_etype_name(cause.layer, cause.etype),
+            uiw_term_ecode_name(cause.layer, cause.etype, cause.ecode));
+
+    /* RFC 5040 §4.8, §5.4: untagged, QN 2, first (and only) message on
+     * it: MSN 1, MO 0 */
+    hdr_untagged(&h, UIW_OP_TERMINATE, UIW_QN_TERMINATE, ++qp->tx_msn[UIW_QN_TERMINATE]);
+    term_attach(&h.u.term, cause, bad_hdr, bad_hdr_len);
+    if (t && qp->fd >= 0 && !t->shut)
+        queue_terminate(qp, t, &h);
+    dp_enter_error(qp);
+    if (async != DP_NO_ASYNC)
+        uiw_async_event(qp->ctx, async, &qp->ibqp);
+    uiw_qp_tx_progress(qp);
+}
+
+/* ------------------------------------------------------------------------
+ * Progress
+ * ---------------------------------------------------------------------- */
+
+void dp_arm(struct uiw_qp *qp)
+{
+    uint32_t ev = EPOLLIN | EPOLLRDHUP | EPOLLET | (qp->want_write ? EPOLLOUT : 0u);
+
+    if (qp->fd >= 0)
+        (void)uiw_progress_mod(qp->fd, ev, dp_event_cb, qp);
+}
+
+void dp_tx_error_cleanup(struct uiw_qp *qp)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (!t || t->err_done)
+        return;
+    t->err_done = true;
+    if (!t->term_queued) {
+        /* nothing more goes out: the flushed buffers must not be read */
+        release_held(t);
+        batch_reset(qp, t);
+    }
+    t->src = SRC_NONE;
+    t->sq_started = 0;
+    t->irq_started = 0;
+    t->rtr = 0;
+    t->await = false;
+}
+
+void dp_tx_release_await(struct uiw_qp *qp)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (t)
+        t->await = false;
+}
+
+UIW_EXPORT int uiw_qp_tx_progress(struct uiw_qp *qp)
+{
+    struct dp_tx *t = TX(qp);
+    int ret = 0;
+    bool blocked = false, yielded = false;
+    size_t budget = TX_BUDGET;
+
+    if (!t || qp->fd < 0 || t->busy)
+        return 0;
+    t->busy = true;
+    if (qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
+        dp_tx_error_cleanup(qp);
+    for (;;) {
+        if (t->cur < t->niov) {
+            int r = batch_send(qp, t);
+            if (r == -EAGAIN) {
+                blocked = true;
+                break;
+            }
+            if (r < 0) {
+                ret = r;
+                break;
+            }
+            continue;
+        }
+        if (t->term_queued || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
+            break;
+        if (t->total >= budget) {
+            /* let other QPs run; the socket is writable and did not hit
+             * EAGAIN, so no new EPOLLOUT edge would come by itself: the
+             * MOD below reports it again */
+            blocked = yielded = true;
+            break;
+        }
+        budget -= t->total;
+        release_held(t);
+        batch_reset(qp, t);
+        fill_batch(qp, t);
+        if (!t->niov)
+            break;
+    }
+    /* bytes of Read Response sources still queued: copy them, so the MRs
+     * are held only during this call */
+    if (t->nheld) {
+        if (spill_vol(t))
+            release_held(t);
+        else
+            uiw_log("qp %u: spill failed, source MR stays held", qp->ibqp.qp_num);
+    }
+    t->irq_held = false;
+    if (blocked != qp->want_write || yielded) {
+        qp->want_write = blocked;
+        dp_arm(qp);
+    }
+    t->busy = false;
+
+    if (t->term_out && !t->shut) {
+        /* RFC 5040 §6.2.1: graceful LLP teardown after the Terminate */
+        t->shut = true;
+        (void)shutdown(qp->fd, SHUT_WR);
+        if (qp->conn)
+            uiw_cm_llp_closed(qp->conn, -EPROTO);
+    }
+    if (ret < 0 && ret != -EAGAIN)
+        uiw_qp_llp_closed_locked(qp, ret);
+    dp_sq_complete(qp);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Posting
+ * ---------------------------------------------------------------------- */
+
+static bool opcode_ok(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_LOCAL_INV:
+        return true;
+    default:
+        return false;
+    }
+}
+
+UIW_EXPORT int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr,
+                                       struct ibv_send_wr **bad)
+{
+    int ret = 0;
+    bool posted = false;
+
+    for (; wr; wr = wr->next) {
+        struct uiw_sqe *e;
+        unsigned idx;
+        uint64_t len = 0;
+        bool inl;
+
+        if (!opcode_ok(wr->opcode) || wr->num_sge < 0 ||
+            (unsigned)wr->num_sge > qp->cap.max_send_sge || wr->num_sge > UIW_MAX_SGE ||
+            (wr->num_sge && !wr->sg_list)) {
+            ret = -EINVAL;
+            break;
+        }
+        if (qp->sq_count >= qp->sq_cap) {
+            ret = -ENOMEM;
+            break;
+        }
+        for (int i = 0; i < wr->num_sge; i++)
+            len += wr->sg_list[i].length;
+        /* verbs: inline data for Send and Write only (copied now, the
+         * lkeys are not checked) */
+        inl = (wr->send_flags & IBV_SEND_INLINE) &&
+              (wr->opcode == IBV_WR_SEND || wr->opcode == IBV_WR_SEND_WITH_INV ||
+               wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE ||
+               wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM);
+        if (inl &&
+            (len > (uint64_t)qp->cap.max_inline_data || len > UIW_MAX_INLINE || !qp->inline_buf)) {
+            ret = -EINVAL;
+            break;
+        }
+        idx = (qp->sq_head + qp->sq_count) % qp->sq_cap;
+        e = &qp->sq[idx];
+        memset(e, 0, sizeof(*e));
+        e->wr_id = wr->wr_id;
+        e->opcode = wr->opcode;
+        e->flags = wr->send_flags;
+        if (wr->opcode == IBV_WR_SEND_WITH_INV || wr->opcode == IBV_WR_LOCAL_INV)
+            e->imm_or_inv = wr->invalidate_rkey;
+        else
+            e->imm_or_inv = wr->imm_data;
+        if (wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+            e->remote_addr = wr->wr.atomic.remote_addr;
+            e->rkey = wr->wr.atomic.rkey;
+            e->compare_add = wr->wr.atomic.compare_add;
+            e->swap = wr->wr.atomic.swap;
+        } else {
+            e->remote_addr = wr->wr.rdma.remote_addr;
+            e->rkey = wr->wr.rdma.rkey;
+        }
+        e->num_sge = wr->num_sge;
+        for (int i = 0; i < wr->num_sge; i++)
+            e->sge[i] = wr->sg_list[i];
+        e->length = len;
+        e->immediate_pending =
+            wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+        if (inl) {
+            uint8_t *slot = qp->inline_buf + (size_t)idx * UIW_MAX_INLINE;
+            size_t off = 0;
+            for (int i = 0; i < wr->num_sge; i++) {
+                memcpy(slot + off, (const void *)(uintptr_t)wr->sg_list[i].addr,
+                       wr->sg_list[i].length);
+                off += wr->sg_list[i].length;
+            }
+            e->inline_data = slot;
+        }
+        e->state = SQE_NEW;
+        e->status = IBV_WC_SUCCESS;
+        qp->sq_count++;
+        posted = true;
+    }
+    if (ret)
+        *bad = wr;
+    if (posted)
+        uiw_qp_tx_progress(qp);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Attach / free
+ * ---------------------------------------------------------------------- */
+
+int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu)
+{
+    struct dp_tx *t = TX(qp);
+    uiw_tx_cfg cfg;
+    int r;
+
+    if (!t) {
+        t = calloc(1, sizeof(*t));
+        if (!t)
+            return -ENOMEM;
+        qp->tx_state = t;
+    } else {
+        release_held(t);
+        batch_reset(qp, t);
+        memset(t, 0, sizeof(*t));
+    }
+    memset(&cfg, 0, sizeof(cfg));
+    cfg.crc = qp->mpa.crc;
+    cfg.markers = qp->mpa.markers_tx;
+    cfg.max_fpdu = (uint16_t)max_fpdu;
+    r = uiw_tx_init(&qp->tx, &cfg);
+    if (r)
+        return r;
+    t->rtr = qp->mpa.send_rtr ? qp->mpa.rtr : 0;
+    t->await = qp->mpa.await_rtr;
+    t->wire_base = 0;
+    return 0;
+}
+
+void dp_tx_free(struct uiw_qp *qp)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (!t)
+        return;
+    release_held(t);
+    batch_reset(qp, t);
+    free(t);
+    qp->tx_state = NULL;
+}
+
+UIW_EXPORT void uiw_qp_dp_free(struct uiw_qp *qp)
+{
+    dp_tx_free(qp);
+    dp_rx_free(qp);
+}
+
+static unsigned pick_max_fpdu(int fd)
+{
+    unsigned mf = uiw_config()->max_fpdu;
+
+    if (!mf) {
+        /* like siw (notes §2.6): one FPDU per TCP segment, MSS rounded
+         * down to a multiple of 8 */
+        int mss = 0;
+        socklen_t l = sizeof(mss);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) == 0 && mss > 0)
+            mf = (unsigned)mss & ~7u;
+        else
+            mf = DP_MAX_FPDU_8; /* not TCP (tests on socketpairs) */
+    }
+    if (mf > DP_MAX_FPDU_8)
+        mf = DP_MAX_FPDU_8;
+    if (mf < UIW_TX_MIN_FPDU)
+        mf = UIW_TX_MIN_FPDU;
+    return mf;
+}
+
+static unsigned depth(uint16_t negotiated, unsigned current, unsigned max)
+{
+    /* RFC 6581 §9.1: 0x3FFF leaves it to the ULP (the QP's attribute) */
+    unsigned v = negotiated == UIW_MPA_IRD_ORD_AUTO ? current : negotiated;
+    return v > max ? max : v;
+}
+
+UIW_EXPORT int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
+{
+    struct ibv_qp_attr attr;
+    unsigned max_fpdu;
+    int one = 1, fl, r;
+
+    if (!qp || fd < 0 || !mpa)
+        return -EINVAL;
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
+    max_fpdu = pick_max_fpdu(fd);
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->fd >= 0) {
+        r = -EBUSY;
+        goto out;
+    }
+    if (qp->state != IBV_QPS_RESET && qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR) {
+        r = -EINVAL;
+        goto out;
+    }
+    qp->mpa = *mpa;
+    qp->ord = depth(mpa->ord, qp->ord, UIW_MAX_ORD);
+    qp->ird = depth(mpa->ird, qp->ird, UIW_MAX_IRD);
+    memset(qp->tx_msn, 0, sizeof(qp->tx_msn));
+    memset(qp->rx_msn, 0, sizeof(qp->rx_msn));
+    qp->orq_head = qp->orq_count = 0;
+    qp->irq_head = qp->irq_count = 0;
+    qp->term_sent = qp->term_received = false;
+    qp->want_write = false;
+    r = dp_tx_attach(qp, max_fpdu);
+    if (!r)
+        r = dp_rx_attach(qp);
+    if (r)
+        goto out;
+
+    /* RDMAC verbs Idle -> RTS (qp.c allows INIT -> RTS with a socket) */
+    qp->fd = fd;
+    memset(&attr, 0, sizeof(attr));
+    if (qp->state == IBV_QPS_RESET) {
+        attr.qp_state = IBV_QPS_INIT;
+        r = uiw_qp_modify_locked(qp, &attr, IBV_QP_STATE);
+    }
+    if (!r) {
+        attr.qp_state = IBV_QPS_RTS;
+        r = uiw_qp_modify_locked(qp, &attr, IBV_QP_STATE);
+    }
+    if (r) {
+        qp->fd = -1;
+        goto out;
+    }
+    r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
+    if (r) {
+        uiw_qp_to_error_locked(qp);
+        qp->fd = -1;
+        goto out;
+    }
+    uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
+            qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
+            qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
+    /* bytes may be waiting already; the RTR goes out now */
+    uiw_qp_rx_progress(qp);
+out:
+    pthread_mutex_unlock(&qp->lock);
+    return r;
+}

@@ -1,0 +1,509 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Helpers of the data path tests (test_datapath.c, test_dp_*.c): two QPs
+ * of the uiw_lo device connected over a socketpair with
+ * uiw_qp_attach_socket and a synthetic MPA result (no CM), completion
+ * polling with timeouts, async events, and a raw peer built on the wire
+ * core (uiw_tx / uiw_rx) that writes hand-made FPDUs and parses what our
+ * QP sends.
+ */
+#ifndef UIWARP_DP_TEST_H
+#define UIWARP_DP_TEST_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "engine.h"
+#include "testutil.h"
+
+#define DP_TIMEOUT_MS 20000
+
+static struct ibv_context *dp_ctx;
+
+static inline uint64_t dp_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static inline void dp_msleep(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t dp_rng = 0x243F6A8885A308D3ull;
+static inline uint64_t dp_rnd(void)
+{
+    dp_rng ^= dp_rng << 13;
+    dp_rng ^= dp_rng >> 7;
+    dp_rng ^= dp_rng << 17;
+    return dp_rng;
+}
+
+static inline void dp_fill(uint8_t *p, size_t n)
+{
+    size_t i = 0;
+    for (; i + 8 <= n; i += 8) {
+        uint64_t v = dp_rnd();
+        memcpy(p + i, &v, 8);
+    }
+    for (; i < n; i++)
+        p[i] = (uint8_t)dp_rnd();
+}
+
+static inline bool dp_all(const uint8_t *p, size_t n, uint8_t v)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != v)
+            return false;
+    return true;
+}
+
+/* aligned_alloc wants a size that is a multiple of the alignment (C17) */
+static inline void *dp_alloc(size_t align, size_t size)
+{
+    return aligned_alloc(align, (size + align - 1) / align * align);
+}
+
+static inline struct ibv_context *dp_open(void)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    struct ibv_context *c = NULL;
+
+    for (int i = 0; list && i < n; i++)
+        if (strcmp(ibv_get_device_name(list[i]), "uiw_lo") == 0)
+            c = ibv_open_device(list[i]);
+    if (!c && list && n > 0)
+        c = ibv_open_device(list[0]);
+    if (list)
+        ibv_free_device_list(list);
+    return c;
+}
+
+/* One side: PD, CQs, QP. */
+struct dp_ep {
+    struct ibv_pd *pd;
+    struct ibv_cq *scq, *rcq;
+    struct ibv_qp *qp;
+    struct ibv_srq *srq;
+    struct ibv_comp_channel *ch;
+};
+
+struct dp_ep_opts {
+    bool sig_all;
+    bool srq;
+    bool channel;
+    unsigned send_wr, recv_wr;
+};
+
+static inline int dp_ep_create(struct dp_ep *e, const struct dp_ep_opts *o)
+{
+    struct ibv_qp_init_attr ia;
+
+    memset(e, 0, sizeof(*e));
+    e->pd = ibv_alloc_pd(dp_ctx);
+    if (!e->pd)
+        return -1;
+    if (o && o->channel)
+        e->ch = ibv_create_comp_channel(dp_ctx);
+    e->scq = ibv_create_cq(dp_ctx, 4096, NULL, NULL, 0);
+    e->rcq = ibv_create_cq(dp_ctx, 4096, NULL, e->ch, 0);
+    if (!e->scq || !e->rcq)
+        return -1;
+    if (o && o->srq) {
+        struct ibv_srq_init_attr sa;
+        memset(&sa, 0, sizeof(sa));
+        sa.attr.max_wr = 256;
+        sa.attr.max_sge = 6;
+        e->srq = ibv_create_srq(e->pd, &sa);
+        if (!e->srq)
+            return -1;
+    }
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = e->scq;
+    ia.recv_cq = e->rcq;
+    ia.srq = e->srq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.sq_sig_all = o && o->sig_all;
+    ia.cap.max_send_wr = o && o->send_wr ? o->send_wr : 256;
+    ia.cap.max_recv_wr = o && o->recv_wr ? o->recv_wr : 256;
+    ia.cap.max_send_sge = 6;
+    ia.cap.max_recv_sge = 6;
+    ia.cap.max_inline_data = 256;
+    e->qp = ibv_create_qp(e->pd, &ia);
+    if (!e->qp)
+        return -1;
+    {
+        struct ibv_qp_attr a;
+        memset(&a, 0, sizeof(a));
+        a.qp_state = IBV_QPS_INIT;
+        a.port_num = 1;
+        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                            IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
+        if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+            return -1;
+    }
+    return 0;
+}
+
+/* Drop every queued async event (of any object). */
+static inline void dp_async_drain(void)
+{
+    struct ibv_async_event ev;
+    int fl = fcntl(dp_ctx->async_fd, F_GETFL);
+
+    fcntl(dp_ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+    while (ibv_get_async_event(dp_ctx, &ev) == 0)
+        ibv_ack_async_event(&ev);
+    fcntl(dp_ctx->async_fd, F_SETFL, fl);
+}
+
+/* Wait for an async event about qp; returns its type or -1. Other events
+ * are dropped. */
+static inline int dp_async_wait(struct ibv_qp *qp, unsigned ms)
+{
+    uint64_t end = dp_now_ms() + ms;
+    int fl = fcntl(dp_ctx->async_fd, F_GETFL);
+    int got = -1;
+
+    fcntl(dp_ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+    while (got < 0 && dp_now_ms() < end) {
+        struct ibv_async_event ev;
+        if (ibv_get_async_event(dp_ctx, &ev) == 0) {
+            bool mine = ev.element.qp == qp && ev.event_type != IBV_EVENT_CQ_ERR &&
+                        ev.event_type != IBV_EVENT_SRQ_ERR &&
+                        ev.event_type != IBV_EVENT_SRQ_LIMIT_REACHED &&
+                        ev.event_type != IBV_EVENT_QP_LAST_WQE_REACHED;
+            if (mine)
+                got = (int)ev.event_type;
+            ibv_ack_async_event(&ev);
+        } else {
+            struct pollfd p = {.fd = dp_ctx->async_fd, .events = POLLIN};
+            poll(&p, 1, 10);
+        }
+    }
+    fcntl(dp_ctx->async_fd, F_SETFL, fl);
+    return got;
+}
+
+static inline void dp_ep_destroy(struct dp_ep *e)
+{
+    if (e->qp)
+        CHECK_EQ(ibv_destroy_qp(e->qp), 0);
+    dp_async_drain();
+    if (e->srq)
+        CHECK_EQ(ibv_destroy_srq(e->srq), 0);
+    if (e->scq)
+        CHECK_EQ(ibv_destroy_cq(e->scq), 0);
+    if (e->rcq)
+        CHECK_EQ(ibv_destroy_cq(e->rcq), 0);
+    if (e->ch)
+        CHECK_EQ(ibv_destroy_comp_channel(e->ch), 0);
+    if (e->pd)
+        CHECK_EQ(ibv_dealloc_pd(e->pd), 0);
+    memset(e, 0, sizeof(*e));
+}
+
+static inline uiw_mpa_result dp_mpa(bool crc, bool markers, uint16_t ird, uint16_t ord)
+{
+    uiw_mpa_result m;
+    memset(&m, 0, sizeof(m));
+    m.crc = crc;
+    m.markers_rx = m.markers_tx = markers;
+    m.rev = 2;
+    m.enhanced = true;
+    m.ird = ird;
+    m.ord = ord;
+    m.peer_ird = ord;
+    m.peer_ord = ird;
+    return m;
+}
+
+/* Connect two QPs over a socketpair. */
+static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool markers,
+                             uint16_t ird_a, uint16_t ord_a, uint16_t ird_b, uint16_t ord_b)
+{
+    int sv[2];
+    uiw_mpa_result ma = dp_mpa(crc, markers, ird_a, ord_a), mb = dp_mpa(crc, markers, ird_b, ord_b);
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    if (uiw_qp_attach_socket(to_uqp(a->qp), sv[0], &ma) < 0) {
+        close(sv[0]);
+        close(sv[1]);
+        return -1;
+    }
+    if (uiw_qp_attach_socket(to_uqp(b->qp), sv[1], &mb) < 0) {
+        close(sv[1]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Poll one completion (poll-driven progress happens inside). */
+static inline int dp_poll(struct ibv_cq *cq, struct ibv_wc *wc, unsigned ms)
+{
+    uint64_t end = dp_now_ms() + ms;
+
+    for (unsigned i = 0;; i++) {
+        int n = ibv_poll_cq(cq, 1, wc);
+        if (n)
+            return n;
+        if (dp_now_ms() > end)
+            return 0;
+        if (i > 64) {
+            struct timespec ts = {0, 20000};
+            nanosleep(&ts, NULL);
+        }
+    }
+}
+
+/* No completion shows up within ms. */
+static inline bool dp_quiet(struct ibv_cq *cq, unsigned ms)
+{
+    struct ibv_wc wc;
+    return dp_poll(cq, &wc, ms) == 0;
+}
+
+/* Happens-before with whatever the progress thread did under the QP's lock
+ * (for sanitizers: the memory we check was written under it). */
+static inline void dp_sync(struct ibv_qp *qp)
+{
+    pthread_mutex_lock(&to_uqp(qp)->lock);
+    pthread_mutex_unlock(&to_uqp(qp)->lock);
+}
+
+static inline enum ibv_qp_state dp_state(struct ibv_qp *qp)
+{
+    enum ibv_qp_state s;
+    pthread_mutex_lock(&to_uqp(qp)->lock);
+    s = to_uqp(qp)->state;
+    pthread_mutex_unlock(&to_uqp(qp)->lock);
+    return s;
+}
+
+/* ------------------------------------------------------------------------
+ * The raw peer
+ * ---------------------------------------------------------------------- */
+
+struct dp_raw {
+    int fd;
+    uiw_tx tx;
+    uiw_rx rx;
+    uint32_t msn[UIW_QN_COUNT];
+    uint8_t buf[1 << 16];
+    size_t len, off;
+    /* the message being collected by dp_raw_recv */
+    uint8_t *pay;
+    size_t pay_len, pay_cap;
+    bool eof;
+};
+
+static inline void dp_raw_init(struct dp_raw *p, int fd, bool crc, bool markers, unsigned max_fpdu)
+{
+    uiw_tx_cfg tc;
+    uiw_rx_cfg rc;
+
+    memset(p, 0, sizeof(*p));
+    p->fd = fd;
+    memset(&tc, 0, sizeof(tc));
+    tc.crc = crc;
+    tc.markers = markers;
+    tc.max_fpdu = (uint16_t)(max_fpdu ? max_fpdu : 65528);
+    uiw_tx_init(&p->tx, &tc);
+    memset(&rc, 0, sizeof(rc));
+    rc.crc = crc;
+    rc.markers = markers;
+    uiw_rx_init(&p->rx, &rc);
+}
+
+static inline void dp_raw_fini(struct dp_raw *p)
+{
+    free(p->pay);
+    p->pay = NULL;
+    if (p->fd >= 0)
+        close(p->fd);
+    p->fd = -1;
+}
+
+static inline int dp_write_all(int fd, const void *buf, size_t n)
+{
+    const uint8_t *b = buf;
+    while (n) {
+        ssize_t w = write(fd, b, n);
+        if (w < 0) {
+            if (errno == EINTR)
+                continue;
+            if (errno == EAGAIN) {
+                struct pollfd pf = {.fd = fd, .events = POLLOUT};
+                poll(&pf, 1, 100);
+                continue;
+            }
+            return -errno;
+        }
+        b += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Segment a message (hdr + payload) into FPDU bytes, appended to *out. */
+static inline int dp_raw_build(struct dp_raw *p, const uiw_hdr *h, const void *pay, size_t len,
+                               uint8_t **out, size_t *out_len)
+{
+    uiw_tx_msg m;
+    uiw_fpdu *f = malloc(sizeof(*f));
+    struct iovec v = {(void *)(uintptr_t)pay, len};
+    int r = uiw_tx_msg_init(&m, h, &v, len ? 1 : 0, len);
+
+    if (!f)
+        return -ENOMEM;
+    while (r == 0 && (r = uiw_tx_next(&p->tx, &m, f)) == 1) {
+        *out = realloc(*out, *out_len + f->bytes);
+        for (int i = 0; i < f->iovcnt; i++) {
+            memcpy(*out + *out_len, f->iov[i].iov_base, f->iov[i].iov_len);
+            *out_len += f->iov[i].iov_len;
+        }
+        if (f->last)
+            break;
+        r = 0;
+    }
+    free(f);
+    return r < 0 ? r : 0;
+}
+
+static inline int dp_raw_send(struct dp_raw *p, const uiw_hdr *h, const void *pay, size_t len)
+{
+    uint8_t *b = NULL;
+    size_t n = 0;
+    int r = dp_raw_build(p, h, pay, len, &b, &n);
+    if (!r)
+        r = dp_write_all(p->fd, b, n);
+    free(b);
+    return r;
+}
+
+static inline void dp_hdr(uiw_hdr *h, bool tagged, unsigned opcode)
+{
+    memset(h, 0, sizeof(*h));
+    h->tagged = tagged;
+    h->last = true;
+    h->ddp_version = UIW_DDP_VERSION;
+    h->rdmap_version = UIW_RDMAP_VERSION;
+    h->opcode = (uint8_t)opcode;
+}
+
+static inline void dp_hdr_u(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn)
+{
+    dp_hdr(h, false, opcode);
+    h->qn = qn;
+    h->msn = msn;
+}
+
+/* Receive the next complete message from our QP: its first segment's
+ * header in *h (with L of the last segment), the payload in p->pay.
+ * 1: got one, 0: timeout, -1: EOF, -2: parse error (*ev set). */
+static inline int dp_raw_recv(struct dp_raw *p, uiw_hdr *h, unsigned ms, uiw_rx_event *err)
+{
+    uint64_t end = dp_now_ms() + ms;
+    bool have_hdr = false;
+
+    p->pay_len = 0;
+    for (;;) {
+        while (p->off < p->len) {
+            uiw_rx_event ev;
+            size_t used = uiw_rx_feed(&p->rx, p->buf + p->off, p->len - p->off, &ev);
+            p->off += used;
+            if (ev.kind == UIW_RX_HDR) {
+                if (!have_hdr)
+                    *h = *ev.hdr;
+                have_hdr = true;
+                h->last = ev.hdr->last;
+            } else if (ev.kind == UIW_RX_PAYLOAD) {
+                if (p->pay_len + ev.len > p->pay_cap) {
+                    p->pay_cap = (p->pay_len + ev.len) * 2;
+                    p->pay = realloc(p->pay, p->pay_cap);
+                }
+                memcpy(p->pay + p->pay_len, ev.data, ev.len);
+                p->pay_len += ev.len;
+            } else if (ev.kind == UIW_RX_END) {
+                if (h->last)
+                    return 1;
+            } else if (ev.kind == UIW_RX_ERROR) {
+                if (err)
+                    *err = ev;
+                return -2;
+            } else if (!used) {
+                break;
+            }
+        }
+        p->off = p->len = 0;
+        {
+            struct pollfd pf = {.fd = p->fd, .events = POLLIN};
+            int64_t left = (int64_t)end - (int64_t)dp_now_ms();
+            ssize_t n;
+            if (left <= 0)
+                return 0;
+            if (poll(&pf, 1, (int)(left > 100 ? 100 : left)) <= 0)
+                continue;
+            n = recv(p->fd, p->buf, sizeof(p->buf), MSG_DONTWAIT);
+            if (n == 0) {
+                p->eof = true;
+                return -1;
+            }
+            if (n < 0) {
+                if (errno == EAGAIN || errno == EINTR)
+                    continue;
+                p->eof = true;
+                return -1;
+            }
+            p->len = (size_t)n;
+        }
+    }
+}
+
+/* Receive until a Terminate arrives (skipping other messages). */
+static inline int dp_raw_term(struct dp_raw *p, uiw_hdr *h, unsigned ms)
+{
+    uint64_t end = dp_now_ms() + ms;
+    for (;;) {
+        int64_t left = (int64_t)end - (int64_t)dp_now_ms();
+        int r;
+        if (left <= 0)
+            return 0;
+        r = dp_raw_recv(p, h, (unsigned)left, NULL);
+        if (r != 1)
+            return r;
+        if (!h->tagged && h->opcode == UIW_OP_TERMINATE)
+            return 1;
+    }
+}
+
+/* Our QP (attached to one end of a socketpair) and a raw peer on the other. */
+static inline int dp_connect_raw(struct dp_ep *a, struct dp_raw *p, const uiw_mpa_result *m)
+{
+    int sv[2];
+
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0)
+        return -errno;
+    dp_raw_init(p, sv[1], m->crc, m->markers_tx, 0);
+    if (uiw_qp_attach_socket(to_uqp(a->qp), sv[0], m) < 0) {
+        close(sv[0]);
+        return -1;
+    }
+    return 0;
+}
+
+#endif
