@@ -267,6 +267,8 @@ UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
     pthread_mutex_destroy(&ibcq->mutex);
     pthread_cond_destroy(&ibcq->cond);
     pthread_mutex_destroy(&cq->lock);
+    if (cq->ibcqx.start_poll) /* made by ibv_create_cq_ex (verbs_ex.c) */
+        pthread_mutex_destroy(&cq->ex_lock);
     free(cq->ring);
     free(cq->qps);
     free(cq);

@@ -365,7 +365,11 @@ int uiw_op_query_device_ex(struct ibv_context *c, const struct ibv_query_device_
         return EINVAL;
     memset(&ex, 0, sizeof(ex));
     fill_device_attr(to_uctx(c), &ex.orig_attr);
+    /* the extended flags repeat the basic ones (their low 32 bits); no
+     * ODP, timestamps, TSO, RSS, packet pacing, TM, CQ moderation, DM */
+    ex.device_cap_flags_ex = ex.orig_attr.device_cap_flags;
     ex.phys_port_cnt_ex = 1;
+    memset(attr, 0, attr_size); /* a caller's larger (newer) struct too */
     memcpy(attr, &ex, attr_size < sizeof(ex) ? attr_size : sizeof(ex));
     return 0;
 }

@@ -386,6 +386,7 @@ static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 
 static void qp_free(struct uiw_qp *qp)
 {
+    uiw_qpx_free(qp);
     free(qp->sq);
     free(qp->rq);
     free(qp->inline_buf);
@@ -628,9 +629,19 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
 int uiw_op_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
-    int ret = 0;
+    int ret;
 
     pthread_mutex_lock(&qp->lock);
+    ret = uiw_qp_post_send_any_locked(qp, wr, bad);
+    pthread_mutex_unlock(&qp->lock);
+    return ret;
+}
+
+/* Also the ibv_wr_* API's wr_complete (verbs_ex.c), which holds the lock. */
+int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
+{
+    int ret = 0;
+
     switch (qp->state) {
     case IBV_QPS_RTS:
         ret = -uiw_qp_post_send_locked(qp, wr, bad);
@@ -650,7 +661,6 @@ int uiw_op_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
         *bad = wr;
         break;
     }
-    pthread_mutex_unlock(&qp->lock);
     return ret;
 }
 

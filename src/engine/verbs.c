@@ -12,7 +12,11 @@
  * flow ops as rdma-core's set_lib_ops does.
  *
  * The exported verbs of devices, memory, CQs and QPs are in device.c,
- * mem.c, cq.c and qp.c.
+ * mem.c, cq.c and qp.c; the extended CQ/QP/SRQ (ibv_create_cq_ex, the
+ * ibv_wr_* builder) in verbs_ex.c; the IBVERBS_1.0 compat ABI and the
+ * historical helpers in compat.c; the IBVERBS_PRIVATE_34 provider
+ * interface (stubs, for Debian's provider libraries) in private34.c. Which name is exported at
+ * which version is decided by libibverbs.map alone (UIW_EXPORT marks intent only).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -216,14 +220,6 @@ static int stub_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *v
     return EOPNOTSUPP;
 }
 
-static struct ibv_cq_ex *stub_create_cq_ex(struct ibv_context *ctx,
-                                           struct ibv_cq_init_attr_ex *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
 static int stub_destroy_flow(struct ibv_flow *flow)
 {
     (void)flow;
@@ -261,52 +257,6 @@ static int stub_close_xrcd(struct ibv_xrcd *xrcd)
 {
     (void)xrcd;
     return EOPNOTSUPP;
-}
-
-/* ------------------------------------------------------------------------
- * Extended create verbs: the basic forms map onto ibv_create_qp / _srq
- * ---------------------------------------------------------------------- */
-
-static struct ibv_qp *op_create_qp_ex(struct ibv_context *ctx, struct ibv_qp_init_attr_ex *a)
-{
-    struct ibv_qp *qp;
-
-    if (!(a->comp_mask & IBV_QP_INIT_ATTR_PD) ||
-        (a->comp_mask & ~(uint32_t)(IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS)) ||
-        ((a->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && a->create_flags)) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    if (!a->pd || a->pd->context != ctx) {
-        errno = EINVAL;
-        return NULL;
-    }
-    /* struct ibv_qp_init_attr is a prefix of ibv_qp_init_attr_ex */
-    qp = ibv_create_qp(a->pd, (struct ibv_qp_init_attr *)a);
-    return qp;
-}
-
-static struct ibv_srq *op_create_srq_ex(struct ibv_context *ctx, struct ibv_srq_init_attr_ex *a)
-{
-    struct ibv_srq_init_attr init;
-    struct ibv_srq *srq;
-
-    if (!(a->comp_mask & IBV_SRQ_INIT_ATTR_PD) ||
-        (a->comp_mask & ~(uint32_t)(IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_TYPE)) ||
-        ((a->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && a->srq_type != IBV_SRQT_BASIC)) {
-        errno = EOPNOTSUPP;
-        return NULL;
-    }
-    if (!a->pd || a->pd->context != ctx) {
-        errno = EINVAL;
-        return NULL;
-    }
-    init.srq_context = a->srq_context;
-    init.attr = a->attr;
-    srq = ibv_create_srq(a->pd, &init);
-    if (srq)
-        a->attr = init.attr;
-    return srq;
 }
 
 void uiw_verbs_init_ops(struct uiw_context *ctx)
@@ -372,7 +322,7 @@ void uiw_verbs_init_ops(struct uiw_context *ctx)
     v->modify_wq = stub_modify_wq;
     v->create_wq = stub_create_wq;
     v->query_rt_values = stub_query_rt_values;
-    v->create_cq_ex = stub_create_cq_ex;
+    v->create_cq_ex = uiw_op_create_cq_ex;
     v->priv = NULL; /* libibverbs-internal; never read by applications */
     v->query_device_ex = uiw_op_query_device_ex;
     v->ibv_destroy_flow = stub_destroy_flow;
@@ -380,9 +330,9 @@ void uiw_verbs_init_ops(struct uiw_context *ctx)
     v->ibv_create_flow = stub_create_flow;
     v->ABI_placeholder1 = (void (*)(void))v->ibv_create_flow;
     v->open_qp = stub_open_qp;
-    v->create_qp_ex = op_create_qp_ex;
+    v->create_qp_ex = uiw_op_create_qp_ex;
     v->get_srq_num = stub_get_srq_num;
-    v->create_srq_ex = op_create_srq_ex;
+    v->create_srq_ex = uiw_op_create_srq_ex;
     v->open_xrcd = stub_open_xrcd;
     v->close_xrcd = stub_close_xrcd;
 }
@@ -618,12 +568,6 @@ UIW_EXPORT int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uin
 {
     (void)qp, (void)gid, (void)lid;
     return EOPNOTSUPP;
-}
-
-UIW_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
-{
-    (void)qp;
-    return NULL; /* no ibv_wr_* API (as siw) */
 }
 
 UIW_EXPORT int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
