@@ -6,13 +6,20 @@
  *   UIWARP_MPA_REV         1 | 2                              default 2
  *   UIWARP_CRC             off | optional | required (0|1|2)  default optional
  *   UIWARP_MARKERS         0 | 1                              default 0
- *   UIWARP_P2P             0 | 1                              default 0
+ *   UIWARP_P2P             0 | 1                              default 1
  *   UIWARP_RTR             list of write, read, send          default write,read
  *                          (separated by ',', '|', '+' or blanks)
  *   UIWARP_MPA_TIMEOUT_MS  1 .. 3600000                       default 10000
  *   UIWARP_MAX_FPDU        0 (from the MSS) | 64 .. 65535     default 0
  *   UIWARP_ZCOPY_MIN       0 .. 2^30 bytes                    default 4096
  *   UIWARP_DEBUG           0 .. 3                             default 0
+ *
+ * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
+ * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
+ * protocol whose server speaks first (perftest's -R handshake, for one)
+ * would wait forever. siw responders accept it (they answer with the Write
+ * RTR, which we then send as siw does: zero-length Write to STag 1); a siw
+ * initiator is unaffected because this only shapes our Requests.
  *
  * A value that does not parse or is out of range is reported on stderr and
  * the default is used.
@@ -178,7 +185,7 @@ static void config_load(void)
     cfg.mpa_rev = 2;
     cfg.crc = UIW_CRC_OPTIONAL;
     cfg.markers = false;
-    cfg.p2p = false;
+    cfg.p2p = true;
     cfg.rtr = UIW_RTR_WRITE | UIW_RTR_READ;
     cfg.mpa_timeout_ms = 10000;
     cfg.max_fpdu = 0;

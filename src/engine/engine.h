@@ -66,7 +66,7 @@ struct uiw_config {
     uint8_t mpa_rev;        /* UIWARP_MPA_REV: 1 or 2 (default 2) */
     uint8_t crc;            /* UIWARP_CRC: off|optional|required (default optional) */
     bool markers;           /* UIWARP_MARKERS: 0|1 (default 0) */
-    bool p2p;               /* UIWARP_P2P: 0|1 (default 0) */
+    bool p2p;               /* UIWARP_P2P: 0|1 (default 1) */
     uint8_t rtr;            /* UIWARP_RTR: write|read|send bits to offer (default write|read) */
     unsigned mpa_timeout_ms; /* UIWARP_MPA_TIMEOUT_MS (default 10000) */
     unsigned max_fpdu;      /* UIWARP_MAX_FPDU: 0 = derive from MSS (default) */

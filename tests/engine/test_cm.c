@@ -1852,8 +1852,15 @@ static void run_child(const struct child_case *cc)
             continue; /* the case's policy only */
         envp[k++] = *e;
     }
-    for (int i = 0; i < 4 && cc->env[i]; i++)
+    /* The cases are written for client-server unless they ask for P2P
+     * (the engine's default is P2P, see config.c). */
+    bool sets_p2p = false;
+    for (int i = 0; i < 4 && cc->env[i]; i++) {
         envp[k++] = (char *)cc->env[i];
+        sets_p2p |= strncmp(cc->env[i], "UIWARP_P2P=", 11) == 0;
+    }
+    if (!sets_p2p)
+        envp[k++] = (char *)"UIWARP_P2P=0";
     envp[k] = NULL;
     int pfd[2];
     if (pipe(pfd) < 0) {
@@ -1906,6 +1913,10 @@ int main(int argc, char **argv)
         dprintf(3, "%lu %lu\n", tu_checks, tu_failed);
         return tu_failed ? 1 : 0;
     }
+    /* In-process tests exercise the client-server model (MPA-only
+     * connections without a QP are refused in P2P mode); P2P has its own
+     * child cases. */
+    setenv("UIWARP_P2P", "0", 1);
     verbs_init(false);
     for (int fam = AF_INET; fam; fam = fam == AF_INET ? AF_INET6 : 0) {
         t_pd_ird_ord(fam);

@@ -1428,13 +1428,13 @@ static void test_config(void)
                                       "UIWARP_DEBUG=9",        NULL};
 
     run_config(none, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
     CHECK_STR(err, "");
     run_config(good, out, sizeof(out), err, sizeof(err));
     CHECK_STR(out, "rev=1 crc=2 markers=1 p2p=1 rtr=3 timeout=500 fpdu=1460 zcopy=0 debug=0\n");
     CHECK_STR(err, "");
     run_config(bad, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
     static const char *const names[] = {
         "UIWARP_MPA_REV",        "UIWARP_CRC",      "UIWARP_MARKERS",   "UIWARP_P2P",  "UIWARP_RTR",
         "UIWARP_MPA_TIMEOUT_MS", "UIWARP_MAX_FPDU", "UIWARP_ZCOPY_MIN", "UIWARP_DEBUG"};
