@@ -3,7 +3,8 @@
 #   1. the normal build (build/) and its ctest suite;
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (build-asan/);
-#   3. each libFuzzer target (clang, ASan+UBSan, build-fuzz/) for
+#   3. the multithreaded engine tests under ThreadSanitizer (build-tsan/);
+#   4. each libFuzzer target (clang, ASan+UBSan, build-fuzz/) for
 #      UIWARP_FUZZ_SECONDS seconds (default 60; 0 skips), seeded from the
 #      reference captures.
 # Exits non-zero when anything fails; the last line sums it up.
@@ -19,10 +20,10 @@ passed=0
 failed=0
 stage() { echo; echo "=== $*"; }
 
-run_ctest() { # dir label
-    local dir=$1 label=$2 log
+run_ctest() { # dir label [regex]
+    local dir=$1 label=$2 regex=${3:-} log
     log=$(mktemp)
-    (cd "$dir" && ctest --output-on-failure -j"$jobs") 2>&1 | tee "$log"
+    (cd "$dir" && ctest --output-on-failure -j"$jobs" ${regex:+-R "$regex"}) 2>&1 | tee "$log"
     local n f
     n=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$log" | tail -1)
     f=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
@@ -53,6 +54,17 @@ if bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
         run_ctest build-asan asan
 else
     echo "sanitizer build failed"
+    failed=$((failed + 1))
+fi
+
+stage "build with TSan (the multithreaded engine tests)"
+if bash scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DUIWARP_SANITIZE=thread -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+    stage "ctest (TSan): engine"
+    TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
+        run_ctest build-tsan tsan 'test_(objects|mem|cm|datapath|dp_term|abi|multi|twoproc|rdmacm)'
+else
+    echo "TSan build failed"
     failed=$((failed + 1))
 fi
 
