@@ -439,10 +439,13 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     qp->rq_cap = init->srq ? 0 : roundup_pow2(cap->max_recv_wr ? cap->max_recv_wr : 1);
     qp->sq = calloc(qp->sq_cap, sizeof(*qp->sq));
     qp->rq = qp->rq_cap ? calloc(qp->rq_cap, sizeof(*qp->rq)) : NULL;
-    qp->inline_buf = cap->max_inline_data ? calloc(qp->sq_cap, UIW_MAX_INLINE) : NULL;
+    /* Inline data up to UIW_MAX_INLINE is granted whatever was asked (as siw
+     * does with its limit): rdma_xclient posts IBV_SEND_INLINE on a QP
+     * created with max_inline_data 0. A provider may return larger caps. */
+    qp->inline_buf = calloc(qp->sq_cap, UIW_MAX_INLINE);
     qp->orq = calloc(UIW_MAX_ORD, sizeof(*qp->orq));
     qp->irq = calloc(UIW_MAX_IRD, sizeof(*qp->irq));
-    if (!qp->sq || (qp->rq_cap && !qp->rq) || (cap->max_inline_data && !qp->inline_buf) ||
+    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf ||
         !qp->orq || !qp->irq)
         goto fail_free;
 
@@ -450,7 +453,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     qp->cap.max_recv_wr = qp->rq_cap;
     qp->cap.max_send_sge = cap->max_send_sge ? cap->max_send_sge : 1;
     qp->cap.max_recv_sge = init->srq ? 0 : (cap->max_recv_sge ? cap->max_recv_sge : 1);
-    qp->cap.max_inline_data = cap->max_inline_data ? UIW_MAX_INLINE : 0;
+    qp->cap.max_inline_data = UIW_MAX_INLINE;
 
     qp->ctx = to_uctx(ibpd->context);
     qp->pd = to_upd(ibpd);

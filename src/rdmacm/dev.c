@@ -1,0 +1,277 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Devices: an IP address maps to the interface that owns it, and the
+ * interface to the uiwarp device "uiw_<ifname>" (src/engine/device.c).
+ * Each device is opened once per process and its context kept, with a
+ * default PD, as rdma-core does for the devices its ids use; every id on
+ * the device shares that ibv_context.
+ */
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdmacm_int.h"
+
+static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rcm_dev *devs;
+
+/* ------------------------------------------------------------------------
+ * Address helpers
+ * ---------------------------------------------------------------------- */
+
+socklen_t rcm_sa_len(const struct sockaddr *sa)
+{
+    switch (sa->sa_family) {
+    case AF_INET:
+        return sizeof(struct sockaddr_in);
+    case AF_INET6:
+        return sizeof(struct sockaddr_in6);
+    default:
+        return 0;
+    }
+}
+
+bool rcm_sa_is_any(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)sa)->sin_addr.s_addr == htonl(INADDR_ANY);
+    if (sa->sa_family == AF_INET6)
+        return IN6_IS_ADDR_UNSPECIFIED(&((const struct sockaddr_in6 *)sa)->sin6_addr);
+    return false;
+}
+
+void rcm_sa_unmap(struct sockaddr_storage *ss)
+{
+    struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)ss;
+    if (ss->ss_family != AF_INET6 || !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr))
+        return;
+    struct sockaddr_in s4;
+    memset(&s4, 0, sizeof(s4));
+    s4.sin_family = AF_INET;
+    s4.sin_port = s6->sin6_port;
+    memcpy(&s4.sin_addr, &s6->sin6_addr.s6_addr[12], 4);
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, &s4, sizeof(s4));
+}
+
+uint16_t rcm_sa_port(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return ((const struct sockaddr_in *)sa)->sin_port;
+    if (sa->sa_family == AF_INET6)
+        return ((const struct sockaddr_in6 *)sa)->sin6_port;
+    return 0;
+}
+
+void rcm_sa_set_port(struct sockaddr *sa, uint16_t port_be)
+{
+    if (sa->sa_family == AF_INET)
+        ((struct sockaddr_in *)sa)->sin_port = port_be;
+    else if (sa->sa_family == AF_INET6)
+        ((struct sockaddr_in6 *)sa)->sin6_port = port_be;
+}
+
+int rcm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+    struct sockaddr_storage d;
+    socklen_t len = rcm_sa_len(dst);
+    if (!len)
+        return -EAFNOSUPPORT;
+    memset(&d, 0, sizeof(d));
+    memcpy(&d, dst, len);
+    /* A UDP connect only looks the route up; the port does not matter but
+     * must not be 0 for every kernel. */
+    if (!rcm_sa_port((struct sockaddr *)&d))
+        rcm_sa_set_port((struct sockaddr *)&d, htons(9));
+    int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int rc = 0;
+    socklen_t sl = sizeof(*src);
+    memset(src, 0, sizeof(*src));
+    if (connect(fd, (struct sockaddr *)&d, len) < 0 ||
+        getsockname(fd, (struct sockaddr *)src, &sl) < 0)
+        rc = -errno;
+    close(fd);
+    if (rc == 0)
+        rcm_sa_set_port((struct sockaddr *)src, 0);
+    return rc;
+}
+
+/* The interface owning a local address (127/8 belongs to the loopback
+ * interface as a whole, as Linux routes it). */
+static int addr_ifname(const struct sockaddr *sa_in, char *ifname, size_t n)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = rcm_sa_len(sa_in);
+    if (!len)
+        return -EAFNOSUPPORT;
+    memset(&ss, 0, sizeof(ss));
+    memcpy(&ss, sa_in, len);
+    rcm_sa_unmap(&ss);
+    const struct sockaddr *sa = (const struct sockaddr *)&ss;
+
+    struct ifaddrs *ifa0 = NULL;
+    if (getifaddrs(&ifa0) < 0)
+        return -errno;
+    int rc = -EADDRNOTAVAIL;
+    for (struct ifaddrs *ifa = ifa0; ifa; ifa = ifa->ifa_next) {
+        if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != sa->sa_family)
+            continue;
+        bool match = false;
+        if (sa->sa_family == AF_INET) {
+            const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
+            const struct sockaddr_in *b = (const struct sockaddr_in *)ifa->ifa_addr;
+            match = a->sin_addr.s_addr == b->sin_addr.s_addr ||
+                    ((ifa->ifa_flags & IFF_LOOPBACK) && (ntohl(a->sin_addr.s_addr) >> 24) == 127);
+        } else {
+            const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
+            const struct sockaddr_in6 *b = (const struct sockaddr_in6 *)ifa->ifa_addr;
+            match = IN6_ARE_ADDR_EQUAL(&a->sin6_addr, &b->sin6_addr);
+            if (match && IN6_IS_ADDR_LINKLOCAL(&a->sin6_addr) && a->sin6_scope_id &&
+                a->sin6_scope_id != b->sin6_scope_id)
+                match = false;
+        }
+        if (match) {
+            snprintf(ifname, n, "%s", ifa->ifa_name);
+            rc = 0;
+            break;
+        }
+    }
+    freeifaddrs(ifa0);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Devices
+ * ---------------------------------------------------------------------- */
+
+/* dev_lock held. */
+static struct rcm_dev *dev_get_locked(struct ibv_device *ibdev, int *err)
+{
+    for (struct rcm_dev *d = devs; d; d = d->next)
+        if (d->ibdev == ibdev)
+            return d;
+    struct rcm_dev *d = calloc(1, sizeof(*d));
+    if (!d) {
+        *err = -ENOMEM;
+        return NULL;
+    }
+    d->ibdev = ibdev;
+    d->verbs = ibv_open_device(ibdev);
+    if (!d->verbs) {
+        *err = errno ? -errno : -ENODEV;
+        free(d);
+        return NULL;
+    }
+    struct ibv_device_attr attr;
+    memset(&attr, 0, sizeof(attr));
+    if (ibv_query_device(d->verbs, &attr) == 0) {
+        d->max_resp_res = (uint8_t)(attr.max_qp_rd_atom > 0xFE ? 0xFE : attr.max_qp_rd_atom);
+        d->max_init_depth =
+            (uint8_t)(attr.max_qp_init_rd_atom > 0xFE ? 0xFE : attr.max_qp_init_rd_atom);
+    } else {
+        d->max_resp_res = d->max_init_depth = UIW_MAX_IRD;
+    }
+    (void)ibv_query_gid(d->verbs, 1, 0, &d->gid);
+    d->pd = ibv_alloc_pd(d->verbs);
+    if (!d->pd) {
+        *err = errno ? -errno : -ENOMEM;
+        ibv_close_device(d->verbs);
+        free(d);
+        return NULL;
+    }
+    d->next = devs;
+    devs = d;
+    return d;
+}
+
+static int dev_by_name(const char *name, struct rcm_dev **out)
+{
+    /* Devices opened already (uiwarp never frees a device, so the
+     * pointer and its name stay valid): no rescan of the interfaces. */
+    pthread_mutex_lock(&dev_lock);
+    for (struct rcm_dev *d = devs; d; d = d->next) {
+        if (strcmp(ibv_get_device_name(d->ibdev), name) == 0) {
+            *out = d;
+            pthread_mutex_unlock(&dev_lock);
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&dev_lock);
+
+    int n = 0, rc = -ENODEV;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list)
+        return errno ? -errno : -ENODEV;
+    pthread_mutex_lock(&dev_lock);
+    for (int i = 0; i < n; i++) {
+        if (strcmp(ibv_get_device_name(list[i]), name) != 0)
+            continue;
+        *out = dev_get_locked(list[i], &rc);
+        if (*out)
+            rc = 0;
+        break;
+    }
+    pthread_mutex_unlock(&dev_lock);
+    ibv_free_device_list(list);
+    return rc;
+}
+
+int rcm_dev_for_addr(const struct sockaddr *sa, struct rcm_dev **out)
+{
+    char ifname[IF_NAMESIZE + 1], name[IF_NAMESIZE + 8];
+    int rc = addr_ifname(sa, ifname, sizeof(ifname));
+    if (rc < 0)
+        return rc;
+    snprintf(name, sizeof(name), "uiw_%s", ifname);
+    return dev_by_name(name, out);
+}
+
+struct rcm_dev *rcm_dev_of_verbs(const struct ibv_context *verbs)
+{
+    struct rcm_dev *r = NULL;
+    pthread_mutex_lock(&dev_lock);
+    for (struct rcm_dev *d = devs; d && !r; d = d->next)
+        if (d->verbs == verbs)
+            r = d;
+    pthread_mutex_unlock(&dev_lock);
+    return r;
+}
+
+UIW_EXPORT struct ibv_context **rdma_get_devices(int *num_devices)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (num_devices)
+        *num_devices = 0;
+    if (!list)
+        return NULL;
+    struct ibv_context **out = calloc((size_t)n + 1, sizeof(*out));
+    if (!out) {
+        ibv_free_device_list(list);
+        errno = ENOMEM;
+        return NULL;
+    }
+    int k = 0, err = 0;
+    pthread_mutex_lock(&dev_lock);
+    for (int i = 0; i < n; i++) {
+        struct rcm_dev *d = dev_get_locked(list[i], &err);
+        if (d)
+            out[k++] = d->verbs;
+    }
+    pthread_mutex_unlock(&dev_lock);
+    ibv_free_device_list(list);
+    if (num_devices)
+        *num_devices = k;
+    return out;
+}
+
+UIW_EXPORT void rdma_free_devices(struct ibv_context **list)
+{
+    free(list); /* the contexts stay open for the process, as rdma-core's */
+}

@@ -1,0 +1,770 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Event channels and events (see rdmacm_int.h for the design).
+ *
+ * An rdma_event_channel's fd is one end of a UNIX socket pair that holds
+ * one byte exactly while the channel's queue is non-empty (`armed`):
+ * poll/select/epoll on it are exact, O_NONBLOCK set by the application
+ * makes rdma_get_cm_event return EAGAIN, and withdrawing events (destroy,
+ * migrate) leaves no stale wake-up behind. A blocking rdma_get_cm_event
+ * waits in read() on it, as rdma-core waits on its channel fd, so a
+ * signal interrupts it (EINTR) exactly when it would interrupt rdma-core
+ * (no SA_RESTART); the byte is then put back. The library itself only
+ * uses recv(MSG_DONTWAIT) on it, which never blocks whatever the fd's
+ * flags.
+ *
+ * Translation to rdma_cm's terms (the kernel's iWARP CM, drivers/infiniband
+ * /core/cma.c, is the model): private data is passed unchanged (no CM
+ * header); on CONNECT_REQUEST the initiator's IRD becomes our
+ * initiator_depth and its ORD our responder_resources (what we may issue /
+ * must serve); on ESTABLISHED both carry the negotiated values in use;
+ * an MPA Reply that does not come in time is UNREACHABLE (-ETIMEDOUT), as
+ * the kernel reports an iWARP connect timeout; REJECTED carries -ECONNREFUSED
+ * and the Reject's private data; DISCONNECTED the engine's status.
+ */
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "rdmacm_int.h"
+
+pthread_mutex_t rcm_route_lock = PTHREAD_MUTEX_INITIALIZER;
+struct uiw_cm_channel *rcm_uch;
+
+static pthread_once_t init_once = PTHREAD_ONCE_INIT;
+static int init_err;
+
+/* ------------------------------------------------------------------------
+ * Channel queues
+ * ---------------------------------------------------------------------- */
+
+/* ch->lock held: the queue became non-empty. */
+static void wake_set(struct rcm_channel *ch)
+{
+    const char b = 1;
+    if (ch->armed)
+        return;
+    while (send(ch->wr, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0 && errno == EINTR)
+        ;
+    ch->armed = true;
+}
+
+/* ch->lock held: the queue became empty. */
+static void wake_clear(struct rcm_channel *ch)
+{
+    char b;
+    if (!ch->armed)
+        return;
+    /* A blocking reader may have taken the byte already: never wait. */
+    while (recv(ch->pub.fd, &b, 1, MSG_DONTWAIT) < 0 && errno == EINTR)
+        ;
+    ch->armed = false;
+}
+
+/* ch->lock held. */
+static void push_locked(struct rcm_channel *ch, struct rcm_qev *q)
+{
+    q->next = NULL;
+    if (ch->tail) {
+        ch->tail->next = q;
+    } else {
+        ch->head = q;
+        wake_set(ch);
+    }
+    ch->tail = q;
+}
+
+/* ch->lock held. */
+static struct rcm_qev *pop_locked(struct rcm_channel *ch)
+{
+    struct rcm_qev *q = ch->head;
+    if (!q)
+        return NULL;
+    ch->head = q->next;
+    if (!ch->head) {
+        ch->tail = NULL;
+        wake_clear(ch);
+    }
+    q->next = NULL;
+    return q;
+}
+
+/* Free a queued event that will never be delivered. A CONNECT_REQUEST the
+ * application never saw takes its engine connection along (the initiator
+ * sees the TCP connection reset). */
+static void qev_discard(struct rcm_qev *q)
+{
+    if (q->engine && q->uev.type == UIW_CM_CONNECT_REQUEST && q->uev.conn)
+        uiw_cm_conn_destroy(q->uev.conn);
+    free(q);
+}
+
+struct rcm_channel *rcm_channel_new(void)
+{
+    struct rcm_channel *ch = calloc(1, sizeof(*ch));
+    if (!ch)
+        return NULL;
+    /* Blocking by default, like rdma-core's channel fd. */
+    int sv[2];
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) < 0) {
+        int e = errno;
+        free(ch);
+        errno = e;
+        return NULL;
+    }
+    (void)shutdown(sv[0], SHUT_WR);
+    (void)shutdown(sv[1], SHUT_RD);
+    ch->pub.fd = sv[0];
+    ch->wr = sv[1];
+    pthread_mutex_init(&ch->lock, NULL);
+    return ch;
+}
+
+static void channel_release(struct rcm_channel *ch)
+{
+    close(ch->wr);
+    pthread_mutex_destroy(&ch->lock);
+    free(ch);
+}
+
+void rcm_channel_free(struct rcm_channel *ch)
+{
+    if (!ch)
+        return;
+    pthread_mutex_lock(&ch->lock);
+    struct rcm_qev *q;
+    while ((q = pop_locked(ch)))
+        qev_discard(q);
+    close(ch->pub.fd);
+    if (ch->waiters) {
+        /* A thread still waits in rdma_get_cm_event (rping's event thread
+         * when main tears down). With rdma-core it stays blocked on the
+         * closed channel; so does ours: its read() keeps the socket, whose
+         * other end stays open and silent. Should a signal wake it, it
+         * finds the channel dead and frees it. */
+        ch->dead = true;
+        pthread_mutex_unlock(&ch->lock);
+        return;
+    }
+    pthread_mutex_unlock(&ch->lock);
+    channel_release(ch);
+}
+
+/* rcm_route_lock held (id->ch is stable under it). */
+static void rcm_queue_local_locked(struct rcm_id *id, enum rdma_cm_event_type type, int status)
+{
+    struct rcm_qev *q = malloc(sizeof(*q));
+    if (!q) {
+        uiw_log("rdmacm: out of memory, event %s lost", rdma_event_str(type));
+        return;
+    }
+    q->id = id;
+    q->engine = false;
+    q->type = type;
+    q->status = status;
+    struct rcm_channel *ch = id->ch;
+    pthread_mutex_lock(&ch->lock);
+    push_locked(ch, q);
+    pthread_mutex_unlock(&ch->lock);
+}
+
+void rcm_queue_local(struct rcm_id *id, enum rdma_cm_event_type type, int status)
+{
+    pthread_mutex_lock(&rcm_route_lock);
+    rcm_queue_local_locked(id, type, status);
+    pthread_mutex_unlock(&rcm_route_lock);
+}
+
+void rcm_purge_id(struct rcm_id *id)
+{
+    struct rcm_channel *ch = id->ch;
+    struct rcm_qev *drop = NULL;
+    pthread_mutex_lock(&ch->lock);
+    struct rcm_qev *keep = NULL, **kt = &keep, *q;
+    bool had = ch->head != NULL;
+    while ((q = ch->head)) {
+        ch->head = q->next;
+        q->next = NULL;
+        if (q->id == id) {
+            q->next = drop;
+            drop = q;
+        } else {
+            *kt = q;
+            kt = &q->next;
+        }
+    }
+    ch->head = keep;
+    ch->tail = NULL;
+    for (q = keep; q; q = q->next)
+        ch->tail = q;
+    if (had && !ch->head)
+        wake_clear(ch);
+    pthread_mutex_unlock(&ch->lock);
+    while (drop) {
+        q = drop;
+        drop = q->next;
+        qev_discard(q);
+    }
+}
+
+void rcm_move_events(struct rcm_id *id, struct rcm_channel *to)
+{
+    struct rcm_channel *from = id->ch;
+    if (from == to)
+        return;
+    /* Both locks, in address order. */
+    struct rcm_channel *a = from < to ? from : to, *b = from < to ? to : from;
+    pthread_mutex_lock(&a->lock);
+    pthread_mutex_lock(&b->lock);
+    struct rcm_qev *keep = NULL, **kt = &keep, *q;
+    bool had = from->head != NULL;
+    while ((q = from->head)) {
+        from->head = q->next;
+        q->next = NULL;
+        if (q->id == id) {
+            push_locked(to, q);
+        } else {
+            *kt = q;
+            kt = &q->next;
+        }
+    }
+    from->head = keep;
+    from->tail = NULL;
+    for (q = keep; q; q = q->next)
+        from->tail = q;
+    if (had && !from->head)
+        wake_clear(from);
+    pthread_mutex_lock(&id->lock);
+    id->ch = to;
+    id->id.channel = &to->pub;
+    pthread_mutex_unlock(&id->lock);
+    pthread_mutex_unlock(&b->lock);
+    pthread_mutex_unlock(&a->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Refused connects tried again (rdmacm_int.h)
+ * ---------------------------------------------------------------------- */
+
+static struct rcm_id *retry_list; /* rcm_route_lock */
+
+uint64_t rcm_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static unsigned retry_budget_ms(void)
+{
+    static int budget = -1;
+    if (budget < 0) {
+        const char *v = getenv("UIWARP_RDMACM_RETRY_MS");
+        char *end = NULL;
+        long b = v && *v ? strtol(v, &end, 10) : 100;
+        budget = (end && *end) || b < 0 ? 100 : (int)(b > 60000 ? 60000 : b);
+    }
+    return (unsigned)budget;
+}
+
+void rcm_retry_cancel(struct rcm_id *x)
+{
+    if (!x->retry_pending)
+        return;
+    for (struct rcm_id **pp = &retry_list; *pp; pp = &(*pp)->retry_next) {
+        if (*pp == x) {
+            *pp = x->retry_next;
+            break;
+        }
+    }
+    x->retry_pending = false;
+    x->retry_next = NULL;
+    if (x->conn_qp)
+        uiw_qp_put(x->conn_qp);
+}
+
+/* An UNREACHABLE for x: try again instead? Consumes q when it does. */
+static bool retry_refused(struct rcm_id *x, struct rcm_qev *q)
+{
+    if (q->uev.type != UIW_CM_UNREACHABLE || q->uev.status != -ECONNREFUSED)
+        return false;
+    unsigned budget = retry_budget_ms();
+    uint64_t now = rcm_now_ms();
+    pthread_mutex_lock(&x->lock);
+    bool ok = budget && x->state == RCM_CONNECTING && x->conn == q->uev.conn &&
+              now - x->connect_ms < budget;
+    if (ok)
+        x->conn = NULL;
+    pthread_mutex_unlock(&x->lock);
+    if (!ok)
+        return false;
+    if (x->conn_qp)
+        uiw_qp_get(x->conn_qp);       /* kept alive until the next attempt... */
+    uiw_cm_conn_destroy(q->uev.conn); /* ...as the connection lets go of it */
+    free(q);
+    x->retry_delay_ms = x->retry_delay_ms ? x->retry_delay_ms * 2 : 1;
+    if (x->retry_delay_ms > 16)
+        x->retry_delay_ms = 16;
+    x->retry_due_ms = now + x->retry_delay_ms;
+    x->retry_pending = true;
+    x->retry_next = retry_list;
+    retry_list = x;
+    uiw_dbg(1, "rdmacm: connection refused, trying again in %u ms", x->retry_delay_ms);
+    return true;
+}
+
+/* Start the due attempts; returns the poll timeout until the next one. */
+static int run_retries(void)
+{
+    uint64_t now = rcm_now_ms();
+    int timeout = -1;
+    struct rcm_id **pp = &retry_list;
+    while (*pp) {
+        struct rcm_id *x = *pp;
+        if (x->retry_due_ms > now) {
+            uint64_t left = x->retry_due_ms - now;
+            if (timeout < 0 || left < (uint64_t)timeout)
+                timeout = (int)left;
+            pp = &x->retry_next;
+            continue;
+        }
+        *pp = x->retry_next;
+        x->retry_next = NULL;
+        x->retry_pending = false;
+        struct uiw_conn *c = NULL;
+        int rc = uiw_cm_connect(x->conn_qp, (struct sockaddr *)&x->conn_src,
+                                (struct sockaddr *)&x->conn_dst, &x->conn_param, rcm_uch, x, &c);
+        if (x->conn_qp)
+            uiw_qp_put(x->conn_qp);
+        pthread_mutex_lock(&x->lock);
+        if (rc == 0)
+            x->conn = c;
+        pthread_mutex_unlock(&x->lock);
+        if (rc < 0)
+            rcm_queue_local_locked(x, RDMA_CM_EVENT_UNREACHABLE, rc);
+    }
+    return timeout;
+}
+
+/* ------------------------------------------------------------------------
+ * The router: engine channel -> the channel of the event's id
+ * ---------------------------------------------------------------------- */
+
+/* rcm_route_lock held. */
+static void route(struct rcm_qev *q)
+{
+    struct rcm_id *x = q->uev.user;
+    q->engine = true;
+    q->id = x;
+    if (!x) {
+        qev_discard(q);
+        return;
+    }
+    if (retry_refused(x, q))
+        return;
+    if (q->uev.type != UIW_CM_CONNECT_REQUEST) {
+        /* Only the id that owns the connection gets its events. */
+        pthread_mutex_lock(&x->lock);
+        bool mine = x->conn == q->uev.conn;
+        pthread_mutex_unlock(&x->lock);
+        if (!mine) {
+            uiw_dbg(1, "rdmacm: dropping engine event %d for a connection without an id",
+                    (int)q->uev.type);
+            free(q);
+            return;
+        }
+    }
+    struct rcm_channel *ch = x->ch;
+    pthread_mutex_lock(&ch->lock);
+    push_locked(ch, q);
+    pthread_mutex_unlock(&ch->lock);
+}
+
+static void *router_main(void *arg)
+{
+    (void)arg;
+    int fd = uiw_cm_channel_fd(rcm_uch);
+    int timeout = -1;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        (void)poll(&p, 1, timeout);
+        pthread_mutex_lock(&rcm_route_lock);
+        for (;;) {
+            struct rcm_qev *q = malloc(sizeof(*q));
+            if (!q)
+                break; /* retry on the next wake-up; the fd stays readable */
+            if (uiw_cm_get_event(rcm_uch, &q->uev) != 0) {
+                free(q);
+                break;
+            }
+            route(q);
+        }
+        timeout = run_retries();
+        pthread_mutex_unlock(&rcm_route_lock);
+    }
+    return NULL;
+}
+
+static void warm_up(void *arg)
+{
+    (void)arg;
+}
+
+static void init_once_fn(void)
+{
+    rcm_uch = uiw_cm_channel_create();
+    if (!rcm_uch) {
+        init_err = -ENOMEM;
+        return;
+    }
+    int fd = uiw_cm_channel_fd(rcm_uch);
+    int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        init_err = -errno;
+        return;
+    }
+    /* The router takes no signal meant for the application. */
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    pthread_t t;
+    int rc = pthread_create(&t, &attr, router_main, NULL);
+    pthread_attr_destroy(&attr);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc) {
+        init_err = -rc;
+        return;
+    }
+    /* Start the engine's progress thread now rather than in the first
+     * rdma_listen / rdma_connect: servers that publish their port before
+     * rdma_listen (qperf) otherwise leave a wide window in which the
+     * client's connection is refused. */
+    uint64_t tid;
+    (void)uiw_progress_timer(0, warm_up, NULL, &tid);
+}
+
+int rcm_init(void)
+{
+    pthread_once(&init_once, init_once_fn);
+    return init_err;
+}
+
+/* ------------------------------------------------------------------------
+ * Public channel calls
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT struct rdma_event_channel *rdma_create_event_channel(void)
+{
+    int rc = rcm_init();
+    if (rc < 0) {
+        errno = -rc;
+        return NULL;
+    }
+    struct rcm_channel *ch = rcm_channel_new();
+    return ch ? &ch->pub : NULL;
+}
+
+UIW_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
+{
+    if (channel)
+        rcm_channel_free(to_rch(channel));
+}
+
+/* ------------------------------------------------------------------------
+ * Translation
+ * ---------------------------------------------------------------------- */
+
+static uint8_t u8_depth(uint16_t v, uint8_t dflt)
+{
+    if (v == UIW_MPA_IRD_ORD_AUTO)
+        return dflt;
+    return (uint8_t)(v > 0xFE ? 0xFE : v);
+}
+
+static void set_pd(struct rcm_event *e, const struct uiw_cm_event *u)
+{
+    unsigned len = u->private_data_len;
+    if (len > 0xFF) {
+        /* rdma_conn_param.private_data_len is 8 bits */
+        uiw_dbg(1, "rdmacm: peer private data truncated from %u to 255 bytes", len);
+        len = 0xFF;
+    }
+    if (len) {
+        memcpy(e->private_data, u->private_data, len);
+        e->ev.param.conn.private_data = e->private_data;
+    }
+    e->ev.param.conn.private_data_len = (uint8_t)len;
+}
+
+static void set_state(struct rcm_id *x, enum rcm_state st)
+{
+    pthread_mutex_lock(&x->lock);
+    if (x->state != RCM_DEAD)
+        x->state = st;
+    pthread_mutex_unlock(&x->lock);
+}
+
+/* CONNECT_REQUEST: a new id for the connection, on the listener's channel
+ * (a synchronous listener's new ids are synchronous: their own channel).
+ * Returns the event, or NULL when the connection had to be dropped. */
+static struct rcm_event *conn_request(struct rcm_qev *q, struct rcm_event *e)
+{
+    struct rcm_id *l = q->id;
+    const struct uiw_cm_event *u = &q->uev;
+    struct sockaddr_storage local = u->local, peer = u->peer;
+    rcm_sa_unmap(&local);
+    rcm_sa_unmap(&peer);
+
+    struct rcm_dev *dev = NULL;
+    int rc = rcm_dev_for_addr((struct sockaddr *)&local, &dev);
+    if (rc < 0) {
+        uiw_log("rdmacm: no uiwarp device for an incoming connection's address (%d): dropped", rc);
+        uiw_cm_conn_destroy(u->conn);
+        return NULL;
+    }
+    struct rcm_id *n = NULL;
+    rc = rcm_id_alloc(l->sync ? NULL : l->ch, l->id.context, l->id.ps, l->id.qp_type, &n);
+    if (rc < 0) {
+        uiw_log("rdmacm: cannot create an id for an incoming connection (%d): dropped", rc);
+        uiw_cm_conn_destroy(u->conn);
+        return NULL;
+    }
+    rcm_id_attach_dev(n, dev);
+    memcpy(&n->id.route.addr.src_storage, &local, sizeof(local));
+    memcpy(&n->id.route.addr.dst_storage, &peer, sizeof(peer));
+    n->bound = true;
+    n->conn = u->conn;
+    n->state = RCM_REQ;
+    /* The initiator's IRD bounds what we may issue (our ORD), its ORD is
+     * what we should serve (our IRD). Unknown (MPA v1, or left to the ULP):
+     * the device's maximum. */
+    n->req_init_depth =
+        u->enhanced ? u8_depth(u->peer_ird, dev->max_init_depth) : dev->max_init_depth;
+    n->req_resp_res = u->enhanced ? u8_depth(u->peer_ord, dev->max_resp_res) : dev->max_resp_res;
+
+    e->ev.id = &n->id;
+    e->ev.listen_id = &l->id;
+    e->ev.param.conn.initiator_depth = n->req_init_depth;
+    e->ev.param.conn.responder_resources = n->req_resp_res;
+    set_pd(e, u);
+    return e;
+}
+
+/* Build the application's event for q (consumed). ch->lock held. */
+static struct rcm_event *translate(struct rcm_qev *q)
+{
+    struct rcm_event *e = calloc(1, sizeof(*e));
+    if (!e) {
+        qev_discard(q);
+        return NULL;
+    }
+    struct rcm_id *x = q->id;
+    e->owner = x;
+    e->ev.id = &x->id;
+    if (!q->engine) {
+        e->ev.event = q->type;
+        e->ev.status = q->status;
+        if (q->type == RDMA_CM_EVENT_UNREACHABLE) /* a repeated connect failed at once */
+            set_state(x, RCM_FAILED);
+        free(q);
+        return e;
+    }
+    const struct uiw_cm_event *u = &q->uev;
+    e->ev.status = u->status;
+    switch (u->type) {
+    case UIW_CM_CONNECT_REQUEST:
+        e->ev.event = RDMA_CM_EVENT_CONNECT_REQUEST;
+        if (!conn_request(q, e)) {
+            free(e);
+            e = NULL;
+        }
+        break;
+    case UIW_CM_ESTABLISHED:
+        e->ev.event = RDMA_CM_EVENT_ESTABLISHED;
+        e->ev.param.conn.initiator_depth = u8_depth(u->ord, 0);
+        e->ev.param.conn.responder_resources = u8_depth(u->ird, 0);
+        set_pd(e, u);
+        set_state(x, RCM_CONNECTED);
+        break;
+    case UIW_CM_REJECTED:
+        e->ev.event = RDMA_CM_EVENT_REJECTED;
+        if (!e->ev.status)
+            e->ev.status = -ECONNREFUSED;
+        set_pd(e, u);
+        set_state(x, RCM_REJECTED);
+        /* as rdma-core: the QP of a rejected connection goes to ERR */
+        if (x->id.qp) {
+            struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+            (void)ibv_modify_qp(x->id.qp, &a, IBV_QP_STATE);
+        }
+        break;
+    case UIW_CM_UNREACHABLE:
+        e->ev.event = RDMA_CM_EVENT_UNREACHABLE;
+        set_state(x, RCM_FAILED);
+        break;
+    case UIW_CM_CONNECT_ERROR: {
+        /* The kernel's iWARP CM reports a connect timeout as UNREACHABLE. */
+        pthread_mutex_lock(&x->lock);
+        bool active = x->state == RCM_CONNECTING;
+        pthread_mutex_unlock(&x->lock);
+        e->ev.event = active && u->status == -ETIMEDOUT ? RDMA_CM_EVENT_UNREACHABLE
+                                                        : RDMA_CM_EVENT_CONNECT_ERROR;
+        set_state(x, RCM_FAILED);
+        break;
+    }
+    case UIW_CM_DISCONNECTED:
+        e->ev.event = RDMA_CM_EVENT_DISCONNECTED;
+        set_state(x, RCM_DISCONNECTED);
+        break;
+    default:
+        free(e);
+        e = NULL;
+        break;
+    }
+    free(q);
+    if (e && e->ev.status)
+        uiw_dbg(1, "rdmacm: %s, status %d", rdma_event_str(e->ev.event), e->ev.status);
+    return e;
+}
+
+/* ------------------------------------------------------------------------
+ * Getting and acknowledging events
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event **event)
+{
+    if (!channel || !event)
+        return rcm_err(EINVAL);
+    struct rcm_channel *ch = to_rch(channel);
+    for (;;) {
+        pthread_mutex_lock(&ch->lock);
+        struct rcm_qev *q;
+        struct rcm_event *e = NULL;
+        while (!e && (q = pop_locked(ch)))
+            e = translate(q);
+        if (e) {
+            struct rcm_id *o = e->owner;
+            pthread_mutex_lock(&o->lock);
+            o->ev_reported++;
+            pthread_mutex_unlock(&o->lock);
+            pthread_mutex_unlock(&ch->lock);
+            *event = &e->ev;
+            return 0;
+        }
+        int fd = ch->pub.fd;
+        int fl = fcntl(fd, F_GETFL);
+        if (fl >= 0 && (fl & O_NONBLOCK)) {
+            pthread_mutex_unlock(&ch->lock);
+            return rcm_err(EAGAIN);
+        }
+        ch->waiters++;
+        pthread_mutex_unlock(&ch->lock);
+        /* Block in read() as rdma-core does on its channel fd, so a signal
+         * interrupts the wait exactly as there: EINTR unless the handler
+         * has SA_RESTART. The byte read is put back at once (the queue
+         * decides, under the lock, who gets which event). */
+        char b;
+        ssize_t n = read(fd, &b, 1);
+        int err = errno;
+        pthread_mutex_lock(&ch->lock);
+        ch->waiters--;
+        if (ch->dead) {
+            bool last = ch->waiters == 0;
+            pthread_mutex_unlock(&ch->lock);
+            if (last)
+                channel_release(ch);
+            return rcm_err(EBADF);
+        }
+        if (n == 1) {
+            /* We took the byte: what is left decides (writers hold the
+             * lock, so there is at most one). */
+            int avail = 0;
+            ch->armed = ioctl(fd, FIONREAD, &avail) == 0 && avail > 0;
+            if (ch->head)
+                wake_set(ch);
+        }
+        pthread_mutex_unlock(&ch->lock);
+        if (n < 0 && err != EAGAIN && err != EWOULDBLOCK)
+            return rcm_err(err);
+    }
+}
+
+UIW_EXPORT int rdma_ack_cm_event(struct rdma_cm_event *event)
+{
+    if (!event)
+        return rcm_err(EINVAL);
+    struct rcm_event *e = (struct rcm_event *)event;
+    struct rcm_id *o = e->owner;
+    pthread_mutex_lock(&o->lock);
+    o->ev_acked++;
+    pthread_cond_broadcast(&o->cond);
+    pthread_mutex_unlock(&o->lock);
+    free(e);
+    return 0;
+}
+
+int rcm_complete(struct rcm_id *x)
+{
+    if (!x->sync)
+        return 0;
+    if (x->id.event) {
+        rdma_ack_cm_event(x->id.event);
+        x->id.event = NULL;
+    }
+    if (rdma_get_cm_event(x->id.channel, &x->id.event) < 0)
+        return -1;
+    int st = x->id.event->status;
+    if (!st)
+        return 0;
+    if (x->id.event->event == RDMA_CM_EVENT_REJECTED)
+        return rcm_err(ECONNREFUSED);
+    return rcm_err(st < 0 ? -st : st);
+}
+
+UIW_EXPORT const char *rdma_event_str(enum rdma_cm_event_type event)
+{
+    switch (event) {
+    case RDMA_CM_EVENT_ADDR_RESOLVED:
+        return "RDMA_CM_EVENT_ADDR_RESOLVED";
+    case RDMA_CM_EVENT_ADDR_ERROR:
+        return "RDMA_CM_EVENT_ADDR_ERROR";
+    case RDMA_CM_EVENT_ROUTE_RESOLVED:
+        return "RDMA_CM_EVENT_ROUTE_RESOLVED";
+    case RDMA_CM_EVENT_ROUTE_ERROR:
+        return "RDMA_CM_EVENT_ROUTE_ERROR";
+    case RDMA_CM_EVENT_CONNECT_REQUEST:
+        return "RDMA_CM_EVENT_CONNECT_REQUEST";
+    case RDMA_CM_EVENT_CONNECT_RESPONSE:
+        return "RDMA_CM_EVENT_CONNECT_RESPONSE";
+    case RDMA_CM_EVENT_CONNECT_ERROR:
+        return "RDMA_CM_EVENT_CONNECT_ERROR";
+    case RDMA_CM_EVENT_UNREACHABLE:
+        return "RDMA_CM_EVENT_UNREACHABLE";
+    case RDMA_CM_EVENT_REJECTED:
+        return "RDMA_CM_EVENT_REJECTED";
+    case RDMA_CM_EVENT_ESTABLISHED:
+        return "RDMA_CM_EVENT_ESTABLISHED";
+    case RDMA_CM_EVENT_DISCONNECTED:
+        return "RDMA_CM_EVENT_DISCONNECTED";
+    case RDMA_CM_EVENT_DEVICE_REMOVAL:
+        return "RDMA_CM_EVENT_DEVICE_REMOVAL";
+    case RDMA_CM_EVENT_MULTICAST_JOIN:
+        return "RDMA_CM_EVENT_MULTICAST_JOIN";
+    case RDMA_CM_EVENT_MULTICAST_ERROR:
+        return "RDMA_CM_EVENT_MULTICAST_ERROR";
+    case RDMA_CM_EVENT_ADDR_CHANGE:
+        return "RDMA_CM_EVENT_ADDR_CHANGE";
+    case RDMA_CM_EVENT_TIMEWAIT_EXIT:
+        return "RDMA_CM_EVENT_TIMEWAIT_EXIT";
+    }
+    return "UNKNOWN EVENT";
+}

@@ -1,0 +1,620 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * rdma_cm ids over the engine's connection manager.
+ *
+ * Addresses and ports. rdma_bind_addr reserves the TCP address/port with a
+ * bound socket (SO_REUSEADDR), so port 0 gets its real port at once and a
+ * port in use fails with EADDRINUSE; rdma_resolve_addr binds implicitly to
+ * the source address the route lookup picks, as the kernel's rdma_cm does.
+ * The engine's listening or connecting socket then binds the same
+ * address/port (also SO_REUSEADDR) and the reservation is closed.
+ *
+ * iWARP specifics (the kernel's iw_cm + siw are the model): route
+ * resolution is immediate; private data goes to the peer unchanged;
+ * rdma_disconnect is an orderly TCP close (the engine flushes the QP);
+ * CONNECT_RESPONSE never happens, so rdma_establish has nothing to do.
+ * The QP reaches RTS when the engine attaches the connected socket.
+ */
+#include <arpa/inet.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "rdmacm_int.h"
+
+/* ------------------------------------------------------------------------
+ * Allocation
+ * ---------------------------------------------------------------------- */
+
+int rcm_id_alloc(struct rcm_channel *ch, void *context, enum rdma_port_space ps,
+                 enum ibv_qp_type qpt, struct rcm_id **out)
+{
+    struct rcm_id *x = calloc(1, sizeof(*x));
+    if (!x)
+        return -ENOMEM;
+    bool sync = ch == NULL;
+    if (sync) {
+        ch = rcm_channel_new();
+        if (!ch) {
+            int e = errno;
+            free(x);
+            return -e;
+        }
+    }
+    pthread_mutex_init(&x->lock, NULL);
+    pthread_cond_init(&x->cond, NULL);
+    x->ch = ch;
+    x->sync = sync;
+    x->resv_fd = -1;
+    x->state = RCM_IDLE;
+    x->id.channel = &ch->pub;
+    x->id.context = context;
+    x->id.ps = ps;
+    x->id.qp_type = qpt;
+    *out = x;
+    return 0;
+}
+
+void rcm_id_attach_dev(struct rcm_id *x, struct rcm_dev *dev)
+{
+    x->dev = dev;
+    x->id.verbs = dev->verbs;
+    x->id.port_num = 1;
+    if (!x->id.pd)
+        x->id.pd = dev->pd;
+    x->id.route.addr.addr.ibaddr.sgid = dev->gid;
+}
+
+UIW_EXPORT int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **id,
+                              void *context, enum rdma_port_space ps)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    int rc = rcm_init();
+    if (rc < 0)
+        return rcm_err(-rc);
+    /* iWARP is connected TCP only: no UD port spaces, no AF_IB. */
+    if (ps != RDMA_PS_TCP)
+        return rcm_err(EOPNOTSUPP);
+    struct rcm_id *x;
+    rc = rcm_id_alloc(channel ? to_rch(channel) : NULL, context, ps, IBV_QPT_RC, &x);
+    if (rc < 0)
+        return rcm_err(-rc);
+    *id = &x->id;
+    return 0;
+}
+
+UIW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+
+    /* Engine objects first, under the route lock: afterwards no engine
+     * event can name this id any more. */
+    pthread_mutex_lock(&rcm_route_lock);
+    pthread_mutex_lock(&x->lock);
+    struct uiw_listener *l = x->listener;
+    struct uiw_conn *c = x->conn;
+    x->listener = NULL;
+    x->conn = NULL;
+    x->state = RCM_DEAD;
+    pthread_mutex_unlock(&x->lock);
+    rcm_retry_cancel(x);
+    if (l)
+        uiw_cm_listener_destroy(l);
+    if (c)
+        uiw_cm_conn_destroy(c);
+    pthread_mutex_unlock(&rcm_route_lock);
+
+    rcm_purge_id(x);
+    if (id->event) {
+        rdma_ack_cm_event(id->event);
+        id->event = NULL;
+    }
+    /* As rdma-core: wait until the application acknowledged every event
+     * it got for this id. */
+    pthread_mutex_lock(&x->lock);
+    while (x->ev_acked != x->ev_reported)
+        pthread_cond_wait(&x->cond, &x->lock);
+    pthread_mutex_unlock(&x->lock);
+
+    if (x->resv_fd >= 0)
+        close(x->resv_fd);
+    free(x->qp_init_attr);
+    if (x->sync)
+        rcm_channel_free(x->ch);
+    pthread_cond_destroy(&x->cond);
+    pthread_mutex_destroy(&x->lock);
+    free(x);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Addresses
+ * ---------------------------------------------------------------------- */
+
+/* Reserve addr (port 0: any) with a bound TCP socket; sets route.addr.src.
+ * x->lock held. */
+static int reserve(struct rcm_id *x, const struct sockaddr *addr)
+{
+    socklen_t len = rcm_sa_len(addr);
+    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0)
+        return -errno;
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    struct sockaddr_storage ss;
+    socklen_t sl = sizeof(ss);
+    if (bind(fd, addr, len) < 0 || getsockname(fd, (struct sockaddr *)&ss, &sl) < 0) {
+        int e = errno;
+        close(fd);
+        return -e;
+    }
+    if (x->resv_fd >= 0)
+        close(x->resv_fd);
+    x->resv_fd = fd;
+    memset(&x->id.route.addr.src_storage, 0, sizeof(x->id.route.addr.src_storage));
+    memcpy(&x->id.route.addr.src_storage, &ss, sl);
+    x->bound = true;
+    return 0;
+}
+
+/* x->lock held. */
+static int do_bind(struct rcm_id *x, const struct sockaddr *addr)
+{
+    if (!addr)
+        return -EINVAL;
+    if (!rcm_sa_len(addr))
+        return -EAFNOSUPPORT;
+    if (x->state != RCM_IDLE)
+        return -EINVAL;
+    struct rcm_dev *dev = NULL;
+    if (!rcm_sa_is_any(addr)) {
+        int rc = rcm_dev_for_addr(addr, &dev);
+        if (rc < 0)
+            return rc;
+    }
+    int rc = reserve(x, addr);
+    if (rc < 0)
+        return rc;
+    if (dev)
+        rcm_id_attach_dev(x, dev);
+    x->state = RCM_BOUND;
+    return 0;
+}
+
+UIW_EXPORT int rdma_bind_addr(struct rdma_cm_id *id, struct sockaddr *addr)
+{
+    if (!id || !addr)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    pthread_mutex_lock(&x->lock);
+    int rc = do_bind(x, addr);
+    pthread_mutex_unlock(&x->lock);
+    return rc < 0 ? rcm_err(-rc) : 0;
+}
+
+UIW_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_addr,
+                                 struct sockaddr *dst_addr, int timeout_ms)
+{
+    (void)timeout_ms; /* resolution is immediate */
+    if (!id || !dst_addr)
+        return rcm_err(EINVAL);
+    socklen_t dlen = rcm_sa_len(dst_addr);
+    if (!dlen)
+        return rcm_err(EAFNOSUPPORT);
+    struct rcm_id *x = to_rid(id);
+    struct sockaddr *bsrc = &x->id.route.addr.src_addr;
+    struct sockaddr_storage src;
+    int rc = 0;
+
+    pthread_mutex_lock(&x->lock);
+    if (x->state == RCM_IDLE && src_addr && src_addr->sa_family != AF_UNSPEC) {
+        if (src_addr->sa_family != dst_addr->sa_family)
+            rc = -EINVAL;
+        else
+            rc = do_bind(x, src_addr);
+    }
+    if (!rc && x->state != RCM_IDLE && x->state != RCM_BOUND)
+        rc = -EINVAL;
+    if (!rc && x->bound && bsrc->sa_family != dst_addr->sa_family)
+        rc = -EINVAL;
+    if (!rc) {
+        if (x->bound && !rcm_sa_is_any(bsrc)) {
+            memset(&src, 0, sizeof(src));
+            memcpy(&src, bsrc, rcm_sa_len(bsrc));
+        } else {
+            /* Source selection: what the routing table picks for dst. */
+            rc = rcm_route_src(dst_addr, &src);
+            if (!rc && x->bound)
+                rcm_sa_set_port((struct sockaddr *)&src, rcm_sa_port(bsrc));
+        }
+    }
+    if (rc) {
+        pthread_mutex_unlock(&x->lock);
+        return rcm_err(-rc);
+    }
+    int st = 0;
+    struct rcm_dev *dev = x->dev;
+    if (!dev)
+        st = rcm_dev_for_addr((struct sockaddr *)&src, &dev);
+    if (!st && !x->bound)
+        st = reserve(x, (struct sockaddr *)&src);
+    else if (!st)
+        memcpy(&x->id.route.addr.src_storage, &src, sizeof(src));
+    if (!st) {
+        rcm_id_attach_dev(x, dev);
+        memset(&x->id.route.addr.dst_storage, 0, sizeof(x->id.route.addr.dst_storage));
+        memcpy(&x->id.route.addr.dst_storage, dst_addr, dlen);
+        x->state = RCM_ADDR_RESOLVED;
+    }
+    pthread_mutex_unlock(&x->lock);
+    if (st)
+        uiw_dbg(1, "rdmacm: address resolution failed: %d", st);
+    rcm_queue_local(x, st ? RDMA_CM_EVENT_ADDR_ERROR : RDMA_CM_EVENT_ADDR_RESOLVED, st);
+    return rcm_complete(x);
+}
+
+UIW_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
+{
+    (void)timeout_ms;
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    pthread_mutex_lock(&x->lock);
+    if (x->state != RCM_ADDR_RESOLVED) {
+        pthread_mutex_unlock(&x->lock);
+        return rcm_err(EINVAL);
+    }
+    /* iWARP: TCP/IP routes the connection; nothing to look up. */
+    x->state = RCM_ROUTE_RESOLVED;
+    pthread_mutex_unlock(&x->lock);
+    rcm_queue_local(x, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
+    return rcm_complete(x);
+}
+
+UIW_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
+{
+    return rcm_sa_port(&id->route.addr.src_addr);
+}
+
+UIW_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
+{
+    return rcm_sa_port(&id->route.addr.dst_addr);
+}
+
+/* ------------------------------------------------------------------------
+ * Listen
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    int rc = 0;
+    pthread_mutex_lock(&x->lock);
+    if (x->state == RCM_IDLE) {
+        /* as the kernel: an unbound id listens on 0.0.0.0, any port */
+        struct sockaddr_in any = {.sin_family = AF_INET};
+        rc = do_bind(x, (struct sockaddr *)&any);
+    }
+    if (!rc && x->state != RCM_BOUND)
+        rc = -EINVAL;
+    if (rc) {
+        pthread_mutex_unlock(&x->lock);
+        return rcm_err(-rc);
+    }
+    struct sockaddr_storage src;
+    memcpy(&src, &x->id.route.addr.src_storage, sizeof(src));
+    struct uiw_context *ctx = x->dev ? to_uctx(x->dev->verbs) : NULL;
+    x->state = RCM_LISTEN;
+    pthread_mutex_unlock(&x->lock);
+
+    struct uiw_listener *l = NULL;
+    pthread_mutex_lock(&rcm_route_lock);
+    rc = uiw_cm_listen(ctx, (struct sockaddr *)&src, backlog, rcm_uch, x, &l);
+    pthread_mutex_lock(&x->lock);
+    if (rc == 0) {
+        x->listener = l;
+        struct sockaddr_storage ss;
+        if (uiw_cm_listener_addr(l, &ss) == 0)
+            memcpy(&x->id.route.addr.src_storage, &ss, sizeof(ss));
+        if (x->resv_fd >= 0) {
+            close(x->resv_fd); /* the listening socket holds the port now */
+            x->resv_fd = -1;
+        }
+    } else {
+        x->state = RCM_BOUND;
+    }
+    pthread_mutex_unlock(&x->lock);
+    pthread_mutex_unlock(&rcm_route_lock);
+    return rc < 0 ? rcm_err(-rc) : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Connection parameters
+ * ---------------------------------------------------------------------- */
+
+/* rdma-core's checks: a connected id needs a QP or parameters; depths
+ * above the device's limits are invalid unless they are the "maximum"
+ * sentinels. x->lock held. */
+static int check_param(struct rcm_id *x, const struct rdma_conn_param *p)
+{
+    if (!x->id.qp && !p)
+        return -EINVAL;
+    if (!p)
+        return 0;
+    if (p->responder_resources != RDMA_MAX_RESP_RES &&
+        p->responder_resources > x->dev->max_resp_res)
+        return -EINVAL;
+    if (p->initiator_depth != RDMA_MAX_INIT_DEPTH && p->initiator_depth > x->dev->max_init_depth)
+        return -EINVAL;
+    if (p->private_data_len && !p->private_data)
+        return -EINVAL;
+    return 0;
+}
+
+/* The QP to attach: the id's, else one named by qp_num (not supported:
+ * the engine has no lookup by number), else none (MPA only, no FPDUs). */
+static int pick_qp(struct rcm_id *x, const struct rdma_conn_param *p, struct uiw_qp **qp)
+{
+    *qp = NULL;
+    if (x->id.qp) {
+        if (x->id.qp->context != x->id.verbs)
+            return -EINVAL;
+        *qp = to_uqp(x->id.qp);
+        return 0;
+    }
+    if (p && p->qp_num)
+        return -ENOSYS;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Active side
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    struct uiw_qp *qp = NULL;
+    pthread_mutex_lock(&x->lock);
+    int rc = x->state == RCM_ROUTE_RESOLVED ? 0 : -EINVAL;
+    if (!rc)
+        rc = check_param(x, conn_param);
+    if (!rc)
+        rc = pick_qp(x, conn_param, &qp);
+    if (rc) {
+        pthread_mutex_unlock(&x->lock);
+        return rcm_err(-rc);
+    }
+    const struct rdma_conn_param *p = conn_param;
+    /* Kept in the id: a refused attempt may be repeated (event.c). */
+    uint16_t pd_len = p ? p->private_data_len : 0;
+    if (pd_len)
+        memcpy(x->conn_pd, p->private_data, pd_len);
+    x->conn_param = (struct uiw_conn_param){
+        .ord = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH) ? x->dev->max_init_depth
+                                                                 : p->initiator_depth,
+        .ird = (!p || p->responder_resources == RDMA_MAX_RESP_RES) ? x->dev->max_resp_res
+                                                                   : p->responder_resources,
+        .private_data = pd_len ? x->conn_pd : NULL,
+        .private_data_len = pd_len,
+    };
+    x->conn_qp = qp;
+    memcpy(&x->conn_src, &x->id.route.addr.src_storage, sizeof(x->conn_src));
+    memcpy(&x->conn_dst, &x->id.route.addr.dst_storage, sizeof(x->conn_dst));
+    x->connect_ms = rcm_now_ms();
+    x->retry_delay_ms = 0;
+    x->state = RCM_CONNECTING;
+    pthread_mutex_unlock(&x->lock);
+
+    /* Under the route lock: the outcome (possibly posted before
+     * uiw_cm_connect returns) reaches the id only once x->conn is set. */
+    struct uiw_conn *c = NULL;
+    pthread_mutex_lock(&rcm_route_lock);
+    rc = uiw_cm_connect(qp, (struct sockaddr *)&x->conn_src, (struct sockaddr *)&x->conn_dst,
+                        &x->conn_param, rcm_uch, x, &c);
+    pthread_mutex_lock(&x->lock);
+    if (rc == 0) {
+        x->conn = c;
+        if (x->resv_fd >= 0) {
+            close(x->resv_fd); /* the connection's socket holds the port now */
+            x->resv_fd = -1;
+        }
+    } else {
+        x->state = RCM_ROUTE_RESOLVED;
+    }
+    pthread_mutex_unlock(&x->lock);
+    pthread_mutex_unlock(&rcm_route_lock);
+    if (rc < 0)
+        return rcm_err(rc == -EMSGSIZE ? EINVAL : -rc);
+    return rcm_complete(x);
+}
+
+UIW_EXPORT int rdma_establish(struct rdma_cm_id *id)
+{
+    /* Only after CONNECT_RESPONSE, which iWARP never reports: the engine
+     * brings the QP to RTS and reports ESTABLISHED itself. */
+    (void)id;
+    return rcm_err(EINVAL);
+}
+
+/* ------------------------------------------------------------------------
+ * Passive side
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    struct uiw_qp *qp = NULL;
+    pthread_mutex_lock(&x->lock);
+    int rc = x->state == RCM_REQ && x->conn ? 0 : -EINVAL;
+    if (!rc)
+        rc = check_param(x, conn_param);
+    if (!rc)
+        rc = pick_qp(x, conn_param, &qp);
+    if (rc) {
+        pthread_mutex_unlock(&x->lock);
+        return rcm_err(-rc);
+    }
+    const struct rdma_conn_param *p = conn_param;
+    /* rdma-core: the "maximum" sentinels (and no parameters) mean what
+     * the request asked for, bounded by the device. */
+    unsigned ord = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH)
+                       ? (x->req_init_depth < x->dev->max_init_depth ? x->req_init_depth
+                                                                     : x->dev->max_init_depth)
+                       : p->initiator_depth;
+    unsigned ird =
+        (!p || p->responder_resources == RDMA_MAX_RESP_RES)
+            ? (x->req_resp_res < x->dev->max_resp_res ? x->req_resp_res : x->dev->max_resp_res)
+            : p->responder_resources;
+    struct uiw_conn_param cp = {
+        .ord = (uint16_t)ord,
+        .ird = (uint16_t)ird,
+        .private_data = p ? p->private_data : NULL,
+        .private_data_len = p ? p->private_data_len : 0,
+    };
+    struct uiw_conn *c = x->conn;
+    x->state = RCM_ACCEPTING;
+    pthread_mutex_unlock(&x->lock);
+
+    rc = uiw_cm_accept(c, qp, &cp, x);
+    if (rc < 0) {
+        uiw_dbg(1, "rdmacm: accept failed: %d", rc);
+        pthread_mutex_lock(&x->lock);
+        x->state = rc == -EINVAL || rc == -EBUSY || rc == -EMSGSIZE ? RCM_REQ : RCM_FAILED;
+        pthread_mutex_unlock(&x->lock);
+        if (x->id.qp && rc != -EBUSY) {
+            struct ibv_qp_attr a = {.qp_state = IBV_QPS_ERR};
+            (void)ibv_modify_qp(x->id.qp, &a, IBV_QP_STATE);
+        }
+        return rcm_err(rc == -EMSGSIZE ? EINVAL : -rc);
+    }
+    return rcm_complete(x);
+}
+
+UIW_EXPORT int rdma_reject(struct rdma_cm_id *id, const void *private_data,
+                           uint8_t private_data_len)
+{
+    if (!id || (private_data_len && !private_data))
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    pthread_mutex_lock(&x->lock);
+    if (x->state != RCM_REQ || !x->conn) {
+        pthread_mutex_unlock(&x->lock);
+        return rcm_err(EINVAL);
+    }
+    struct uiw_conn *c = x->conn;
+    x->state = RCM_ACCEPTING;
+    pthread_mutex_unlock(&x->lock);
+    int rc = uiw_cm_reject(c, private_data, private_data_len);
+    pthread_mutex_lock(&x->lock);
+    x->state = rc == 0 ? RCM_REJECTED : RCM_FAILED;
+    pthread_mutex_unlock(&x->lock);
+    return rc < 0 ? rcm_err(-rc) : 0;
+}
+
+UIW_EXPORT int rdma_disconnect(struct rdma_cm_id *id)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    pthread_mutex_lock(&x->lock);
+    struct uiw_conn *c = x->conn;
+    pthread_mutex_unlock(&x->lock);
+    if (!c)
+        return rcm_err(EINVAL);
+    int rc = uiw_cm_disconnect(c);
+    if (rc < 0)
+        return rcm_err(rc == -ENOTCONN ? EINVAL : -rc);
+    return rcm_complete(x);
+}
+
+UIW_EXPORT int rdma_notify(struct rdma_cm_id *id, enum ibv_event_type event)
+{
+    (void)event;
+    /* IB's communication-established hint; iWARP has nothing to do. */
+    if (!id || !id->verbs)
+        return rcm_err(EINVAL);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------
+ * Channels and options
+ * ---------------------------------------------------------------------- */
+
+UIW_EXPORT int rdma_migrate_id(struct rdma_cm_id *id, struct rdma_event_channel *channel)
+{
+    if (!id)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    if (x->sync && !channel)
+        return rcm_err(EINVAL);
+    struct rcm_channel *to = channel ? to_rch(channel) : rcm_channel_new();
+    if (!to)
+        return -1;
+    if (x->sync && id->event) {
+        rdma_ack_cm_event(id->event);
+        id->event = NULL;
+    }
+    struct rcm_channel *old = x->ch;
+    bool was_sync = x->sync;
+    pthread_mutex_lock(&rcm_route_lock);
+    rcm_move_events(x, to);
+    pthread_mutex_lock(&x->lock);
+    x->sync = channel == NULL;
+    pthread_mutex_unlock(&x->lock);
+    pthread_mutex_unlock(&rcm_route_lock);
+    if (was_sync && old != to)
+        rcm_channel_free(old);
+    /* As rdma-core: events already handed out must be acknowledged before
+     * the id is used on its new channel. */
+    pthread_mutex_lock(&x->lock);
+    while (x->ev_acked != x->ev_reported)
+        pthread_cond_wait(&x->cond, &x->lock);
+    pthread_mutex_unlock(&x->lock);
+    return 0;
+}
+
+UIW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, void *optval,
+                               size_t optlen)
+{
+    if (!id || !optval)
+        return rcm_err(EINVAL);
+    struct rcm_id *x = to_rid(id);
+    if (level != RDMA_OPTION_ID)
+        return rcm_err(ENOSYS); /* RDMA_OPTION_IB_PATH: IB only */
+    switch (optname) {
+    case RDMA_OPTION_ID_TOS:
+        if (optlen != sizeof(uint8_t))
+            return rcm_err(EINVAL);
+        /* Accepted and kept; the engine's sockets do not take a TOS yet. */
+        pthread_mutex_lock(&x->lock);
+        x->tos = *(const uint8_t *)optval;
+        x->tos_set = true;
+        pthread_mutex_unlock(&x->lock);
+        return 0;
+    case RDMA_OPTION_ID_REUSEADDR:
+        if (optlen != sizeof(int))
+            return rcm_err(EINVAL);
+        /* Every uiwarp socket binds with SO_REUSEADDR already. */
+        pthread_mutex_lock(&x->lock);
+        x->reuseaddr = *(const int *)optval != 0;
+        pthread_mutex_unlock(&x->lock);
+        return 0;
+    case RDMA_OPTION_ID_AFONLY:
+        if (optlen != sizeof(int))
+            return rcm_err(EINVAL);
+        /* The default (dual-stack IPv6 wildcard) is what the engine does. */
+        return *(const int *)optval ? rcm_err(ENOSYS) : 0;
+    default:
+        return rcm_err(ENOSYS);
+    }
+}

@@ -1,0 +1,280 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# Unmodified Debian rdma_cm programs over uiwarp: every program is the one
+# from the distribution (rdmacm-utils, perftest, qperf, fio), run with
+# LD_LIBRARY_PATH=$UIWARP_BUILD/lib so the dynamic loader picks uiwarp's
+# librdmacm.so.1 and libibverbs.so.1. Both ends run on this host over
+# 127.0.0.1 (and ::1), on ports picked free at run time; every program runs
+# under `timeout`, servers are killed on exit.
+#
+# Each case is REQUIRED (must pass) or KNOWN (fails today for a reason
+# outside librdmacm, given with it; reported as XFAIL, or XPASS once fixed).
+# Programs that are not installed are skipped. Exit status: 1 if a REQUIRED
+# case failed, 77 if nothing could run, else 0.
+#
+# Environment: UIWARP_BUILD (default: ../../build), RDMACM_APPS_VERBOSE=1
+# prints the programs' output of failed cases.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+BUILD=${UIWARP_BUILD:-$here/../../build}
+LIB=$BUILD/lib
+if [ ! -e "$LIB/librdmacm.so.1" ] || [ ! -e "$LIB/libibverbs.so.1" ]; then
+    echo "SKIP: uiwarp's librdmacm.so.1 / libibverbs.so.1 not found in $LIB"
+    exit 77
+fi
+if ldd "$LIB/libibverbs.so.1" 2>/dev/null | grep -Eq 'lib(asan|tsan|ubsan)'; then
+    echo "SKIP: $LIB holds sanitizer builds, which the distribution's programs cannot load"
+    exit 77
+fi
+export LD_LIBRARY_PATH=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+tmp=$(mktemp -d /tmp/uiwarp-rdmacm-apps.XXXXXX)
+servers=()
+# Kill what is left of the programs started (their process groups).
+reap() {
+    local pid
+    for pid in "${servers[@]}"; do
+        kill -KILL -- "-$pid" 2>/dev/null
+    done
+    servers=()
+}
+cleanup() {
+    reap
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+pass=0 fail=0 xfail=0 xpass=0 skip=0
+failed_names=()
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# A TCP port free right now on the loopback address of the family.
+free_port() { # [4|6]
+    python3 - "$1" <<'EOF'
+import socket, sys
+fam, host = (socket.AF_INET6, "::1") if sys.argv[1] == "6" else (socket.AF_INET, "127.0.0.1")
+s = socket.socket(fam, socket.SOCK_STREAM)
+s.bind((host, 0))
+print(s.getsockname()[1])
+EOF
+}
+
+have_ipv6() {
+    python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0))' 2>/dev/null
+}
+
+# Wait until something listens on TCP port $1 (IPv4 or IPv6), up to $2 s.
+wait_listen() {
+    local hex deadline
+    hex=$(printf '%04X' "$1")
+    deadline=$((SECONDS + ${2:-10}))
+    while [ $SECONDS -lt $deadline ]; do
+        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    return 1
+}
+
+# run_case NAME KIND REASON TIMEOUT SERVER_CMD CLIENT_CMD [CHECK_REGEX_BAD]
+# The case passes when both programs exit 0 and neither output matches the
+# (optional) regular expression of failure messages.
+run_case() {
+    local name=$1 kind=$2 reason=$3 t=$4 scmd=$5 ccmd=$6 bad=${7:-}
+    local sout=$tmp/$name.server cout=$tmp/$name.client spid cpid src=0 crc=0 ok=1
+    # Each program runs in its own session (setsid in place: the process
+    # keeps its pid, which is then its process group), so whatever it
+    # forked is killed with it afterwards.
+    setsid bash -c "exec timeout -k 3 $t $scmd" >"$sout" 2>&1 &
+    spid=$!
+    servers+=("$spid")
+    if ! wait_listen "$port" 10; then
+        echo "server did not listen on port $port" >>"$sout"
+        ok=0
+    else
+        setsid bash -c "exec timeout -k 3 $t $ccmd" >"$cout" 2>&1 &
+        cpid=$!
+        servers+=("$cpid")
+        wait "$cpid" 2>/dev/null || crc=$?
+    fi
+    [ $ok = 0 ] && kill -TERM "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null || src=$?
+    reap
+    [ "$crc" = 0 ] && [ "$src" = 0 ] || ok=0
+    if [ -n "$bad" ] && grep -Eq "$bad" "$sout" "$cout" 2>/dev/null; then
+        ok=0
+    fi
+    report "$name" "$kind" "$reason" "$ok" "server rc=$src client rc=$crc" "$sout" "$cout"
+}
+
+report() { # NAME KIND REASON OK DETAIL SERVER_OUT CLIENT_OUT
+    local name=$1 kind=$2 reason=$3 ok=$4 detail=$5
+    if [ "$kind" = REQUIRED ]; then
+        if [ "$ok" = 1 ]; then
+            pass=$((pass + 1))
+            echo "PASS   $name"
+        else
+            fail=$((fail + 1))
+            failed_names+=("$name")
+            echo "FAIL   $name ($detail)"
+            show "$6" "$7"
+        fi
+    else
+        if [ "$ok" = 1 ]; then
+            xpass=$((xpass + 1))
+            echo "XPASS  $name (was known to fail: $reason)"
+        else
+            xfail=$((xfail + 1))
+            echo "XFAIL  $name ($detail) -- $reason"
+            [ "${RDMACM_APPS_VERBOSE:-0}" = 1 ] && show "$6" "$7"
+        fi
+    fi
+}
+
+show() {
+    local f
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        echo "    --- $(basename "$f")"
+        tail -n 15 "$f" | sed 's/^/    | /'
+    done
+}
+
+skip_case() {
+    skip=$((skip + 1))
+    echo "SKIP   $1 ($2)"
+}
+
+# ------------------------------------------------------------------------
+# rdmacm-utils
+# ------------------------------------------------------------------------
+if have rping; then
+    port=$(free_port 4)
+    run_case rping-ipv4 REQUIRED "" 30 \
+        "rping -s -a 127.0.0.1 -p $port -C 10 -V -S 64" \
+        "rping -c -a 127.0.0.1 -p $port -C 10 -V -S 64"
+    if have_ipv6; then
+        port=$(free_port 6)
+        run_case rping-ipv6 REQUIRED "" 30 \
+            "rping -s -a ::1 -p $port -C 10 -V -S 64" \
+            "rping -c -a ::1 -p $port -C 10 -V -S 64"
+    else
+        skip_case rping-ipv6 "no ::1"
+    fi
+    port=$(free_port 4)
+    run_case rping-large REQUIRED "" 30 \
+        "rping -s -a 127.0.0.1 -p $port -C 50 -V -S 32768" \
+        "rping -c -a 127.0.0.1 -p $port -C 50 -V -S 32768"
+else
+    skip_case rping "not installed"
+fi
+
+if have ucmatose; then
+    port=$(free_port 4)
+    run_case ucmatose-4conn REQUIRED "" 30 \
+        "ucmatose -p $port -c 4" "ucmatose -s 127.0.0.1 -p $port -c 4"
+    port=$(free_port 4)
+    run_case ucmatose-4conn-nop2p KNOWN \
+        "UIWARP_P2P=0: its server sends first, and a responder waits for the initiator's first FPDU (RFC 5044 7.1.2 rule 4; siw sends at once)" \
+        10 "env UIWARP_P2P=0 ucmatose -p $port -c 4" "env UIWARP_P2P=0 ucmatose -s 127.0.0.1 -p $port -c 4"
+else
+    skip_case ucmatose "not installed"
+fi
+
+if have rdma_server && have rdma_client; then
+    port=$(free_port 4)
+    run_case rdma_server-client REQUIRED "" 30 \
+        "rdma_server -p $port" "rdma_client -s 127.0.0.1 -p $port"
+else
+    skip_case rdma_server-client "not installed"
+fi
+
+if have rdma_xserver && have rdma_xclient; then
+    port=$(free_port 4)
+    run_case rdma_xserver-xclient KNOWN \
+        "rdma_xclient posts an IBV_SEND_INLINE Send on a QP created with max_inline_data 0; the engine refuses it (siw accepts inline up to its maximum)" \
+        15 "rdma_xserver -p $port" "rdma_xclient -s 127.0.0.1 -p $port"
+else
+    skip_case rdma_xserver-xclient "not installed"
+fi
+
+# ------------------------------------------------------------------------
+# perftest, rdma_cm mode (-R)
+# ------------------------------------------------------------------------
+for t in ib_send_bw ib_write_bw ib_read_bw ib_send_lat ib_read_lat ib_write_lat; do
+    if have $t; then
+        port=$(free_port 4)
+        run_case "$t-R" REQUIRED "" 60 "$t -R -p $port -n 200" "$t -R -p $port -n 200 127.0.0.1"
+    else
+        skip_case "$t-R" "not installed"
+    fi
+done
+if have ib_write_lat; then
+    port=$(free_port 4)
+    run_case ib_write_lat-R-nop2p KNOWN \
+        "UIWARP_P2P=0: the server writes first, and a responder waits for the initiator's first FPDU" \
+        10 "env UIWARP_P2P=0 ib_write_lat -R -p $port -n 200" \
+        "env UIWARP_P2P=0 ib_write_lat -R -p $port -n 200 127.0.0.1"
+fi
+
+# ------------------------------------------------------------------------
+# qperf, rdma_cm option (-cm1); the server stays up for several tests
+# ------------------------------------------------------------------------
+if have qperf; then
+    qbad='failed|unexpected|timed out|error'
+    for t in rc_rdma_read_bw rc_rdma_read_lat rc_rdma_write_poll_lat rc_compare_swap_mr rc_fetch_add_mr; do
+        port=$(free_port 4)
+        run_case "qperf-$t" REQUIRED "" 30 "qperf -lp $port" \
+            "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t 1 $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'" \
+            "$qbad"
+    done
+    for t in rc_lat rc_rdma_write_lat; do
+        port=$(free_port 4)
+        run_case "qperf-$t" KNOWN \
+            "intermittent: the server waits in ibv_get_cq_event when the test time is up; qperf's SIGALRM must interrupt it with EINTR, the engine's ibv_get_cq_event retries instead" \
+            20 "qperf -lp $port" \
+            "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t 1 $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'" \
+            "$qbad"
+    done
+else
+    skip_case qperf "not installed"
+fi
+
+# ------------------------------------------------------------------------
+# fio's rdma engine: server rw=read, client rw=write (--thread: jobs are
+# threads, so nothing outlives a killed fio)
+# ------------------------------------------------------------------------
+if have fio && fio --enghelp 2>/dev/null | grep -qw rdma; then
+    for verb in write read; do
+        port=$(free_port 4)
+        run_case "fio-rdma-$verb" REQUIRED "" 60 \
+            "fio --thread --name=srv --ioengine=rdma --port=$port --bs=64k --size=8m --rw=read --iodepth=4" \
+            "fio --thread --name=cli --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=$verb --bs=64k --size=8m --rw=write --iodepth=4" \
+            'err= *[1-9]|fio: .*(fail|error)'
+    done
+    port=$(free_port 4)
+    run_case fio-rdma-send KNOWN \
+        "all I/O completes, then both jobs wait in ibv_get_cq_event and ignore SIGTERM (the engine's ibv_get_cq_event retries on EINTR)" \
+        15 "fio --thread --name=srv --ioengine=rdma --port=$port --bs=64k --size=8m --rw=read --iodepth=4" \
+        "fio --thread --name=cli --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=send --bs=64k --size=8m --rw=write --iodepth=4" \
+        'err= *[1-9]|fio: .*(fail|error)'
+else
+    skip_case fio-rdma "fio without the rdma engine"
+fi
+
+echo
+echo "rdma_cm programs: $pass passed, $fail failed, $xfail known failures, $xpass known failures now passing, $skip skipped"
+if [ $fail -gt 0 ]; then
+    echo "failed: ${failed_names[*]}"
+    exit 1
+fi
+if [ $((pass + xfail + xpass)) -eq 0 ]; then
+    exit 77
+fi
+exit 0
