@@ -4,6 +4,7 @@
  * lists them.
  */
 #include "dump.h"
+#include "run.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -17,6 +18,7 @@ typedef struct subcommand {
 
 static const subcommand subcommands[] = {
     {"dump", "check iWARP traffic in pcap/pcapng captures", uiw_dump_main, uiw_dump_usage},
+    {"run", "run an unmodified RDMA program over uiwarp", uiw_run_main, uiw_run_usage},
 };
 
 #define NSUB (sizeof(subcommands) / sizeof(subcommands[0]))
