@@ -8,9 +8,14 @@
  * progress.c) before looking again.
  *
  * A completion channel is a FIFO of CQs with an undelivered event plus a
- * pipe whose read end is channel->fd; the pipe holds exactly one byte while
- * the FIFO is non-empty, so poll() works and ibv_get_cq_event blocks (unless
- * the fd was made non-blocking) without stealing another reader's event.
+ * local stream socket whose reading end is channel->fd; it holds one byte
+ * while the FIFO is non-empty, so poll() works. ibv_get_cq_event blocks in
+ * read() on it, exactly like rdma-core's read of the kernel's channel fd: a
+ * non-blocking fd gives EAGAIN, and a signal interrupts it with EINTR unless
+ * the handler has SA_RESTART (qperf's timers rely on that). The reader that
+ * took the byte pops one event under the lock and puts the byte back if
+ * more are queued. The library's own removals use MSG_DONTWAIT, so they
+ * never block whatever the application did to the fd's flags.
  *
  * Notification (ibv_req_notify_cq) is one-shot, as in verbs: "all" fires on
  * the next completion, "solicited only" on the next completion of a
@@ -21,10 +26,9 @@
  * then -EOVERFLOW.
  */
 #include <errno.h>
-#include <fcntl.h>
-#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -49,14 +53,14 @@ UIW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
         errno = ENOMEM;
         return NULL;
     }
-    if (pipe2(fds, O_CLOEXEC) < 0) {
+    if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0) {
         int e = errno;
 
         free(ch);
         errno = e;
         return NULL;
     }
-    fcntl(fds[1], F_SETFL, O_NONBLOCK);
+    shutdown(fds[0], SHUT_WR);
     ch->ch.context = context;
     ch->ch.fd = fds[0];
     ch->ch.refcnt = 0;
@@ -87,14 +91,15 @@ UIW_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 static void chan_signal_locked(struct uiw_comp_channel *ch)
 {
     static const char one = 1;
-    ssize_t w = write(ch->wr_fd, &one, 1);
+    ssize_t w = send(ch->wr_fd, &one, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
     (void)w;
 }
 
 static void chan_unsignal_locked(struct uiw_comp_channel *ch)
 {
     char b;
-    ssize_t r = read(ch->ch.fd, &b, 1); /* the byte is there: no wait */
+    /* A reader may hold the byte already: never wait for it. */
+    ssize_t r = recv(ch->ch.fd, &b, 1, MSG_DONTWAIT);
     (void)r;
 }
 
@@ -145,29 +150,30 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
     struct uiw_comp_channel *ch = to_uch(channel);
 
     for (;;) {
+        char b;
+        ssize_t r = read(channel->fd, &b, 1);
+
+        if (r < 0)
+            return -1; /* EAGAIN (non-blocking fd) or EINTR, as the kernel's */
+        if (r == 0) {
+            errno = EIO;
+            return -1;
+        }
         pthread_mutex_lock(&ch->lock);
         if (ch->npending) {
             struct uiw_cq *c = ch->pending[0];
 
             memmove(ch->pending, ch->pending + 1, (ch->npending - 1) * sizeof(*ch->pending));
-            if (--ch->npending == 0)
-                chan_unsignal_locked(ch);
+            if (--ch->npending)
+                chan_signal_locked(ch); /* more queued: the byte goes back */
             c->comp_reported++;
             *cq = &c->ibcq;
             *cq_context = c->ibcq.cq_context;
             pthread_mutex_unlock(&ch->lock);
             return 0;
         }
+        /* The event was purged (its CQ destroyed) after the byte was sent. */
         pthread_mutex_unlock(&ch->lock);
-
-        int fl = fcntl(channel->fd, F_GETFL);
-        if (fl >= 0 && (fl & O_NONBLOCK)) {
-            errno = EAGAIN;
-            return -1;
-        }
-        struct pollfd p = {.fd = channel->fd, .events = POLLIN};
-        if (poll(&p, 1, -1) < 0 && errno != EINTR)
-            return -1;
     }
 }
 
