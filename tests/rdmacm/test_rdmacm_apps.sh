@@ -197,8 +197,7 @@ fi
 
 if have rdma_xserver && have rdma_xclient; then
     port=$(free_port 4)
-    run_case rdma_xserver-xclient KNOWN \
-        "rdma_xclient posts an IBV_SEND_INLINE Send on a QP created with max_inline_data 0; the engine refuses it (siw accepts inline up to its maximum)" \
+    run_case rdma_xserver-xclient REQUIRED "" \
         15 "rdma_xserver -p $port" "rdma_xclient -s 127.0.0.1 -p $port"
 else
     skip_case rdma_xserver-xclient "not installed"
@@ -234,10 +233,11 @@ if have qperf; then
             "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t 1 $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'" \
             "$qbad"
     done
+    # rc_lat / rc_rdma_write_lat end by a SIGALRM interrupting
+    # ibv_get_cq_event (EINTR, as with rdma-core).
     for t in rc_lat rc_rdma_write_lat; do
         port=$(free_port 4)
-        run_case "qperf-$t" KNOWN \
-            "intermittent: the server waits in ibv_get_cq_event when the test time is up; qperf's SIGALRM must interrupt it with EINTR, the engine's ibv_get_cq_event retries instead" \
+        run_case "qperf-$t" REQUIRED "" \
             20 "qperf -lp $port" \
             "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t 1 $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'" \
             "$qbad"
