@@ -171,6 +171,13 @@ if have rping; then
     run_case rping-large REQUIRED "" 30 \
         "rping -s -a 127.0.0.1 -p $port -C 50 -V -S 32768" \
         "rping -c -a 127.0.0.1 -p $port -C 50 -V -S 32768"
+    # 1000 verified iterations at several sizes (rping allows 64 KiB at most).
+    for sz in 64 4096 60000; do
+        port=$(free_port 4)
+        run_case "rping-1000x$sz" REQUIRED "" 60 \
+            "rping -s -a 127.0.0.1 -p $port -C 1000 -V -S $sz" \
+            "rping -c -a 127.0.0.1 -p $port -C 1000 -V -S $sz"
+    done
 else
     skip_case rping "not installed"
 fi
@@ -210,10 +217,21 @@ for t in ib_send_bw ib_write_bw ib_read_bw ib_send_lat ib_read_lat ib_write_lat;
     if have $t; then
         port=$(free_port 4)
         run_case "$t-R" REQUIRED "" 60 "$t -R -p $port -n 200" "$t -R -p $port -n 200 127.0.0.1"
+        # a size spanning many FPDUs
+        port=$(free_port 4)
+        run_case "$t-R-1M" REQUIRED "" 60 "$t -R -p $port -n 50 -s 1048576" \
+            "$t -R -p $port -n 50 -s 1048576 127.0.0.1"
     else
         skip_case "$t-R" "not installed"
     fi
 done
+if have ib_atomic_bw; then
+    port=$(free_port 4)
+    run_case ib_atomic_bw-R REQUIRED "" 60 "ib_atomic_bw -R -p $port -n 1000" \
+        "ib_atomic_bw -R -p $port -n 1000 127.0.0.1"
+else
+    skip_case ib_atomic_bw-R "not installed"
+fi
 if have ib_write_lat; then
     port=$(free_port 4)
     run_case ib_write_lat-R-nop2p KNOWN \
