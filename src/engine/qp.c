@@ -445,8 +445,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     qp->inline_buf = calloc(qp->sq_cap, UIW_MAX_INLINE);
     qp->orq = calloc(UIW_MAX_ORD, sizeof(*qp->orq));
     qp->irq = calloc(UIW_MAX_IRD, sizeof(*qp->irq));
-    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf ||
-        !qp->orq || !qp->irq)
+    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf || !qp->orq || !qp->irq)
         goto fail_free;
 
     qp->cap.max_send_wr = qp->sq_cap;
