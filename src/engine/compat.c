@@ -348,10 +348,11 @@ static void *bad_1_0(void *first, size_t next_off, const void *out, size_t elem,
     return w;
 }
 
-static int post_recv_1_0(struct ibv_qp_1_0 *qp, struct ibv_recv_wr_1_0 *wr,
-                         struct ibv_recv_wr_1_0 **bad)
+/* Receives posted through the 1.0 ABI: converted to the current WR list and
+ * handed to the QP's (qp) or SRQ's (srq) post op; *bad maps back. */
+static int post_recvs_1_0(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_recv_wr_1_0 *wr,
+                          struct ibv_recv_wr_1_0 **bad)
 {
-    struct ibv_qp *r = qp->real_qp;
     struct ibv_recv_wr *out, *rbad = NULL;
     unsigned n;
     int ret;
@@ -363,33 +364,24 @@ static int post_recv_1_0(struct ibv_qp_1_0 *qp, struct ibv_recv_wr_1_0 *wr,
     }
     if (!n)
         return 0;
-    ret = r->context->ops.post_recv(r, out, &rbad);
+    ret = qp ? qp->context->ops.post_recv(qp, out, &rbad)
+             : srq->context->ops.post_srq_recv(srq, out, &rbad);
     if (ret && rbad)
         *bad = bad_1_0(wr, offsetof(struct ibv_recv_wr_1_0, next), out, sizeof(*out), rbad);
     free(out);
     return ret;
 }
 
+static int post_recv_1_0(struct ibv_qp_1_0 *qp, struct ibv_recv_wr_1_0 *wr,
+                         struct ibv_recv_wr_1_0 **bad)
+{
+    return post_recvs_1_0(qp->real_qp, NULL, wr, bad);
+}
+
 static int post_srq_recv_1_0(struct ibv_srq_1_0 *srq, struct ibv_recv_wr_1_0 *wr,
                              struct ibv_recv_wr_1_0 **bad)
 {
-    struct ibv_srq *r = srq->real_srq;
-    struct ibv_recv_wr *out, *rbad = NULL;
-    unsigned n;
-    int ret;
-
-    out = recv_wrs_1_0(wr, &n);
-    if (n && !out) {
-        *bad = wr;
-        return ENOMEM;
-    }
-    if (!n)
-        return 0;
-    ret = r->context->ops.post_srq_recv(r, out, &rbad);
-    if (ret && rbad)
-        *bad = bad_1_0(wr, offsetof(struct ibv_recv_wr_1_0, next), out, sizeof(*out), rbad);
-    free(out);
-    return ret;
+    return post_recvs_1_0(NULL, srq->real_srq, wr, bad);
 }
 
 static int post_send_1_0(struct ibv_qp_1_0 *qp, struct ibv_send_wr_1_0 *wr,
