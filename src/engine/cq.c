@@ -26,6 +26,7 @@
  * then -EOVERFLOW.
  */
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -33,7 +34,12 @@
 
 #include "engine.h"
 
+/* Consecutive empty ibv_poll_cq calls of this thread after which each
+ * further empty call yields the CPU (see uiw_op_poll_cq). */
+#define UIW_POLL_SPIN 16
+
 static atomic_int ncqs;
+static _Thread_local unsigned empty_polls;
 
 static struct uiw_comp_channel *to_uch(struct ibv_comp_channel *c)
 {
@@ -369,7 +375,20 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
         /* poll-driven progress: receive processing on the attached QPs */
         uiw_cq_drive(cq);
         got = cq_pop(cq, n, wc, &overflow);
+        /* A thread polling in a loop that keeps finding nothing lets the
+         * other runnable threads have the CPU: the progress thread (which
+         * alone serves Read and Atomic Requests when the application polls
+         * another CQ or none, RFC 5040 §5.2.2, RFC 7306 §5.2.2) and, on the
+         * same host, the peer. Without this it waits for the end of the
+         * poller's time slice (milliseconds) and a requester's whole ORD
+         * window of Reads/Atomics is answered once per slice. */
+        if (got == 0 && ++empty_polls > UIW_POLL_SPIN) {
+            empty_polls = UIW_POLL_SPIN;
+            sched_yield();
+        }
     }
+    if (got > 0)
+        empty_polls = 0;
     if (got == 0 && overflow)
         return -EOVERFLOW;
     return got;

@@ -1,0 +1,386 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# Benchmark: unmodified Debian RDMA programs (perftest -R, qperf -cm1, fio's
+# rdma engine, rping) run through uiwarp's libibverbs.so.1 / librdmacm.so.1
+# (LD_LIBRARY_PATH=$UIWARP_BUILD/lib) over 127.0.0.1, beside qperf's tcp_bw /
+# tcp_lat at the same message size measured in the same run. Prints a
+# Markdown table: program x mode x size, pass/fail, the figure the program
+# itself reports, the TCP figure and the ratio (uiwarp / TCP; for latencies
+# above 1 means slower than TCP).
+#
+# A benchmark, not a test: not registered with ctest; the exit status is 0
+# unless nothing could run. Programs that are not installed are skipped.
+#
+# Usage: bench/bench_apps.sh [--csv FILE] [--quick]
+# Environment: UIWARP_BUILD (default: ../build relative to this script).
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+BUILD=${UIWARP_BUILD:-$here/../build}
+LIB=$BUILD/lib
+csv=
+quick=0
+while [ $# -gt 0 ]; do
+    case $1 in
+    --csv)
+        csv=${2:?--csv needs a file}
+        shift 2
+        ;;
+    --quick)
+        quick=1
+        shift
+        ;;
+    -h | --help)
+        sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'
+        exit 0
+        ;;
+    *)
+        echo "unknown option: $1" >&2
+        exit 2
+        ;;
+    esac
+done
+if [ ! -e "$LIB/librdmacm.so.1" ] || [ ! -e "$LIB/libibverbs.so.1" ]; then
+    echo "uiwarp's librdmacm.so.1 / libibverbs.so.1 not found in $LIB (set UIWARP_BUILD)" >&2
+    exit 77
+fi
+if ldd "$LIB/libibverbs.so.1" 2>/dev/null | grep -Eq 'lib(asan|tsan|ubsan)'; then
+    echo "$LIB holds sanitizer builds, which the distribution's programs cannot load" >&2
+    exit 77
+fi
+UIW_LD=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+tmp=$(mktemp -d /tmp/uiwarp-bench-apps.XXXXXX)
+procs=()
+reap() {
+    local pid
+    for pid in "${procs[@]}"; do
+        kill -KILL -- "-$pid" 2>/dev/null
+    done
+    procs=()
+}
+cleanup() {
+    reap
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+free_port() {
+    python3 - <<'EOF'
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+EOF
+}
+
+# Wait until something listens on TCP port $1, up to $2 s.
+wait_listen() {
+    local hex deadline
+    hex=$(printf '%04X' "$1")
+    deadline=$((SECONDS + ${2:-10}))
+    while [ $SECONDS -lt $deadline ]; do
+        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    return 1
+}
+
+# pair NAME TIMEOUT LD SERVER_CMD CLIENT_CMD: run a server and a client, each
+# in its own session under timeout -k (what either forks dies with it).
+# Output in $tmp/NAME.server / .client; sets pair_ok (1: both exited 0) and
+# pair_secs (the client's wall time).
+pair() {
+    local name=$1 t=$2 ld=$3 scmd=$4 ccmd=$5 spid cpid src=0 crc=0 t0 t1
+    pair_ok=1
+    pair_secs=0
+    LD_LIBRARY_PATH=$ld setsid bash -c "exec timeout -k 3 $t $scmd" >"$tmp/$name.server" 2>&1 &
+    spid=$!
+    procs+=("$spid")
+    if ! wait_listen "$port" 10; then
+        echo "server did not listen on port $port" >>"$tmp/$name.server"
+        kill -TERM "$spid" 2>/dev/null
+        pair_ok=0
+    else
+        t0=$(date +%s.%N)
+        LD_LIBRARY_PATH=$ld setsid bash -c "exec timeout -k 3 $t $ccmd" >"$tmp/$name.client" 2>&1 &
+        cpid=$!
+        procs+=("$cpid")
+        wait "$cpid" 2>/dev/null || crc=$?
+        t1=$(date +%s.%N)
+        pair_secs=$(awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.3f", b - a }')
+    fi
+    wait "$spid" 2>/dev/null || src=$?
+    reap
+    [ "$crc" = 0 ] && [ "$src" = 0 ] || pair_ok=0
+    return 0
+}
+
+rows=()
+# row PROGRAM MODE SIZE STATUS METRIC VALUE UNIT EXTRA KIND
+#   KIND: bw (compare with tcp_bw, MB/s), lat (tcp_lat, us), none
+row() {
+    local prog=$1 mode=$2 size=$3 status=$4 metric=$5 value=$6 unit=$7 extra=$8 kind=$9
+    local tname=- tval=- ratio=-
+    if [ "$kind" = bw ] || [ "$kind" = lat ]; then
+        if [ "$kind" = bw ]; then
+            tname=tcp_bw
+            tval=${tcp_bw[$size]:-}
+        else
+            tname=tcp_lat
+            tval=${tcp_lat[$size]:-}
+        fi
+        if [ -n "$tval" ] && [ "$value" != - ] && [ -n "$value" ]; then
+            ratio=$(awk -v a="$value" -v b="$tval" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }')
+        fi
+        [ -n "$tval" ] || tval=-
+    fi
+    rows+=("$prog|$mode|$size|$status|$metric|$value|$unit|$extra|$tname|$tval|$ratio")
+    printf '%-22s %-22s %8s %-4s %-14s %10s %-5s %s\n' "$prog" "$mode" "$size" "$status" "$metric" "$value" "$unit" "$extra" >&2
+}
+
+# The result line after perftest's "#bytes" header, each field cut to its
+# leading number (the library's stderr may end up on the same line).
+perftest_line() { # FILE
+    awk '/#bytes/ { getline; for (i = 1; i <= NF; i++) { if (match($i, /^[0-9.]+/)) printf "%s ", substr($i, 1, RLENGTH); else exit } exit }' "$1"
+}
+
+# qperf's "name = number unit" to MB/s or us.
+qperf_val() { # FILE FIELD -> number in MB/s (bw) / us (latency) / K/s (msg_rate)
+    awk -v f="$2" '
+        $1 == f && $2 == "=" {
+            v = $3; u = $4
+            if (u == "GB/sec") v *= 1000; else if (u == "KB/sec") v /= 1000; else if (u == "bytes/sec") v /= 1e6
+            if (u == "ms") v *= 1000; else if (u == "ns") v /= 1000; else if (u == "sec") v *= 1e6
+            if (u == "M/sec") v *= 1000; else if (u == "/sec") v /= 1000
+            printf (v >= 100 ? "%.0f\n" : "%.3g\n"), v; exit
+        }' "$1"
+}
+
+# ------------------------------------------------------------------------
+# TCP reference: qperf tcp_bw / tcp_lat at every size used below
+# ------------------------------------------------------------------------
+declare -A tcp_bw tcp_lat
+qt=2
+[ $quick = 1 ] && qt=1
+sizes_bw="64 4096 65536 1048576"
+sizes_lat="8 64 4096 65536"
+if have qperf; then
+    port=$(free_port)
+    setsid bash -c "exec timeout -k 3 300 qperf -lp $port" >"$tmp/tcp.server" 2>&1 &
+    tpid=$!
+    procs+=("$tpid")
+    if wait_listen "$port" 10; then
+        for s in $sizes_bw 8; do
+            timeout 30 qperf 127.0.0.1 -lp "$port" -t $qt -m "$s" tcp_bw >"$tmp/tcp_bw.$s" 2>&1
+            tcp_bw[$s]=$(qperf_val "$tmp/tcp_bw.$s" bw)
+        done
+        for s in $sizes_lat 1048576; do
+            timeout 30 qperf 127.0.0.1 -lp "$port" -t $qt -m "$s" tcp_lat >"$tmp/tcp_lat.$s" 2>&1
+            tcp_lat[$s]=$(qperf_val "$tmp/tcp_lat.$s" latency)
+        done
+        timeout 10 qperf 127.0.0.1 -lp "$port" quit >/dev/null 2>&1
+    fi
+    wait "$tpid" 2>/dev/null
+    reap
+fi
+
+# ------------------------------------------------------------------------
+# perftest, rdma_cm mode (-R)
+# ------------------------------------------------------------------------
+bw_iters() { # SIZE
+    local n
+    case $1 in
+    64 | 8) n=20000 ;;
+    4096) n=10000 ;;
+    65536) n=2000 ;;
+    *) n=200 ;;
+    esac
+    [ $quick = 1 ] && n=$((n / 5))
+    echo $n
+}
+perftest_bw() { # PROG SIZE [EXTRA ARGS]
+    local p=$1 s=$2 extra=${3:-} n name line
+    n=$(bw_iters "$s")
+    name=$p-$s
+    port=$(free_port)
+    pair "$name" 120 "$UIW_LD" "$p -R -p $port -s $s -n $n $extra" "$p -R -p $port -s $s -n $n $extra 127.0.0.1"
+    # "#bytes #iterations BW peak BW average MsgRate"
+    line=$(perftest_line "$tmp/$name.client")
+    set -- $line
+    if [ $pair_ok = 1 ] && [ $# -ge 5 ]; then
+        row "$p -R" bw "$s" PASS "BW average" "$4" MB/s "$(printf '%.4f Mpps' "$5")" bw
+    else
+        row "$p -R" bw "$s" FAIL "BW average" - MB/s "" bw
+    fi
+}
+perftest_lat() { # PROG SIZE
+    local p=$1 s=$2 n=2000 name line
+    [ "$s" -ge 65536 ] && n=500
+    [ $quick = 1 ] && n=$((n / 5))
+    name=$p-$s
+    port=$(free_port)
+    pair "$name" 120 "$UIW_LD" "$p -R -p $port -s $s -n $n" "$p -R -p $port -s $s -n $n 127.0.0.1"
+    # "#bytes #iterations t_min t_max t_typical t_avg t_stdev 99% 99.9%"
+    line=$(perftest_line "$tmp/$name.client")
+    set -- $line
+    if [ $pair_ok = 1 ] && [ $# -ge 6 ]; then
+        row "$p -R" lat "$s" PASS t_typical "$5" us "avg $6, 99% ${8:-?}" lat
+    else
+        row "$p -R" lat "$s" FAIL t_typical - us "" lat
+    fi
+}
+
+ran=0
+for p in ib_send_bw ib_write_bw ib_read_bw; do
+    have $p || continue
+    for s in $sizes_bw; do
+        perftest_bw $p "$s"
+        ran=1
+    done
+done
+if have ib_read_bw; then
+    perftest_bw ib_read_bw 8
+fi
+if have ib_atomic_bw; then
+    port=$(free_port)
+    n=20000
+    [ $quick = 1 ] && n=4000
+    pair ib_atomic_bw 120 "$UIW_LD" "ib_atomic_bw -R -p $port -n $n" "ib_atomic_bw -R -p $port -n $n 127.0.0.1"
+    line=$(perftest_line "$tmp/ib_atomic_bw.client")
+    set -- $line
+    if [ $pair_ok = 1 ] && [ $# -ge 5 ]; then
+        row "ib_atomic_bw -R" "bw (fetch&add)" 8 PASS MsgRate "$5" Mpps "BW avg $4 MB/s" none
+    else
+        row "ib_atomic_bw -R" "bw (fetch&add)" 8 FAIL MsgRate - Mpps "" none
+    fi
+    ran=1
+fi
+for p in ib_send_lat ib_write_lat ib_read_lat; do
+    have $p || continue
+    for s in 8 4096 65536; do
+        perftest_lat $p "$s"
+        ran=1
+    done
+done
+
+# ------------------------------------------------------------------------
+# qperf -cm1
+# ------------------------------------------------------------------------
+qperf_case() { # TEST SIZE FIELD KIND
+    local t=$1 s=$2 f=$3 kind=$4 name=qperf-$1-$2 v unit m=""
+    [ "$s" != - ] && m="-m $s"
+    port=$(free_port)
+    pair "$name" 60 "$UIW_LD" "qperf -lp $port" \
+        "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t $qt $m $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'"
+    v=$(qperf_val "$tmp/$name.client" "$f")
+    case $f in bw) unit=MB/s ;; latency) unit=us ;; *) unit=K/s ;; esac
+    if grep -Eq 'failed|unexpected|timed out|error' "$tmp/$name.client" "$tmp/$name.server"; then
+        pair_ok=0
+    fi
+    if [ $pair_ok = 1 ] && [ -n "$v" ]; then
+        row "qperf -cm1" "$t" "$s" PASS "$f" "$v" "$unit" "" "$kind"
+    else
+        row "qperf -cm1" "$t" "$s" FAIL "$f" - "$unit" "" "$kind"
+    fi
+}
+if have qperf; then
+    for s in 64 4096; do
+        qperf_case rc_lat "$s" latency lat
+        qperf_case rc_rdma_write_lat "$s" latency lat
+        qperf_case rc_rdma_read_lat "$s" latency lat
+    done
+    for s in 64 65536; do
+        qperf_case rc_rdma_read_bw "$s" bw bw
+    done
+    qperf_case rc_compare_swap_mr - msg_rate none
+    qperf_case rc_fetch_add_mr - msg_rate none
+    ran=1
+fi
+
+# ------------------------------------------------------------------------
+# fio's rdma engine (server rw=read, client rw=write; --thread)
+# ------------------------------------------------------------------------
+if have fio && fio --enghelp 2>/dev/null | grep -qw rdma; then
+    fsize=256m
+    [ $quick = 1 ] && fsize=64m
+    for verb in write read; do
+        name=fio-$verb
+        port=$(free_port)
+        pair "$name" 120 "$UIW_LD" \
+            "fio --thread --name=srv --ioengine=rdma --port=$port --bs=64k --size=$fsize --rw=read --iodepth=16" \
+            "fio --thread --name=cli --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=$verb --bs=64k --size=$fsize --rw=write --iodepth=16"
+        # "  WRITE: bw=1234MiB/s (1294MB/s), ..." -> the decimal MB/s
+        v=$(sed -n 's/.*WRITE: bw=[^(]*(\([0-9.]*\)\([kMG]\)B\/s).*/\1 \2/p' "$tmp/$name.client" | head -1 |
+            awk '{ v = $1; if ($2 == "k") v /= 1000; else if ($2 == "G") v *= 1000; print v }')
+        if grep -Eq 'err= *[1-9]|fio: .*(fail|error)' "$tmp/$name.client" "$tmp/$name.server"; then
+            pair_ok=0
+        fi
+        if [ $pair_ok = 1 ] && [ -n "$v" ]; then
+            row fio "rdma_$verb iodepth 16" 65536 PASS bw "$v" MB/s "" bw
+        else
+            row fio "rdma_$verb iodepth 16" 65536 FAIL bw - MB/s "" bw
+        fi
+        ran=1
+    done
+fi
+
+# ------------------------------------------------------------------------
+# rping: wall time of N ping-pong iterations (client side)
+# ------------------------------------------------------------------------
+if have rping; then
+    iters=2000
+    [ $quick = 1 ] && iters=400
+    for s in 64 4096; do
+        name=rping-$s
+        port=$(free_port)
+        pair "$name" 120 "$UIW_LD" "rping -s -a 127.0.0.1 -p $port -C $iters -S $s" \
+            "rping -c -a 127.0.0.1 -p $port -C $iters -S $s"
+        if [ $pair_ok = 1 ]; then
+            us=$(awk -v t="$pair_secs" -v n="$iters" 'BEGIN { printf "%.1f", t * 1e6 / n }')
+            row rping "$iters iterations" "$s" PASS "us/iteration" "$us" us "$(printf 'client wall time %.2f s incl. setup' "$pair_secs")" lat
+        else
+            row rping "$iters iterations" "$s" FAIL "us/iteration" - us "" lat
+        fi
+        ran=1
+    done
+fi
+
+[ $ran = 1 ] || {
+    echo "none of the programs is installed" >&2
+    exit 77
+}
+
+# ------------------------------------------------------------------------
+# Output
+# ------------------------------------------------------------------------
+echo
+echo "uiwarp ($LIB) vs TCP on 127.0.0.1, $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%Y-%m-%dT%H:%MZ)"
+echo "TCP: qperf tcp_bw (bandwidth rows) or tcp_lat (latency rows) at the row's size, same run; ratio = value / TCP value"
+echo
+echo "| program | mode | size (B) | result | metric | value | unit | also reported | TCP | TCP value | ratio |"
+echo "| --- | --- | ---: | --- | --- | ---: | --- | --- | --- | ---: | ---: |"
+for r in "${rows[@]}"; do
+    IFS='|' read -r a b c d e f g h i j k <<<"$r"
+    echo "| $a | $b | $c | $d | $e | $f | $g | $h | $i | $j | $k |"
+done
+if [ -n "$csv" ]; then
+    {
+        echo "program,mode,size,result,metric,value,unit,also_reported,tcp_metric,tcp_value,ratio"
+        for r in "${rows[@]}"; do
+            IFS='|' read -r a b c d e f g h i j k <<<"$r"
+            printf '"%s","%s",%s,%s,"%s",%s,%s,"%s",%s,%s,%s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h" "$i" "$j" "$k"
+        done
+    } >"$csv"
+    echo
+    echo "CSV written to $csv"
+fi
+exit 0
