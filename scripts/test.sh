@@ -70,17 +70,20 @@ fi
 
 if [ "$fuzz_secs" -gt 0 ]; then
     stage "fuzz targets (${fuzz_secs}s each)"
-    # The fuzz targets need only the wire core (and clang 14 lacks the symver
-    # attribute the engine uses for its compat symbols).
+    # The fuzz targets need the wire core and, for fuzz_engine_*, the engine
+    # library (built for them; its tests are left out of this build).
+    # fuzz/regress/NAME/ holds inputs that once crashed NAME: run first.
     if CC=clang bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=Debug -DUIWARP_FUZZ=ON -DUIWARP_ENGINE_IN_ALL=OFF \
         -DUIWARP_SANITIZE=address,undefined -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
-        bash scripts/fuzz-seeds.sh build/bin/uiwarp build-fuzz/corpus
+        bash scripts/fuzz-seeds.sh build/bin/uiwarp build-fuzz/corpus build-fuzz/bin/fuzz_engine_rx
         for t in build-fuzz/bin/fuzz_*; do
             name=$(basename "$t")
             mkdir -p "build-fuzz/corpus/$name"
+            regress=()
+            [ -d "fuzz/regress/$name" ] && regress=("fuzz/regress/$name")
             echo "--- $name"
             if "$t" -max_total_time="$fuzz_secs" -print_final_stats=1 \
-                "build-fuzz/corpus/$name" 2>"build-fuzz/$name.log"; then
+                "build-fuzz/corpus/$name" "${regress[@]}" 2>"build-fuzz/$name.log"; then
                 grep -E 'stat::number_of_executed_units|stat::new_units_added' "build-fuzz/$name.log"
                 echo "$name: passed"
                 passed=$((passed + 1))

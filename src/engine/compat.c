@@ -12,7 +12,7 @@
  *    op table carries poll/notify/post wrappers that convert the old work
  *    request layouts. Same semantics as rdma-core's compat layer; the
  *    layouts are the historical ABI. Each is exported with
- *    __attribute__((symver("name@IBVERBS_1.0"))) next to the default
+ *    a .symver directive (name@IBVERBS_1.0) next to the default
  *    name@@IBVERBS_1.1 implemented in device.c, mem.c, cq.c, qp.c, verbs.c.
  *  - ibv_register_driver@IBVERBS_1.1: a no-op kept only for old binaries
  *    (the provider interface is private).
@@ -39,7 +39,50 @@
 #undef ibv_query_port
 #undef ibv_reg_mr
 
-#define COMPAT_1_0(name) __attribute__((symver(#name "@IBVERBS_1.0")))
+/* ibv_NAME@IBVERBS_1.0 is uiw_NAME_1_0. A .symver directive rather than
+ * gcc's symver attribute, which clang does not have (same result). */
+#define SYMVER(impl, name_ver) __asm__(".symver " impl ", " name_ver)
+#define COMPAT_1_0(name)       SYMVER("uiw_" #name "_1_0", "ibv_" #name "@IBVERBS_1.0")
+
+/* The 1.0 verbs that call the current verb on the real object: params and
+ * args are parenthesised lists of what follows the object, each with a
+ * leading comma (or empty). */
+#define ARGS(...) __VA_ARGS__
+#define COMPAT_1_0_FORWARD(ret, name, type, obj, params, args)                                     \
+    COMPAT_1_0(name);                                                                              \
+    ret uiw_##name##_1_0(struct type *w ARGS params)                                               \
+    {                                                                                              \
+        return ibv_##name(w->obj ARGS args);                                                       \
+    }
+
+/* The 1.0 destroy verbs: destroy the real object, then free the wrapper. */
+#define COMPAT_1_0_DESTROY(name, type, obj)                                                        \
+    COMPAT_1_0(name);                                                                              \
+    int uiw_##name##_1_0(struct type *w)                                                           \
+    {                                                                                              \
+        int ret = ibv_##name(w->obj);                                                              \
+                                                                                                   \
+        if (!ret)                                                                                  \
+            free(w);                                                                               \
+        return ret;                                                                                \
+    }
+
+/* In a 1.0 create verb: allocate the wrapper w and create its real object
+ * w->obj with `create`; return NULL from the verb if either fails (errno
+ * ENOMEM, or as the real verb set it). */
+#define NEW_WRAPPER(w, obj, create)                                                                \
+    do {                                                                                           \
+        (w) = calloc(1, sizeof(*(w)));                                                             \
+        if (!(w)) {                                                                                \
+            errno = ENOMEM;                                                                        \
+            return NULL;                                                                           \
+        }                                                                                          \
+        (w)->obj = (create);                                                                       \
+        if (!(w)->obj) {                                                                           \
+            free(w);                                                                               \
+            return NULL;                                                                           \
+        }                                                                                          \
+    } while (0)
 
 /* ------------------------------------------------------------------------
  * IBVERBS_1.0 object layouts
@@ -244,7 +287,7 @@ void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_
 
 /* The 1.0 list: slot -1 keeps the real list, then one wrapper per device,
  * NULL-terminated. */
-COMPAT_1_0(ibv_get_device_list)
+COMPAT_1_0(get_device_list);
 struct ibv_device_1_0 **uiw_get_device_list_1_0(int *num)
 {
     struct ibv_device **real;
@@ -277,7 +320,7 @@ fail:
     return NULL;
 }
 
-COMPAT_1_0(ibv_free_device_list)
+COMPAT_1_0(free_device_list);
 void uiw_free_device_list_1_0(struct ibv_device_1_0 **list)
 {
     for (struct ibv_device_1_0 **l = list; *l; l++)
@@ -286,17 +329,8 @@ void uiw_free_device_list_1_0(struct ibv_device_1_0 **list)
     free(list - 1);
 }
 
-COMPAT_1_0(ibv_get_device_name)
-const char *uiw_get_device_name_1_0(struct ibv_device_1_0 *dev)
-{
-    return ibv_get_device_name(dev->real_device);
-}
-
-COMPAT_1_0(ibv_get_device_guid)
-__be64 uiw_get_device_guid_1_0(struct ibv_device_1_0 *dev)
-{
-    return ibv_get_device_guid(dev->real_device);
-}
+COMPAT_1_0_FORWARD(const char *, get_device_name, ibv_device_1_0, real_device, (), ())
+COMPAT_1_0_FORWARD(__be64, get_device_guid, ibv_device_1_0, real_device, (), ())
 
 static int poll_cq_1_0(struct ibv_cq_1_0 *cq, int n, struct ibv_wc *wc)
 {
@@ -433,20 +467,12 @@ static int post_send_1_0(struct ibv_qp_1_0 *qp, struct ibv_send_wr_1_0 *wr,
     return ret;
 }
 
-COMPAT_1_0(ibv_open_device)
+COMPAT_1_0(open_device);
 struct ibv_context_1_0 *uiw_open_device_1_0(struct ibv_device_1_0 *dev)
 {
-    struct ibv_context_1_0 *ctx = calloc(1, sizeof(*ctx));
+    struct ibv_context_1_0 *ctx;
 
-    if (!ctx) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    ctx->real_context = ibv_open_device(dev->real_device);
-    if (!ctx->real_context) {
-        free(ctx);
-        return NULL;
-    }
+    NEW_WRAPPER(ctx, real_context, ibv_open_device(dev->real_device));
     ctx->device = dev;
     ctx->cmd_fd = ctx->real_context->cmd_fd;
     ctx->async_fd = ctx->real_context->async_fd;
@@ -459,150 +485,117 @@ struct ibv_context_1_0 *uiw_open_device_1_0(struct ibv_device_1_0 *dev)
     return ctx;
 }
 
-COMPAT_1_0(ibv_close_device)
-int uiw_close_device_1_0(struct ibv_context_1_0 *ctx)
-{
-    int ret = ibv_close_device(ctx->real_context);
+COMPAT_1_0_DESTROY(close_device, ibv_context_1_0, real_context)
 
-    if (!ret)
-        free(ctx);
-    return ret;
+/* The object an async event names (its element). */
+enum ev_obj { EV_NONE, EV_CQ, EV_QP, EV_SRQ };
+
+static enum ev_obj ev_obj(enum ibv_event_type type)
+{
+    switch (type) {
+    case IBV_EVENT_CQ_ERR:
+        return EV_CQ;
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+        return EV_QP;
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
+        return EV_SRQ;
+    default:
+        return EV_NONE;
+    }
 }
 
 /* Events name the 1.0 wrappers (each real object's *_context). */
-COMPAT_1_0(ibv_get_async_event)
+COMPAT_1_0(get_async_event);
 int uiw_get_async_event_1_0(struct ibv_context_1_0 *ctx, struct ibv_async_event *ev)
 {
     int ret = ibv_get_async_event(ctx->real_context, ev);
 
     if (ret)
         return ret;
-    switch (ev->event_type) {
-    case IBV_EVENT_CQ_ERR:
+    switch (ev_obj(ev->event_type)) {
+    case EV_CQ:
         ev->element.cq = ev->element.cq->cq_context;
         break;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
+    case EV_QP:
         ev->element.qp = ev->element.qp->qp_context;
         break;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case EV_SRQ:
         ev->element.srq = ev->element.srq->srq_context;
         break;
-    default:
+    case EV_NONE:
         break;
     }
     return 0;
 }
 
-COMPAT_1_0(ibv_ack_async_event)
+COMPAT_1_0(ack_async_event);
 void uiw_ack_async_event_1_0(struct ibv_async_event *ev)
 {
     struct ibv_async_event real = *ev;
 
-    switch (ev->event_type) {
-    case IBV_EVENT_CQ_ERR:
+    switch (ev_obj(ev->event_type)) {
+    case EV_CQ:
         real.element.cq = ((struct ibv_cq_1_0 *)(void *)ev->element.cq)->real_cq;
         break;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
+    case EV_QP:
         real.element.qp = ((struct ibv_qp_1_0 *)(void *)ev->element.qp)->real_qp;
         break;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case EV_SRQ:
         real.element.srq = ((struct ibv_srq_1_0 *)(void *)ev->element.srq)->real_srq;
         break;
-    default:
+    case EV_NONE:
         break;
     }
     ibv_ack_async_event(&real);
 }
 
-COMPAT_1_0(ibv_query_device)
-int uiw_query_device_1_0(struct ibv_context_1_0 *ctx, struct ibv_device_attr *attr)
-{
-    return ibv_query_device(ctx->real_context, attr);
-}
+COMPAT_1_0_FORWARD(int, query_device, ibv_context_1_0, real_context,
+                   (, struct ibv_device_attr *attr), (, attr))
 
 /* The 1.0 struct ibv_port_attr ended with phys_state: write no further. */
-COMPAT_1_0(ibv_query_port)
+COMPAT_1_0(query_port);
 int uiw_query_port_1_0(struct ibv_context_1_0 *ctx, uint8_t port, struct ibv_port_attr *attr)
 {
     return uiw_op_query_port(ctx->real_context, port, attr,
                              offsetof(struct ibv_port_attr, link_layer));
 }
 
-COMPAT_1_0(ibv_query_gid)
-int uiw_query_gid_1_0(struct ibv_context_1_0 *ctx, uint8_t port, int index, union ibv_gid *gid)
-{
-    return ibv_query_gid(ctx->real_context, port, index, gid);
-}
-
-COMPAT_1_0(ibv_query_pkey)
-int uiw_query_pkey_1_0(struct ibv_context_1_0 *ctx, uint8_t port, int index, __be16 *pkey)
-{
-    return ibv_query_pkey(ctx->real_context, port, index, pkey);
-}
+COMPAT_1_0_FORWARD(int, query_gid, ibv_context_1_0, real_context,
+                   (, uint8_t port, int index, union ibv_gid *gid), (, port, index, gid))
+COMPAT_1_0_FORWARD(int, query_pkey, ibv_context_1_0, real_context,
+                   (, uint8_t port, int index, __be16 *pkey), (, port, index, pkey))
 
 /* ------------------------------------------------------------------------
  * IBVERBS_1.0: PDs, MRs, CQs
  * ---------------------------------------------------------------------- */
 
-COMPAT_1_0(ibv_alloc_pd)
+COMPAT_1_0(alloc_pd);
 struct ibv_pd_1_0 *uiw_alloc_pd_1_0(struct ibv_context_1_0 *ctx)
 {
-    struct ibv_pd_1_0 *pd = calloc(1, sizeof(*pd));
+    struct ibv_pd_1_0 *pd;
 
-    if (!pd) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    pd->real_pd = ibv_alloc_pd(ctx->real_context);
-    if (!pd->real_pd) {
-        free(pd);
-        return NULL;
-    }
+    NEW_WRAPPER(pd, real_pd, ibv_alloc_pd(ctx->real_context));
     pd->context = ctx;
     pd->handle = pd->real_pd->handle;
     return pd;
 }
 
-COMPAT_1_0(ibv_dealloc_pd)
-int uiw_dealloc_pd_1_0(struct ibv_pd_1_0 *pd)
-{
-    int ret = ibv_dealloc_pd(pd->real_pd);
+COMPAT_1_0_DESTROY(dealloc_pd, ibv_pd_1_0, real_pd)
 
-    if (!ret)
-        free(pd);
-    return ret;
-}
-
-COMPAT_1_0(ibv_reg_mr)
+COMPAT_1_0(reg_mr);
 struct ibv_mr_1_0 *uiw_reg_mr_1_0(struct ibv_pd_1_0 *pd, void *addr, size_t length, int access)
 {
-    struct ibv_mr_1_0 *mr = calloc(1, sizeof(*mr));
+    struct ibv_mr_1_0 *mr;
 
-    if (!mr) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    mr->real_mr = ibv_reg_mr(pd->real_pd, addr, length, access);
-    if (!mr->real_mr) {
-        free(mr);
-        return NULL;
-    }
+    NEW_WRAPPER(mr, real_mr, ibv_reg_mr(pd->real_pd, addr, length, access));
     mr->context = pd->context;
     mr->pd = pd;
     mr->handle = mr->real_mr->handle;
@@ -611,38 +604,22 @@ struct ibv_mr_1_0 *uiw_reg_mr_1_0(struct ibv_pd_1_0 *pd, void *addr, size_t leng
     return mr;
 }
 
-COMPAT_1_0(ibv_dereg_mr)
-int uiw_dereg_mr_1_0(struct ibv_mr_1_0 *mr)
-{
-    int ret = ibv_dereg_mr(mr->real_mr);
+COMPAT_1_0_DESTROY(dereg_mr, ibv_mr_1_0, real_mr)
 
-    if (!ret)
-        free(mr);
-    return ret;
-}
-
-COMPAT_1_0(ibv_create_cq)
+COMPAT_1_0(create_cq);
 struct ibv_cq_1_0 *uiw_create_cq_1_0(struct ibv_context_1_0 *ctx, int cqe, void *cq_context,
                                      struct ibv_comp_channel *channel, int comp_vector)
 {
-    struct ibv_cq_1_0 *cq = calloc(1, sizeof(*cq));
+    struct ibv_cq_1_0 *cq;
 
-    if (!cq) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    cq->real_cq = ibv_create_cq(ctx->real_context, cqe, cq, channel, comp_vector);
-    if (!cq->real_cq) {
-        free(cq);
-        return NULL;
-    }
+    NEW_WRAPPER(cq, real_cq, ibv_create_cq(ctx->real_context, cqe, cq, channel, comp_vector));
     cq->context = ctx;
     cq->cq_context = cq_context;
     cq->cqe = cq->real_cq->cqe;
     return cq;
 }
 
-COMPAT_1_0(ibv_resize_cq)
+COMPAT_1_0(resize_cq);
 int uiw_resize_cq_1_0(struct ibv_cq_1_0 *cq, int cqe)
 {
     int ret = ibv_resize_cq(cq->real_cq, cqe);
@@ -652,17 +629,9 @@ int uiw_resize_cq_1_0(struct ibv_cq_1_0 *cq, int cqe)
     return ret;
 }
 
-COMPAT_1_0(ibv_destroy_cq)
-int uiw_destroy_cq_1_0(struct ibv_cq_1_0 *cq)
-{
-    int ret = ibv_destroy_cq(cq->real_cq);
+COMPAT_1_0_DESTROY(destroy_cq, ibv_cq_1_0, real_cq)
 
-    if (!ret)
-        free(cq);
-    return ret;
-}
-
-COMPAT_1_0(ibv_get_cq_event)
+COMPAT_1_0(get_cq_event);
 int uiw_get_cq_event_1_0(struct ibv_comp_channel *channel, struct ibv_cq_1_0 **cq,
                          void **cq_context)
 {
@@ -677,7 +646,7 @@ int uiw_get_cq_event_1_0(struct ibv_comp_channel *channel, struct ibv_cq_1_0 **c
     return 0;
 }
 
-COMPAT_1_0(ibv_ack_cq_events)
+COMPAT_1_0(ack_cq_events);
 void uiw_ack_cq_events_1_0(struct ibv_cq_1_0 *cq, unsigned int nevents)
 {
     ibv_ack_cq_events(cq->real_cq, nevents);
@@ -687,21 +656,13 @@ void uiw_ack_cq_events_1_0(struct ibv_cq_1_0 *cq, unsigned int nevents)
  * IBVERBS_1.0: SRQs, QPs, AHs, multicast
  * ---------------------------------------------------------------------- */
 
-COMPAT_1_0(ibv_create_srq)
+COMPAT_1_0(create_srq);
 struct ibv_srq_1_0 *uiw_create_srq_1_0(struct ibv_pd_1_0 *pd, struct ibv_srq_init_attr *init)
 {
-    struct ibv_srq_1_0 *srq = calloc(1, sizeof(*srq));
+    struct ibv_srq_1_0 *srq;
     void *user_ctx = init->srq_context;
 
-    if (!srq) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    srq->real_srq = ibv_create_srq(pd->real_pd, init);
-    if (!srq->real_srq) {
-        free(srq);
-        return NULL;
-    }
+    NEW_WRAPPER(srq, real_srq, ibv_create_srq(pd->real_pd, init));
     srq->context = pd->context;
     srq->srq_context = user_ctx;
     srq->pd = pd;
@@ -710,29 +671,12 @@ struct ibv_srq_1_0 *uiw_create_srq_1_0(struct ibv_pd_1_0 *pd, struct ibv_srq_ini
     return srq;
 }
 
-COMPAT_1_0(ibv_modify_srq)
-int uiw_modify_srq_1_0(struct ibv_srq_1_0 *srq, struct ibv_srq_attr *attr, int mask)
-{
-    return ibv_modify_srq(srq->real_srq, attr, mask);
-}
+COMPAT_1_0_FORWARD(int, modify_srq, ibv_srq_1_0, real_srq, (, struct ibv_srq_attr *attr, int mask),
+                   (, attr, mask))
+COMPAT_1_0_FORWARD(int, query_srq, ibv_srq_1_0, real_srq, (, struct ibv_srq_attr *attr), (, attr))
+COMPAT_1_0_DESTROY(destroy_srq, ibv_srq_1_0, real_srq)
 
-COMPAT_1_0(ibv_query_srq)
-int uiw_query_srq_1_0(struct ibv_srq_1_0 *srq, struct ibv_srq_attr *attr)
-{
-    return ibv_query_srq(srq->real_srq, attr);
-}
-
-COMPAT_1_0(ibv_destroy_srq)
-int uiw_destroy_srq_1_0(struct ibv_srq_1_0 *srq)
-{
-    int ret = ibv_destroy_srq(srq->real_srq);
-
-    if (!ret)
-        free(srq);
-    return ret;
-}
-
-COMPAT_1_0(ibv_create_qp)
+COMPAT_1_0(create_qp);
 struct ibv_qp_1_0 *uiw_create_qp_1_0(struct ibv_pd_1_0 *pd, struct ibv_qp_init_attr_1_0 *init)
 {
     struct ibv_qp_1_0 *qp;
@@ -774,7 +718,7 @@ struct ibv_qp_1_0 *uiw_create_qp_1_0(struct ibv_pd_1_0 *pd, struct ibv_qp_init_a
     return qp;
 }
 
-COMPAT_1_0(ibv_query_qp)
+COMPAT_1_0(query_qp);
 int uiw_query_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask,
                      struct ibv_qp_init_attr_1_0 *init)
 {
@@ -793,7 +737,7 @@ int uiw_query_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask,
     return 0;
 }
 
-COMPAT_1_0(ibv_modify_qp)
+COMPAT_1_0(modify_qp);
 int uiw_modify_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask)
 {
     int ret = ibv_modify_qp(qp->real_qp, attr, mask);
@@ -803,62 +747,31 @@ int uiw_modify_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask)
     return ret;
 }
 
-COMPAT_1_0(ibv_destroy_qp)
-int uiw_destroy_qp_1_0(struct ibv_qp_1_0 *qp)
-{
-    int ret = ibv_destroy_qp(qp->real_qp);
+COMPAT_1_0_DESTROY(destroy_qp, ibv_qp_1_0, real_qp)
 
-    if (!ret)
-        free(qp);
-    return ret;
-}
-
-COMPAT_1_0(ibv_create_ah)
+COMPAT_1_0(create_ah);
 struct ibv_ah_1_0 *uiw_create_ah_1_0(struct ibv_pd_1_0 *pd, struct ibv_ah_attr *attr)
 {
-    struct ibv_ah_1_0 *ah = calloc(1, sizeof(*ah));
+    struct ibv_ah_1_0 *ah;
 
-    if (!ah) {
-        errno = ENOMEM;
-        return NULL;
-    }
-    ah->real_ah = ibv_create_ah(pd->real_pd, attr);
-    if (!ah->real_ah) {
-        free(ah);
-        return NULL;
-    }
+    NEW_WRAPPER(ah, real_ah, ibv_create_ah(pd->real_pd, attr));
     ah->context = pd->context;
     ah->pd = pd;
     ah->handle = ah->real_ah->handle;
     return ah;
 }
 
-COMPAT_1_0(ibv_destroy_ah)
-int uiw_destroy_ah_1_0(struct ibv_ah_1_0 *ah)
-{
-    int ret = ibv_destroy_ah(ah->real_ah);
+COMPAT_1_0_DESTROY(destroy_ah, ibv_ah_1_0, real_ah)
 
-    if (!ret)
-        free(ah);
-    return ret;
-}
-
-COMPAT_1_0(ibv_attach_mcast)
-int uiw_attach_mcast_1_0(struct ibv_qp_1_0 *qp, union ibv_gid *gid, uint16_t lid)
-{
-    return ibv_attach_mcast(qp->real_qp, gid, lid);
-}
-
-COMPAT_1_0(ibv_detach_mcast)
-int uiw_detach_mcast_1_0(struct ibv_qp_1_0 *qp, union ibv_gid *gid, uint16_t lid)
-{
-    return ibv_detach_mcast(qp->real_qp, gid, lid);
-}
+COMPAT_1_0_FORWARD(int, attach_mcast, ibv_qp_1_0, real_qp, (, union ibv_gid *gid, uint16_t lid),
+                   (, gid, lid))
+COMPAT_1_0_FORWARD(int, detach_mcast, ibv_qp_1_0, real_qp, (, union ibv_gid *gid, uint16_t lid),
+                   (, gid, lid))
 
 /* Old libfabric usNIC providers call it to silence a warning; drivers are
  * private since rdma-core 13. */
-__attribute__((symver("ibv_register_driver@IBVERBS_1.1"))) void
-uiw_register_driver_1_1(const char *name, uiw_driver_init_1_1 init)
+SYMVER("uiw_register_driver_1_1", "ibv_register_driver@IBVERBS_1.1");
+void uiw_register_driver_1_1(const char *name, uiw_driver_init_1_1 init)
 {
     (void)name, (void)init;
 }

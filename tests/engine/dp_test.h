@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
 #define DP_TIMEOUT_MS 20000
@@ -31,15 +32,12 @@ static struct ibv_context *dp_ctx;
 
 static inline uint64_t dp_now_ms(void)
 {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+    return eng_now_ms();
 }
 
 static inline void dp_msleep(unsigned ms)
 {
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
+    eng_msleep(ms);
 }
 
 static uint64_t dp_rng = 0x243F6A8885A308D3ull;
@@ -78,18 +76,7 @@ static inline void *dp_alloc(size_t align, size_t size)
 
 static inline struct ibv_context *dp_open(void)
 {
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    struct ibv_context *c = NULL;
-
-    for (int i = 0; list && i < n; i++)
-        if (strcmp(ibv_get_device_name(list[i]), "uiw_lo") == 0)
-            c = ibv_open_device(list[i]);
-    if (!c && list && n > 0)
-        c = ibv_open_device(list[0]);
-    if (list)
-        ibv_free_device_list(list);
-    return c;
+    return eng_open_lo(true);
 }
 
 /* One side: PD, CQs, QP. */
@@ -110,7 +97,11 @@ struct dp_ep_opts {
 
 static inline int dp_ep_create(struct dp_ep *e, const struct dp_ep_opts *o)
 {
-    struct ibv_qp_init_attr ia;
+    struct ibv_qp_cap cap = {.max_send_wr = o && o->send_wr ? o->send_wr : 256,
+                             .max_recv_wr = o && o->recv_wr ? o->recv_wr : 256,
+                             .max_send_sge = 6,
+                             .max_recv_sge = 6,
+                             .max_inline_data = 256};
 
     memset(e, 0, sizeof(*e));
     e->pd = ibv_alloc_pd(dp_ctx);
@@ -131,31 +122,8 @@ static inline int dp_ep_create(struct dp_ep *e, const struct dp_ep_opts *o)
         if (!e->srq)
             return -1;
     }
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = e->scq;
-    ia.recv_cq = e->rcq;
-    ia.srq = e->srq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.sq_sig_all = o && o->sig_all;
-    ia.cap.max_send_wr = o && o->send_wr ? o->send_wr : 256;
-    ia.cap.max_recv_wr = o && o->recv_wr ? o->recv_wr : 256;
-    ia.cap.max_send_sge = 6;
-    ia.cap.max_recv_sge = 6;
-    ia.cap.max_inline_data = 256;
-    e->qp = ibv_create_qp(e->pd, &ia);
-    if (!e->qp)
-        return -1;
-    {
-        struct ibv_qp_attr a;
-        memset(&a, 0, sizeof(a));
-        a.qp_state = IBV_QPS_INIT;
-        a.port_num = 1;
-        a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                            IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
-        if (ibv_modify_qp(e->qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
-            return -1;
-    }
-    return 0;
+    e->qp = eng_qp_init(e->pd, e->scq, e->rcq, e->srq, cap, o && o->sig_all, ENG_ACCESS_ALL, 0);
+    return e->qp ? 0 : -1;
 }
 
 /* Drop every queued async event (of any object). */

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -42,13 +43,6 @@ extern char **environ;
 /* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static struct sockaddr_storage loop_addr(int fam, uint16_t port)
 {
@@ -91,12 +85,12 @@ static struct uiw_cm_channel *mkchan(void)
 /* Next event within ms: 0, -ETIMEDOUT or an error. */
 static int next_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev, int ms)
 {
-    uint64_t end = now_ms() + (uint64_t)ms;
+    uint64_t end = eng_now_ms() + (uint64_t)ms;
     for (;;) {
         int rc = uiw_cm_get_event(ch, ev);
         if (rc != -EAGAIN)
             return rc;
-        int64_t left = (int64_t)(end - now_ms());
+        int64_t left = (int64_t)(end - eng_now_ms());
         if (left <= 0)
             return -ETIMEDOUT;
         struct pollfd p = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
@@ -204,13 +198,13 @@ static int write_all(int fd, const void *buf, size_t n)
 static size_t read_n(int fd, void *buf, size_t n, int ms, int *why)
 {
     size_t got = 0;
-    uint64_t end = now_ms() + (uint64_t)ms;
+    uint64_t end = eng_now_ms() + (uint64_t)ms;
     int dummy;
     if (!why)
         why = &dummy;
     *why = 1;
     while (got < n) {
-        int64_t left = (int64_t)(end - now_ms());
+        int64_t left = (int64_t)(end - eng_now_ms());
         struct pollfd p = {.fd = fd, .events = POLLIN};
         if (left <= 0 || poll(&p, 1, (int)left) != 1) {
             *why = -ETIMEDOUT;
@@ -307,9 +301,9 @@ static int read_fpdu(int fd, bool crc, uiw_hdr *h, uiw_term_cause *err, int ms)
     int payload = -1;
     bool got_hdr = false;
     uiw_rx_init(&rx, &cfg);
-    uint64_t end = now_ms() + (uint64_t)ms;
+    uint64_t end = eng_now_ms() + (uint64_t)ms;
     for (;;) {
-        int64_t left = (int64_t)(end - now_ms());
+        int64_t left = (int64_t)(end - eng_now_ms());
         if (left <= 0)
             return -1;
         struct pollfd p = {.fd = fd, .events = POLLIN};
@@ -419,22 +413,12 @@ static bool tqp_make(struct tqp *t)
     t->cq = t->pd ? ibv_create_cq(g_ctx, 64, NULL, NULL, 0) : NULL;
     if (!t->cq)
         return false;
-    struct ibv_qp_init_attr ia;
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = ia.recv_cq = t->cq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = ia.cap.max_recv_wr = 16;
-    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-    t->qp = ibv_create_qp(t->pd, &ia);
-    if (!t->qp)
-        return false;
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
-    return ibv_modify_qp(t->qp, &a,
-                         IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) == 0;
+    struct ibv_qp_cap cap = {
+        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1};
+    t->qp = eng_qp_init(t->pd, t->cq, t->cq, NULL, cap, false,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
+                        IBV_QP_PKEY_INDEX);
+    return t->qp != NULL;
 }
 
 static void tqp_free(struct tqp *t)
@@ -446,15 +430,6 @@ static void tqp_free(struct tqp *t)
     if (t->pd)
         ibv_dealloc_pd(t->pd);
     memset(t, 0, sizeof(*t));
-}
-
-static enum ibv_qp_state qp_state(struct ibv_qp *qp)
-{
-    struct ibv_qp_attr a;
-    struct ibv_qp_init_attr ia;
-    if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
-        return (enum ibv_qp_state) - 1;
-    return a.qp_state;
 }
 
 /* A pair of channels and a port-0 listener on the loopback of fam. */
@@ -1225,10 +1200,10 @@ static void t_raw_requests(int fam)
 /* Poll cq for one completion within ms. */
 static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 {
-    uint64_t end = now_ms() + (uint64_t)ms;
+    uint64_t end = eng_now_ms() + (uint64_t)ms;
     for (;;) {
         int n = ibv_poll_cq(cq, 1, wc);
-        if (n != 0 || now_ms() > end)
+        if (n != 0 || eng_now_ms() > end)
             return n;
         usleep(1000);
     }
@@ -1303,11 +1278,11 @@ static void t_qp_pair(int fam, bool expect_p2p)
             -EBUSY);
         if (expect_event(e.chc, &ev, UIW_CM_ESTABLISHED, 0, cc, "qp est c")) {
             CHECK_EQ(ev.p2p, expect_p2p);
-            CHECK_EQ(qp_state(a.qp), IBV_QPS_RTS);
+            CHECK_EQ(eng_qp_state(a.qp), IBV_QPS_RTS);
         }
         if (expect_event(e.chs, &ev, UIW_CM_ESTABLISHED, 0, sc, "qp est s")) {
             CHECK_EQ(ev.p2p, expect_p2p);
-            CHECK_EQ(qp_state(b.qp), IBV_QPS_RTS);
+            CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_RTS);
         }
         /* the initiator speaks first (RFC 5044 §7.1.2 rule 4), then the
          * responder may */
@@ -1325,8 +1300,8 @@ static void t_qp_pair(int fam, bool expect_p2p)
         CHECK_EQ(uiw_cm_disconnect(cc), 0);
         expect_event(e.chs, &ev, UIW_CM_DISCONNECTED, 0, sc, "qp disc s");
         expect_event(e.chc, &ev, UIW_CM_DISCONNECTED, 0, cc, "qp disc c");
-        CHECK_EQ(qp_state(a.qp), IBV_QPS_ERR);
-        CHECK_EQ(qp_state(b.qp), IBV_QPS_ERR);
+        CHECK_EQ(eng_qp_state(a.qp), IBV_QPS_ERR);
+        CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_ERR);
         struct ibv_wc wc;
         int got = 0;
         for (int i = 0; i < 200 && got == 0; i++) {
@@ -1380,11 +1355,11 @@ static void t_qp_abort(int fam)
             uint8_t r[UIW_MPA_MAX_FRAME];
             CHECK(read_frame(fd, r, EV_MS) > 0);
             expect_event(e.chs, &ev, UIW_CM_ESTABLISHED, 0, sc, "abort est");
-            CHECK_EQ(qp_state(b.qp), IBV_QPS_RTS);
+            CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_RTS);
             if (k == 0) {
                 uiw_cm_conn_destroy(sc);
                 CHECK_EQ(wait_close(fd, EV_MS), -ECONNRESET);
-                CHECK_EQ(qp_state(b.qp), IBV_QPS_ERR);
+                CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_ERR);
                 tqp_free(&b);
             } else {
                 tqp_free(&b);
@@ -1529,7 +1504,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
                 CHECK_EQ(ev.rtr, pick);
             }
             CHECK(quiet(fd, 50)); /* nothing but the RTR */
-            CHECK_EQ(qp_state(a.qp), IBV_QPS_RTS);
+            CHECK_EQ(eng_qp_state(a.qp), IBV_QPS_RTS);
         }
         close(fd);
     }
@@ -1552,11 +1527,11 @@ static void c_timeout(void)
         struct sockaddr_storage a = loop_addr(fam, port);
         struct uiw_conn *c = NULL;
         struct uiw_cm_event ev;
-        uint64_t t0 = now_ms();
+        uint64_t t0 = eng_now_ms();
         CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, NULL, ch, NULL, &c), 0);
         int fd = raw_accept(lfd, EV_MS); /* and never answer */
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ETIMEDOUT, c, "mpa timeout");
-        uint64_t dt = now_ms() - t0;
+        uint64_t dt = eng_now_ms() - t0;
         CHECK(dt >= 280 && dt < 3000);
         CHECK(wait_close(fd, EV_MS) <= 0);
         close(fd);
@@ -1568,12 +1543,12 @@ static void c_timeout(void)
         struct env e;
         if (env_up(&e, fam)) {
             for (int k = 0; k < 2; k++) {
-                t0 = now_ms();
+                t0 = eng_now_ms();
                 fd = raw_connect(&e.addr);
                 if (k)
                     write_all(fd, KEY_REQ, 10);
                 CHECK(wait_close(fd, EV_MS) <= 0);
-                dt = now_ms() - t0;
+                dt = eng_now_ms() - t0;
                 CHECK(dt >= 280 && dt < 3000);
                 close(fd);
             }
@@ -1602,12 +1577,12 @@ static void c_timeout(void)
                     CHECK_EQ(uiw_cm_accept(sc, to_uqp(b.qp), NULL, NULL), 0);
                     uint8_t r[UIW_MPA_MAX_FRAME];
                     CHECK(read_frame(fd, r, EV_MS) > 0);
-                    t0 = now_ms();
+                    t0 = eng_now_ms();
                     expect_event(e.chs, &ev, UIW_CM_CONNECT_ERROR, -ETIMEDOUT, sc, "no rtr");
-                    dt = now_ms() - t0;
+                    dt = eng_now_ms() - t0;
                     CHECK(dt >= 200 && dt < 3000);
                     CHECK_EQ(wait_close(fd, EV_MS), -ECONNRESET);
-                    CHECK_EQ(qp_state(b.qp), IBV_QPS_ERR);
+                    CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_ERR);
                     uiw_cm_conn_destroy(sc);
                 }
                 close(fd);
@@ -1619,24 +1594,39 @@ static void c_timeout(void)
     }
 }
 
+/* We connect (on fam, over ch) to a raw responder that answers with a
+ * Reply of `flags` (Rev 2, IRD/ORD 1); the next event must be `type` with
+ * `status` (true: it is in *ev). *req: our Request. */
+static bool raw_reply(int fam, struct uiw_cm_channel *ch, uint8_t flags, uiw_mpa_frame *req,
+                      enum uiw_cm_event_type type, int status, struct uiw_cm_event *ev,
+                      const char *what)
+{
+    struct uiw_conn *c = NULL;
+    uint8_t f[UIW_MPA_MAX_FRAME];
+    bool ok;
+    int fd = raw_responder(fam, NULL, NULL, ch, &c, req);
+
+    if (fd < 0)
+        return false;
+    write_all(fd, f, mk_frame(f, false, flags, 2, 1, 1, NULL, 0));
+    ok = expect_event(ch, ev, type, status, c, what);
+    close(fd);
+    uiw_cm_conn_destroy(c);
+    return ok;
+}
+
 /* UIWARP_CRC=required: we ask (C=1); a peer's C=0 cannot refuse it. */
 static void c_crc_required(void)
 {
     struct uiw_cm_channel *ch = mkchan();
     uiw_mpa_frame rq;
-    struct uiw_conn *c = NULL;
     struct uiw_cm_event ev;
     uint8_t f[UIW_MPA_MAX_FRAME];
-    int fd = raw_responder(AF_INET, NULL, NULL, ch, &c, &rq);
-    if (fd >= 0) {
-        CHECK(rq.crc);
-        size_t n = mk_frame(f, false, S, 2, 1, 1, NULL, 0); /* C=0 */
-        write_all(fd, f, n);
-        if (expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "crc est"))
-            CHECK(ev.crc);
-        close(fd);
-        uiw_cm_conn_destroy(c);
-    }
+    int fd;
+    memset(&rq, 0, sizeof(rq));
+    if (raw_reply(AF_INET, ch, S /* C=0 */, &rq, UIW_CM_ESTABLISHED, 0, &ev, "crc est"))
+        CHECK(ev.crc);
+    CHECK(rq.crc);
     uiw_cm_channel_destroy(ch);
     /* responder: a C=0 Request gets a C=1 Reply */
     struct env e;
@@ -1679,18 +1669,11 @@ static void c_crc_off(void)
 {
     struct uiw_cm_channel *ch = mkchan();
     uiw_mpa_frame rq;
-    struct uiw_conn *c = NULL;
     struct uiw_cm_event ev;
-    uint8_t f[UIW_MPA_MAX_FRAME];
-    int fd = raw_responder(AF_INET6, NULL, NULL, ch, &c, &rq);
-    if (fd >= 0) {
+    if (raw_reply(AF_INET6, ch, S | UIW_MPA_FLAG_C, &rq, UIW_CM_ESTABLISHED, 0, &ev,
+                  "crc off est")) {
         CHECK(!rq.crc);
-        size_t n = mk_frame(f, false, S | UIW_MPA_FLAG_C, 2, 1, 1, NULL, 0);
-        write_all(fd, f, n);
-        if (expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "crc off est"))
-            CHECK(ev.crc);
-        close(fd);
-        uiw_cm_conn_destroy(c);
+        CHECK(ev.crc);
     }
     uiw_cm_channel_destroy(ch);
 }
@@ -1700,30 +1683,16 @@ static void c_markers(void)
 {
     struct uiw_cm_channel *ch = mkchan();
     uiw_mpa_frame rq;
-    struct uiw_conn *c = NULL;
     struct uiw_cm_event ev;
-    uint8_t f[UIW_MPA_MAX_FRAME];
     /* a responder that cannot mark (siw) rejects: REJECTED, no hang */
-    int fd = raw_responder(AF_INET, NULL, NULL, ch, &c, &rq);
-    if (fd >= 0) {
-        CHECK(rq.markers);
-        size_t n = mk_frame(f, false, S | UIW_MPA_FLAG_R, 2, 1, 1, NULL, 0);
-        write_all(fd, f, n);
-        expect_event(ch, &ev, UIW_CM_REJECTED, -ECONNREFUSED, c, "markers rejected");
-        close(fd);
-        uiw_cm_conn_destroy(c);
-    }
+    memset(&rq, 0, sizeof(rq));
+    raw_reply(AF_INET, ch, S | UIW_MPA_FLAG_R, &rq, UIW_CM_REJECTED, -ECONNREFUSED, &ev,
+              "markers rejected");
+    CHECK(rq.markers);
     /* one that accepts without marking itself */
-    fd = raw_responder(AF_INET, NULL, NULL, ch, &c, &rq);
-    if (fd >= 0) {
-        size_t n = mk_frame(f, false, S, 2, 1, 1, NULL, 0);
-        write_all(fd, f, n);
-        if (expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "markers est")) {
-            CHECK(ev.markers_rx);
-            CHECK(!ev.markers_tx);
-        }
-        close(fd);
-        uiw_cm_conn_destroy(c);
+    if (raw_reply(AF_INET, ch, S, &rq, UIW_CM_ESTABLISHED, 0, &ev, "markers est")) {
+        CHECK(ev.markers_rx);
+        CHECK(!ev.markers_tx);
     }
     uiw_cm_channel_destroy(ch);
     /* uiwarp <-> uiwarp: markers both ways */

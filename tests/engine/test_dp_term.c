@@ -659,29 +659,43 @@ static void t_read_requests(void)
     teardown();
 }
 
-/* Malformed bytes that only the parser sees. */
-static void t_parser(void)
+/* Write the FPDU of a Send with MSN 1 and len payload bytes, raw: its
+ * opcode replaced by `opcode` (>= 0: what the wire core would not encode),
+ * only the first `keep` bytes of it (0: all). */
+static void write_send_raw(const void *pay, size_t len, int opcode, size_t keep)
 {
     uiw_hdr h;
     uint8_t *b = NULL;
     size_t n = 0;
 
+    dp_hdr_u(&h, UIW_OP_SEND, 0, 1);
+    CHECK_EQ(dp_raw_build(&P, &h, pay, len, &b, &n), 0);
+    if (opcode >= 0)
+        b[3] = (uint8_t)((b[3] & 0xF0) | opcode);
+    CHECK_EQ(dp_write_all(P.fd, b, keep ? keep : n), 0);
+    free(b);
+}
+
+/* Receive our QP's Terminate and check its cause only. */
+static void expect_term_cause(unsigned layer, unsigned etype, unsigned ecode)
+{
+    uiw_hdr t;
+
+    CHECK_EQ(dp_raw_term(&P, &t, DP_TIMEOUT_MS), 1);
+    CHECK_EQ(t.u.term.cause.layer, layer);
+    CHECK_EQ(t.u.term.cause.etype, etype);
+    CHECK_EQ(t.u.term.cause.ecode, ecode);
+}
+
+/* Malformed bytes that only the parser sees. */
+static void t_parser(void)
+{
+    uiw_hdr h;
+
     /* undefined opcode 0xC (RFC 5040 §7.2, RFC 6580 §3.4) */
     setup(false, NULL, NULL);
-    dp_hdr_u(&h, UIW_OP_SEND, 0, 1);
-    CHECK_EQ(dp_raw_build(&P, &h, NULL, 0, &b, &n), 0);
-    b[3] = (uint8_t)((b[3] & 0xF0) | 0x0C);
-    CHECK_EQ(dp_write_all(P.fd, b, n), 0);
-    free(b);
-    b = NULL;
-    n = 0;
-    {
-        uiw_hdr t;
-        CHECK_EQ(dp_raw_term(&P, &t, DP_TIMEOUT_MS), 1);
-        CHECK_EQ(t.u.term.cause.layer, UIW_LAYER_RDMAP);
-        CHECK_EQ(t.u.term.cause.etype, UIW_RDMAP_ET_REMOTE_OP);
-        CHECK_EQ(t.u.term.cause.ecode, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
-    }
+    write_send_raw(NULL, 0, 0x0C, 0);
+    expect_term_cause(UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
     expect_dead(IBV_EVENT_QP_REQ_ERR);
     teardown();
 
@@ -689,20 +703,8 @@ static void t_parser(void)
      * bytes relabelled as Immediate Data carries 4 bytes too many */
     setup(false, NULL, NULL);
     CHECK_EQ(post_recv(55, region(), 64, mr_all->lkey), 0);
-    dp_hdr_u(&h, UIW_OP_SEND, 0, 1);
-    CHECK_EQ(dp_raw_build(&P, &h, region(), 12, &b, &n), 0);
-    b[3] = (uint8_t)((b[3] & 0xF0) | UIW_OP_IMM_DATA);
-    CHECK_EQ(dp_write_all(P.fd, b, n), 0);
-    free(b);
-    b = NULL;
-    n = 0;
-    {
-        uiw_hdr t;
-        CHECK_EQ(dp_raw_term(&P, &t, DP_TIMEOUT_MS), 1);
-        CHECK_EQ(t.u.term.cause.layer, UIW_LAYER_DDP);
-        CHECK_EQ(t.u.term.cause.etype, UIW_DDP_ET_UNTAGGED);
-        CHECK_EQ(t.u.term.cause.ecode, UIW_DDP_EC_U_MSG_TOO_LONG);
-    }
+    write_send_raw(region(), 12, UIW_OP_IMM_DATA, 0);
+    expect_term_cause(UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG);
     expect_rwc(55, IBV_WC_WR_FLUSH_ERR);
     teardown();
     /* ... and exactly 8 is fine: a receive with immediate data */
@@ -819,8 +821,6 @@ static void t_received(void)
 static void t_eof(void)
 {
     uiw_hdr h;
-    uint8_t *b = NULL;
-    size_t n = 0;
 
     /* clean close between FPDUs: flush, no fatal event */
     setup(false, NULL, NULL);
@@ -835,10 +835,7 @@ static void t_eof(void)
     /* close in the middle of an FPDU: fatal */
     setup(true, NULL, NULL);
     CHECK_EQ(post_recv(32, region(), 64, mr_all->lkey), 0);
-    dp_hdr_u(&h, UIW_OP_SEND, 0, 1);
-    CHECK_EQ(dp_raw_build(&P, &h, region(), 40, &b, &n), 0);
-    CHECK_EQ(dp_write_all(P.fd, b, n / 2), 0);
-    free(b);
+    write_send_raw(region(), 40, -1, 32); /* half of 2 + 18 + 40 + CRC 4 bytes */
     shutdown(P.fd, SHUT_WR);
     expect_rwc(32, IBV_WC_WR_FLUSH_ERR);
     CHECK_EQ(dp_async_wait(B.qp, DP_TIMEOUT_MS), IBV_EVENT_QP_FATAL);

@@ -35,51 +35,13 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
-#define NPAIRS   64
-#define REG      (64u * 1024) /* one region of a pair buffer */
-#define ROUNDS   8
-#define WAIT_MS  20000
-#define ACCESS_ALL                                                                                 \
-    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
-     IBV_ACCESS_REMOTE_ATOMIC)
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static void msleep(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static inline uint8_t pat(uint32_t seed, uint64_t i)
-{
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(seed + 1) * 0xC2B2AE3D27D4EB4Full;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return (uint8_t)(x >> 32);
-}
-
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = pat(seed, i);
-}
-
-/* -1 when equal, else the first differing offset */
-static long check_pat(const uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != pat(seed, i))
-            return (long)i;
-    return -1;
-}
+#define NPAIRS  64
+#define REG     (64u * 1024) /* one region of a pair buffer */
+#define ROUNDS  8
+#define WAIT_MS 20000
 
 /* ------------------------------------------------------------------------
  * Sides and pairs
@@ -108,22 +70,9 @@ struct pair {
     bool up_a, up_b;
 };
 
-static struct ibv_context *open_dev(void)
-{
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    struct ibv_context *c = NULL;
-    for (int i = 0; list && i < n && !c; i++)
-        if (strcmp(ibv_get_device_name(list[i]), "uiw_lo") == 0)
-            c = ibv_open_device(list[i]);
-    if (list)
-        ibv_free_device_list(list);
-    return c;
-}
-
 static int side_open(struct side *s)
 {
-    s->ctx = open_dev();
+    s->ctx = eng_open_lo(false);
     if (!s->ctx)
         return -1;
     s->pd = ibv_alloc_pd(s->ctx);
@@ -137,36 +86,22 @@ static int side_open(struct side *s)
 static int ep_create(struct side *s, struct ep *e, unsigned sq, unsigned rq, unsigned cqe,
                      size_t buflen)
 {
-    struct ibv_qp_init_attr ia;
-    struct ibv_qp_attr at;
+    struct ibv_qp_cap cap = {
+        .max_send_wr = sq, .max_recv_wr = rq, .max_send_sge = 1, .max_recv_sge = 1};
 
     memset(e, 0, sizeof(*e));
     e->scq = ibv_create_cq(s->ctx, (int)cqe, NULL, NULL, 0);
     e->rcq = ibv_create_cq(s->ctx, (int)cqe, NULL, NULL, 0);
     if (!e->scq || !e->rcq)
         return -1;
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = e->scq;
-    ia.recv_cq = e->rcq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = sq;
-    ia.cap.max_recv_wr = rq;
-    ia.cap.max_send_sge = 1;
-    ia.cap.max_recv_sge = 1;
-    e->qp = ibv_create_qp(s->pd, &ia);
+    e->qp = eng_qp_init(s->pd, e->scq, e->rcq, NULL, cap, false, ENG_ACCESS_ALL, 0);
     if (!e->qp)
-        return -1;
-    memset(&at, 0, sizeof(at));
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qp_access_flags = ACCESS_ALL;
-    if (ibv_modify_qp(e->qp, &at, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return -1;
     if (buflen) {
         if (posix_memalign((void **)&e->buf, 4096, buflen))
             return -1;
         memset(e->buf, 0, buflen);
-        e->mr = ibv_reg_mr(s->pd, e->buf, buflen, ACCESS_ALL);
+        e->mr = ibv_reg_mr(s->pd, e->buf, buflen, ENG_ACCESS_ALL);
         if (!e->mr)
             return -1;
     }
@@ -191,8 +126,8 @@ static void ep_destroy(struct ep *e)
 
 static const char *ev_name(int t)
 {
-    static const char *n[] = {"?", "CONNECT_REQUEST", "ESTABLISHED", "REJECTED",
-                              "UNREACHABLE", "CONNECT_ERROR", "DISCONNECTED"};
+    static const char *n[] = {"?",           "CONNECT_REQUEST", "ESTABLISHED", "REJECTED",
+                              "UNREACHABLE", "CONNECT_ERROR",   "DISCONNECTED"};
     return t >= 1 && t <= 6 ? n[t] : "?";
 }
 
@@ -203,7 +138,7 @@ static unsigned connect_pairs(struct pair **p, unsigned n)
 {
     struct sockaddr_in dst;
     unsigned est = 0, want = 2 * n;
-    uint64_t end = now_ms() + WAIT_MS;
+    uint64_t end = eng_now_ms() + WAIT_MS;
 
     memset(&dst, 0, sizeof(dst));
     dst.sin_family = AF_INET;
@@ -211,16 +146,16 @@ static unsigned connect_pairs(struct pair **p, unsigned n)
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     for (unsigned i = 0; i < n; i++) {
         uint32_t id = htonl(i);
-        struct uiw_conn_param cp = {.private_data = &id, .private_data_len = 4, .ird = 16,
-                                    .ord = 16};
-        int rc = uiw_cm_connect(to_uqp(p[i]->a.qp), NULL, (struct sockaddr *)&dst, &cp, A.ch,
-                                p[i], &p[i]->a.conn);
+        struct uiw_conn_param cp = {
+            .private_data = &id, .private_data_len = 4, .ird = 16, .ord = 16};
+        int rc = uiw_cm_connect(to_uqp(p[i]->a.qp), NULL, (struct sockaddr *)&dst, &cp, A.ch, p[i],
+                                &p[i]->a.conn);
         if (rc < 0) {
             fprintf(stderr, "uiw_cm_connect %u: %d\n", i, rc);
             want -= 2;
         }
     }
-    while (est < want && now_ms() < end) {
+    while (est < want && eng_now_ms() < end) {
         struct pollfd pf[2] = {{.fd = uiw_cm_channel_fd(A.ch), .events = POLLIN},
                                {.fd = uiw_cm_channel_fd(B.ch), .events = POLLIN}};
         struct uiw_cm_event ev;
@@ -263,33 +198,24 @@ static unsigned connect_pairs(struct pair **p, unsigned n)
 /* Next CM event on s within ms (0 or -ETIMEDOUT). */
 static int cm_event(struct side *s, struct uiw_cm_event *ev, unsigned ms)
 {
-    uint64_t end = now_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     for (;;) {
         if (uiw_cm_get_event(s->ch, ev) == 0)
             return 0;
-        if (now_ms() >= end)
+        if (eng_now_ms() >= end)
             return -ETIMEDOUT;
         struct pollfd pf = {.fd = uiw_cm_channel_fd(s->ch), .events = POLLIN};
         poll(&pf, 1, 50);
     }
 }
 
-static enum ibv_qp_state qp_state(struct ibv_qp *qp)
-{
-    struct ibv_qp_attr at;
-    struct ibv_qp_init_attr ia;
-    if (ibv_query_qp(qp, &at, IBV_QP_STATE, &ia))
-        return (enum ibv_qp_state)-1;
-    return at.qp_state;
-}
-
 static bool wait_state(struct ibv_qp *qp, enum ibv_qp_state want, unsigned ms)
 {
-    uint64_t end = now_ms() + ms;
-    while (qp_state(qp) != want) {
-        if (now_ms() >= end)
+    uint64_t end = eng_now_ms() + ms;
+    while (eng_qp_state(qp) != want) {
+        if (eng_now_ms() >= end)
             return false;
-        msleep(5);
+        eng_msleep(5);
     }
     return true;
 }
@@ -297,12 +223,12 @@ static bool wait_state(struct ibv_qp *qp, enum ibv_qp_state want, unsigned ms)
 /* Wait for an async event about qp on ctx; returns its type or -1. */
 static int async_wait(struct ibv_context *ctx, struct ibv_qp *qp, unsigned ms)
 {
-    uint64_t end = now_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     int fl = fcntl(ctx->async_fd, F_GETFL);
     int got = -1;
 
     fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    while (got < 0 && now_ms() < end) {
+    while (got < 0 && eng_now_ms() < end) {
         struct ibv_async_event ev;
         if (ibv_get_async_event(ctx, &ev) == 0) {
             if (ev.element.qp == qp &&
@@ -415,8 +341,8 @@ static void qp_sync(struct ibv_qp *qp)
 static int post_three(struct ep *me, struct ep *peer, uint32_t len)
 {
     uint64_t pb = (uintptr_t)peer->buf;
-    int r = post(me->qp, IBV_WR_RDMA_WRITE, R_SRC(me), len, me->mr->lkey, pb + REG,
-                 peer->mr->rkey, 1, true);
+    int r = post(me->qp, IBV_WR_RDMA_WRITE, R_SRC(me), len, me->mr->lkey, pb + REG, peer->mr->rkey,
+                 1, true);
     if (!r)
         r = post(me->qp, IBV_WR_RDMA_READ, R_RDST(me), len, me->mr->lkey, pb, peer->mr->rkey, 2,
                  true);
@@ -447,7 +373,7 @@ static void reap(struct worker *w, struct ibv_cq *cq, unsigned want, uint64_t en
         }
         got += (unsigned)n;
         if (!n) {
-            if (now_ms() > end) {
+            if (eng_now_ms() > end) {
                 wfail(w, "timeout waiting for completions", (long)(want - got));
                 return;
             }
@@ -461,15 +387,15 @@ static void *pair_worker(void *arg)
     static const uint32_t sizes[] = {1, 8, 1000, 4096, 65536, 17, 30001, 65536, 4095, 2};
     struct worker *w = arg;
     struct ep *a = &w->p->a, *b = &w->p->b;
-    uint64_t end = now_ms() + 60000;
+    uint64_t end = eng_now_ms() + 60000;
 
     for (unsigned r = 0; r < w->rounds && w->fails == 0; r++) {
         uint32_t len = sizes[(r + w->p->idx) % (sizeof(sizes) / sizeof(sizes[0]))];
         uint32_t sa = w->seed0 + r * 4, sb = sa + 1;
         struct ibv_wc wa, wb;
 
-        fill(R_SRC(a), len, sa);
-        fill(R_SRC(b), len, sb);
+        eng_fill(R_SRC(a), len, sa);
+        eng_fill(R_SRC(b), len, sb);
         memset(R_WDST(a), 0, REG);
         memset(R_WDST(b), 0, REG);
         memset(R_RDST(a), 0, REG);
@@ -498,22 +424,21 @@ static void *pair_worker(void *arg)
             wfail(w, "receive completion length/opcode", (long)wa.byte_len);
         /* Send: the peer's pattern; Write: in wdst; Read: the peer's src */
         long e;
-        if ((e = check_pat(R_RECV(a), len, sb)) >= 0)
+        if ((e = eng_diff(R_RECV(a), len, sb)) >= 0)
             wfail(w, "A: Send data", e);
-        if ((e = check_pat(R_RECV(b), len, sa)) >= 0)
+        if ((e = eng_diff(R_RECV(b), len, sa)) >= 0)
             wfail(w, "B: Send data", e);
-        if ((e = check_pat(R_WDST(a), len, sb)) >= 0)
+        if ((e = eng_diff(R_WDST(a), len, sb)) >= 0)
             wfail(w, "A: Write data", e);
-        if ((e = check_pat(R_WDST(b), len, sa)) >= 0)
+        if ((e = eng_diff(R_WDST(b), len, sa)) >= 0)
             wfail(w, "B: Write data", e);
-        if ((e = check_pat(R_RDST(a), len, sb)) >= 0)
+        if ((e = eng_diff(R_RDST(a), len, sb)) >= 0)
             wfail(w, "A: Read data", e);
-        if ((e = check_pat(R_RDST(b), len, sa)) >= 0)
+        if ((e = eng_diff(R_RDST(b), len, sa)) >= 0)
             wfail(w, "B: Read data", e);
         /* nothing beyond len was touched */
-        if (len < REG &&
-            (R_WDST(a)[len] || R_WDST(b)[len] || R_RDST(a)[len] || R_RDST(b)[len] ||
-             R_RECV(a)[len] || R_RECV(b)[len]))
+        if (len < REG && (R_WDST(a)[len] || R_WDST(b)[len] || R_RDST(a)[len] || R_RDST(b)[len] ||
+                          R_RECV(a)[len] || R_RECV(b)[len]))
             wfail(w, "byte after the message changed", len);
         w->bytes += 6ull * len;
         /* the peer's progress thread read our buffers under its QP lock
@@ -530,7 +455,7 @@ static void run_traffic(unsigned first, unsigned n, unsigned rounds, uint32_t se
 {
     pthread_t th[NPAIRS];
     struct worker w[NPAIRS];
-    uint64_t t0 = now_ms(), bytes = 0;
+    uint64_t t0 = eng_now_ms(), bytes = 0;
     unsigned started = 0;
 
     for (unsigned i = 0; i < n; i++) {
@@ -550,7 +475,7 @@ static void run_traffic(unsigned first, unsigned n, unsigned rounds, uint32_t se
         bytes += w[i].bytes;
     }
     printf("%s: %u pairs x %u rounds, %llu bytes verified, %llu ms\n", tag, n, rounds,
-           (unsigned long long)bytes, (unsigned long long)(now_ms() - t0));
+           (unsigned long long)bytes, (unsigned long long)(eng_now_ms() - t0));
 }
 
 /* ------------------------------------------------------------------------
@@ -601,7 +526,7 @@ static bool apoll(struct athr *a)
             afail(a->q, "bad wr_id", (long)wc[i].wr_id);
     }
     if (n == 0) {
-        if (now_ms() > a->end)
+        if (eng_now_ms() > a->end)
             return false;
         sched_yield();
     }
@@ -688,12 +613,12 @@ static void test_atomics(void)
     pthread_t tid[AQPS][ATHR], ltid;
     uint64_t *word;
     struct ibv_mr *wmr;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
     const size_t rlen = ATHR * (NFA + NCAS) * sizeof(uint64_t);
 
     CHECK_EQ(posix_memalign((void **)&word, 64, 64), 0);
     *word = ASTART;
-    wmr = ibv_reg_mr(B.pd, word, 64, ACCESS_ALL);
+    wmr = ibv_reg_mr(B.pd, word, 64, ENG_ACCESS_ALL);
     CHECK(wmr != NULL);
     if (!wmr)
         return;
@@ -701,7 +626,7 @@ static void test_atomics(void)
         q[i].p = &pairs[i];
         CHECK_EQ(posix_memalign((void **)&q[i].res, 4096, rlen), 0);
         memset(q[i].res, 0xEE, rlen);
-        q[i].mr = ibv_reg_mr(A.pd, q[i].res, rlen, ACCESS_ALL);
+        q[i].mr = ibv_reg_mr(A.pd, q[i].res, rlen, ENG_ACCESS_ALL);
         CHECK(q[i].mr != NULL);
         q[i].raddr = (uintptr_t)word;
         q[i].rkey = wmr->rkey;
@@ -709,7 +634,7 @@ static void test_atomics(void)
     loc.word = word;
     for (unsigned i = 0; i < AQPS; i++)
         for (unsigned t = 0; t < ATHR; t++) {
-            th[i][t] = (struct athr){.q = &q[i], .t = t, .end = now_ms() + 60000};
+            th[i][t] = (struct athr){.q = &q[i], .t = t, .end = eng_now_ms() + 60000};
             CHECK_EQ(pthread_create(&tid[i][t], NULL, atomic_worker, &th[i][t]), 0);
         }
     CHECK_EQ(pthread_create(&ltid, NULL, local_worker, &loc), 0);
@@ -747,7 +672,7 @@ static void test_atomics(void)
     printf("atomics: %u QPs x %u threads x (%u FetchAdd + %u CmpSwap) + %u local = %llu, "
            "%u CmpSwap retries, %llu ms\n",
            AQPS, ATHR, NFA, NCAS, LOCALN, (unsigned long long)total, retries,
-           (unsigned long long)(now_ms() - t0));
+           (unsigned long long)(eng_now_ms() - t0));
     for (unsigned i = 0; i < AQPS; i++) {
         CHECK_EQ(ibv_dereg_mr(q[i].mr), 0);
         free(q[i].res);
@@ -761,7 +686,7 @@ static void test_atomics(void)
  * ---------------------------------------------------------------------- */
 #define SBIG     (1u << 20) /* Write size */
 #define SSEND    4096
-#define SMAXSEND 100        /* Sends per stream (the target posts more receives) */
+#define SMAXSEND 100 /* Sends per stream (the target posts more receives) */
 #define SRECVS   256
 #define SWIN     32
 
@@ -782,9 +707,9 @@ static void *stream_worker(void *arg)
 {
     struct streamer *s = arg;
     unsigned sends = 0, outstanding = 0;
-    uint64_t end = now_ms() + 30000;
+    uint64_t end = eng_now_ms() + 30000;
 
-    while (!atomic_load(&s->stop_poll) && now_ms() < end) {
+    while (!atomic_load(&s->stop_poll) && eng_now_ms() < end) {
         bool post_more = !atomic_load(&s->stop_post) && s->errs == 0;
         if (!post_more)
             atomic_store(&s->posting_stopped, true);
@@ -833,7 +758,7 @@ static bool stream_pair(struct pair *p, unsigned idx)
     p->idx = idx;
     if (ep_create(&A, &p->a, 64, 16, 256, SBIG) || ep_create(&B, &p->b, 64, SRECVS, 512, SBIG))
         return false;
-    fill(p->a.buf, SBIG, 0x1234);
+    eng_fill(p->a.buf, SBIG, 0x1234);
     for (unsigned i = 0; i < SRECVS; i++)
         if (post_recv(p->b.qp, p->b.buf, SBIG, p->b.mr->lkey, i))
             return false;
@@ -843,18 +768,33 @@ static bool stream_pair(struct pair *p, unsigned idx)
 
 static bool wait_ok(struct streamer *s, unsigned n, unsigned ms)
 {
-    uint64_t end = now_ms() + ms;
-    while (atomic_load(&s->ok_live) < n && now_ms() < end)
-        msleep(1);
+    uint64_t end = eng_now_ms() + ms;
+    while (atomic_load(&s->ok_live) < n && eng_now_ms() < end)
+        eng_msleep(1);
     return atomic_load(&s->ok_live) >= n;
+}
+
+/* Start a streamer thread on A's QP of p (Writes of wlen bytes to
+ * raddr/rkey, with or without Sends) and wait until 20 WRs completed. */
+static void stream_start(struct streamer *s, pthread_t *th, struct pair *p, uint64_t raddr,
+                         uint32_t rkey, size_t wlen, bool sends)
+{
+    memset(s, 0, sizeof(*s));
+    s->e = &p->a;
+    s->raddr = raddr;
+    s->rkey = rkey;
+    s->wlen = wlen;
+    s->sends = sends;
+    CHECK_EQ(pthread_create(th, NULL, stream_worker, s), 0);
+    CHECK(wait_ok(s, 20, WAIT_MS));
 }
 
 /* Expect DISCONNECTED for conn on side s; other events are reported. */
 static bool expect_disconnected(struct side *s, struct uiw_conn *conn, int *status)
 {
     struct uiw_cm_event ev;
-    uint64_t end = now_ms() + WAIT_MS;
-    while (now_ms() < end) {
+    uint64_t end = eng_now_ms() + WAIT_MS;
+    while (eng_now_ms() < end) {
         if (cm_event(s, &ev, 200) < 0)
             continue;
         if (ev.type == UIW_CM_DISCONNECTED && ev.conn == conn) {
@@ -873,25 +813,18 @@ static void test_destroy_target(void)
     struct streamer s;
     pthread_t th;
     int st = 0;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
 
     CHECK(stream_pair(&p, 1000));
-    memset(&s, 0, sizeof(s));
-    s.e = &p.a;
-    s.raddr = (uintptr_t)p.b.buf;
-    s.rkey = p.b.mr->rkey;
-    s.wlen = SBIG;
-    s.sends = true;
-    CHECK_EQ(pthread_create(&th, NULL, stream_worker, &s), 0);
-    CHECK(wait_ok(&s, 20, WAIT_MS));
+    stream_start(&s, &th, &p, (uintptr_t)p.b.buf, p.b.mr->rkey, SBIG, true);
     /* destroy while the stream runs (the SQ is full, data in the socket) */
     struct uiw_conn *cb = p.b.conn;
     CHECK_EQ(ibv_destroy_qp(p.b.qp), 0);
     p.b.qp = NULL;
     CHECK(wait_state(p.a.qp, IBV_QPS_ERR, WAIT_MS));
     pthread_join(th, NULL);
-    CHECK(s.errs > 0);  /* the stream failed... */
-    CHECK(s.drained);   /* ...and every WR came back */
+    CHECK(s.errs > 0); /* the stream failed... */
+    CHECK(s.drained);  /* ...and every WR came back */
     CHECK(s.first_err == IBV_WC_WR_FLUSH_ERR || s.first_err == IBV_WC_REM_ACCESS_ERR ||
           s.first_err == IBV_WC_RETRY_EXC_ERR || s.first_err == IBV_WC_FATAL_ERR ||
           s.first_err == IBV_WC_GENERAL_ERR || s.first_err == IBV_WC_REM_OP_ERR);
@@ -904,17 +837,17 @@ static void test_destroy_target(void)
     CHECK_EQ(post(p.a.qp, IBV_WR_SEND, p.a.buf, 8, p.a.mr->lkey, 0, 0, 777, true), 0);
     {
         struct ibv_wc wc;
-        uint64_t end = now_ms() + WAIT_MS;
+        uint64_t end = eng_now_ms() + WAIT_MS;
         int n = 0;
-        while ((n = ibv_poll_cq(p.a.scq, 1, &wc)) == 0 && now_ms() < end)
-            msleep(1);
+        while ((n = ibv_poll_cq(p.a.scq, 1, &wc)) == 0 && eng_now_ms() < end)
+            eng_msleep(1);
         CHECK_EQ(n, 1);
         CHECK_EQ(wc.wr_id, 777);
         CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
     }
     printf("destroy target QP: %u WRs posted, %u ok, %u failed (first: %s), %llu ms\n", s.posted,
            s.ok, s.errs, ibv_wc_status_str((enum ibv_wc_status)s.first_err),
-           (unsigned long long)(now_ms() - t0));
+           (unsigned long long)(eng_now_ms() - t0));
     ep_destroy(&p.a);
     ep_destroy(&p.b);
     async_drain(A.ctx);
@@ -929,21 +862,14 @@ static void test_destroy_streaming(void)
     struct streamer s;
     pthread_t th;
     int st = 0;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
 
     CHECK(stream_pair(&p, 1001));
-    memset(&s, 0, sizeof(s));
-    s.e = &p.a;
-    s.raddr = (uintptr_t)p.b.buf;
-    s.rkey = p.b.mr->rkey;
-    s.wlen = SBIG;
-    s.sends = true;
-    CHECK_EQ(pthread_create(&th, NULL, stream_worker, &s), 0);
-    CHECK(wait_ok(&s, 20, WAIT_MS));
+    stream_start(&s, &th, &p, (uintptr_t)p.b.buf, p.b.mr->rkey, SBIG, true);
     atomic_store(&s.stop_post, true);
     {
-        uint64_t end = now_ms() + WAIT_MS;
-        while (!atomic_load(&s.posting_stopped) && now_ms() < end)
+        uint64_t end = eng_now_ms() + WAIT_MS;
+        while (!atomic_load(&s.posting_stopped) && eng_now_ms() < end)
             sched_yield();
         CHECK(atomic_load(&s.posting_stopped));
     }
@@ -952,8 +878,8 @@ static void test_destroy_streaming(void)
     p.a.qp = NULL;
     /* B: a receive completes in error (flushed), the QP is in ERR */
     unsigned recv_ok = 0, recv_flush = 0, recv_other = 0;
-    uint64_t end = now_ms() + WAIT_MS;
-    while (recv_flush == 0 && recv_other == 0 && now_ms() < end) {
+    uint64_t end = eng_now_ms() + WAIT_MS;
+    while (recv_flush == 0 && recv_other == 0 && eng_now_ms() < end) {
         struct ibv_wc wc[16];
         int n = ibv_poll_cq(p.b.rcq, 16, wc);
         for (int i = 0; i < n; i++) {
@@ -965,14 +891,14 @@ static void test_destroy_streaming(void)
                 recv_other++;
         }
         if (!n)
-            msleep(1);
+            eng_msleep(1);
     }
     CHECK(recv_flush > 0);
     CHECK_EQ(recv_other, 0);
     CHECK(wait_state(p.b.qp, IBV_QPS_ERR, WAIT_MS));
     /* every remaining receive is flushed: SRECVS in all */
-    end = now_ms() + WAIT_MS;
-    while (recv_ok + recv_flush + recv_other < SRECVS && now_ms() < end) {
+    end = eng_now_ms() + WAIT_MS;
+    while (recv_ok + recv_flush + recv_other < SRECVS && eng_now_ms() < end) {
         struct ibv_wc wc[16];
         int n = ibv_poll_cq(p.b.rcq, 16, wc);
         for (int i = 0; i < n; i++)
@@ -983,12 +909,12 @@ static void test_destroy_streaming(void)
             else
                 recv_other++;
         if (!n)
-            msleep(1);
+            eng_msleep(1);
     }
     CHECK_EQ(recv_ok + recv_flush, SRECVS);
     CHECK(recv_ok <= SMAXSEND);
     /* the received Sends carried the right bytes */
-    CHECK(check_pat(p.b.buf, SSEND, 0x1234) < 0 || recv_ok == 0);
+    CHECK(eng_diff(p.b.buf, SSEND, 0x1234) < 0 || recv_ok == 0);
     atomic_store(&s.stop_poll, true);
     pthread_join(th, NULL);
     CHECK(expect_disconnected(&A, ca, &st));
@@ -996,7 +922,7 @@ static void test_destroy_streaming(void)
     CHECK(expect_disconnected(&B, p.b.conn, &st));
     printf("destroy streaming QP: %u WRs posted, %u completed before, B: %u received, %u "
            "flushed, %llu ms\n",
-           s.posted, s.ok, recv_ok, recv_flush, (unsigned long long)(now_ms() - t0));
+           s.posted, s.ok, recv_ok, recv_flush, (unsigned long long)(eng_now_ms() - t0));
     ep_destroy(&p.a);
     ep_destroy(&p.b);
     async_drain(A.ctx);
@@ -1009,30 +935,23 @@ static void test_dereg_streaming(void)
     struct pair p;
     struct streamer s;
     pthread_t th;
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
     uint8_t *target = NULL;
     struct ibv_mr *tmr;
 
     CHECK(stream_pair(&p, 1002));
     CHECK_EQ(posix_memalign((void **)&target, 4096, SBIG), 0);
     memset(target, 0, SBIG);
-    tmr = ibv_reg_mr(B.pd, target, SBIG, ACCESS_ALL);
+    tmr = ibv_reg_mr(B.pd, target, SBIG, ENG_ACCESS_ALL);
     CHECK(tmr != NULL);
     if (!tmr)
         return;
-    memset(&s, 0, sizeof(s));
-    s.e = &p.a;
-    s.raddr = (uintptr_t)target;
-    s.rkey = tmr->rkey;
-    s.wlen = 256 * 1024;
-    s.sends = false;
     async_drain(B.ctx);
-    CHECK_EQ(pthread_create(&th, NULL, stream_worker, &s), 0);
-    CHECK(wait_ok(&s, 20, WAIT_MS));
+    stream_start(&s, &th, &p, (uintptr_t)target, tmr->rkey, 256 * 1024, false);
     CHECK_EQ(ibv_dereg_mr(tmr), 0);
     /* from here on the memory is ours again: nothing may change it */
     memset(target, 0x5A, SBIG);
-    msleep(300);
+    eng_msleep(300);
     size_t changed = 0;
     for (size_t i = 0; i < SBIG; i++)
         changed += target[i] != 0x5A;
@@ -1045,14 +964,14 @@ static void test_dereg_streaming(void)
     CHECK(s.errs > 0);
     CHECK(s.drained);
     CHECK_EQ(s.ok + s.errs, s.posted);
-    msleep(100);
+    eng_msleep(100);
     changed = 0;
     for (size_t i = 0; i < SBIG; i++)
         changed += target[i] != 0x5A;
     CHECK_EQ(changed, 0);
     printf("dereg under streaming Writes: %u WRs posted, %u ok, %u failed (first: %s), %llu ms\n",
            s.posted, s.ok, s.errs, ibv_wc_status_str((enum ibv_wc_status)s.first_err),
-           (unsigned long long)(now_ms() - t0));
+           (unsigned long long)(eng_now_ms() - t0));
     ep_destroy(&p.a);
     ep_destroy(&p.b);
     async_drain(A.ctx);
@@ -1062,7 +981,7 @@ static void test_dereg_streaming(void)
 
 int main(void)
 {
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
     struct pair *pp[NPAIRS];
 
     if (side_open(&A) || side_open(&B)) {
@@ -1093,10 +1012,10 @@ int main(void)
         made++;
     }
     CHECK_EQ(made, NPAIRS);
-    uint64_t tc = now_ms();
+    uint64_t tc = eng_now_ms();
     unsigned up = connect_pairs(pp, made);
     CHECK_EQ(up, NPAIRS);
-    printf("connected %u pairs in %llu ms\n", up, (unsigned long long)(now_ms() - tc));
+    printf("connected %u pairs in %llu ms\n", up, (unsigned long long)(eng_now_ms() - tc));
     if (up != NPAIRS)
         goto out;
     run_traffic(0, NPAIRS, ROUNDS, 1, "64 QPs Send/Write/Read");
@@ -1111,8 +1030,8 @@ int main(void)
 
     /* the 64 pairs were not disturbed */
     for (unsigned i = 0; i < NPAIRS; i++) {
-        CHECK_EQ(qp_state(pairs[i].a.qp), IBV_QPS_RTS);
-        CHECK_EQ(qp_state(pairs[i].b.qp), IBV_QPS_RTS);
+        CHECK_EQ(eng_qp_state(pairs[i].a.qp), IBV_QPS_RTS);
+        CHECK_EQ(eng_qp_state(pairs[i].b.qp), IBV_QPS_RTS);
     }
     run_traffic(0, NPAIRS, 3, 99, "64 QPs again after the teardown tests");
 
@@ -1121,8 +1040,8 @@ int main(void)
         unsigned da = 0, db = 0, bad = 0;
         for (unsigned i = 0; i < NPAIRS; i++)
             CHECK_EQ(uiw_cm_disconnect(pairs[i].a.conn), 0);
-        uint64_t end = now_ms() + WAIT_MS;
-        while ((da < NPAIRS || db < NPAIRS) && now_ms() < end) {
+        uint64_t end = eng_now_ms() + WAIT_MS;
+        while ((da < NPAIRS || db < NPAIRS) && eng_now_ms() < end) {
             struct uiw_cm_event ev;
             struct pollfd pf[2] = {{.fd = uiw_cm_channel_fd(A.ch), .events = POLLIN},
                                    {.fd = uiw_cm_channel_fd(B.ch), .events = POLLIN}};
@@ -1144,8 +1063,8 @@ int main(void)
         CHECK_EQ(db, NPAIRS);
         CHECK_EQ(bad, 0);
         for (unsigned i = 0; i < NPAIRS; i++) {
-            CHECK_EQ(qp_state(pairs[i].a.qp), IBV_QPS_ERR);
-            CHECK_EQ(qp_state(pairs[i].b.qp), IBV_QPS_ERR);
+            CHECK_EQ(eng_qp_state(pairs[i].a.qp), IBV_QPS_ERR);
+            CHECK_EQ(eng_qp_state(pairs[i].b.qp), IBV_QPS_ERR);
         }
     }
 
@@ -1163,6 +1082,6 @@ out:
     CHECK_EQ(ibv_dealloc_pd(B.pd), 0);
     CHECK_EQ(ibv_close_device(A.ctx), 0);
     CHECK_EQ(ibv_close_device(B.ctx), 0);
-    printf("total %llu ms\n", (unsigned long long)(now_ms() - t0));
+    printf("total %llu ms\n", (unsigned long long)(eng_now_ms() - t0));
     TEST_MAIN_END();
 }

@@ -34,54 +34,32 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
-#define TMO_MS    20000
-#define RUN_S     60
-#define BUFSZ     (4u << 20)
-#define OFF_WDST  0           /* peer's Write target (1 MiB) */
-#define OFF_RSRC  (1u << 20)  /* source of the peer's Reads (1 MiB) */
-#define OFF_RDST  (2u << 20)  /* sink of our Reads */
-#define OFF_RECV  (3u << 20)  /* receives: NRECV slots of RSLOT bytes */
-#define RSLOT     (128u * 1024)
-#define NRECV     8
-#define WLEN      (1u << 20)
-#define WORD0     0x00000000FFFFFF00ull
-#define NFA       100
-#define ACCESS_ALL                                                                                 \
-    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
-     IBV_ACCESS_REMOTE_ATOMIC)
+#define TMO_MS   20000
+#define RUN_S    60
+#define BUFSZ    (4u << 20)
+#define OFF_WDST 0          /* peer's Write target (1 MiB) */
+#define OFF_RSRC (1u << 20) /* source of the peer's Reads (1 MiB) */
+#define OFF_RDST (2u << 20) /* sink of our Reads */
+#define OFF_RECV (3u << 20) /* receives: NRECV slots of RSLOT bytes */
+#define RSLOT    (128u * 1024)
+#define NRECV    8
+#define WLEN     (1u << 20)
+#define WORD0    0x00000000FFFFFF00ull
+#define NFA      100
 
 static const char *port_file, *go_file;
 static const char *role = "parent";
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
-static inline uint8_t pat(uint32_t seed, uint64_t i)
-{
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(seed + 7) * 0xC2B2AE3D27D4EB4Full;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return (uint8_t)(x >> 32);
-}
-static void fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = pat(seed, i);
-}
 static bool same(const uint8_t *p, size_t n, uint32_t seed)
 {
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != pat(seed, i)) {
-            fprintf(stderr, "%s: byte %zu of %zu differs (seed %u)\n", role, i, n, seed);
-            return false;
-        }
-    return true;
+    long d = eng_diff(p, n, seed);
+
+    if (d >= 0)
+        fprintf(stderr, "%s: byte %ld of %zu differs (seed %u)\n", role, d, n, seed);
+    return d < 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -135,13 +113,10 @@ struct ep {
 
 static int ep_open(struct ep *e)
 {
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    for (int i = 0; list && i < n && !e->ctx; i++)
-        if (strcmp(ibv_get_device_name(list[i]), "uiw_lo") == 0)
-            e->ctx = ibv_open_device(list[i]);
-    if (list)
-        ibv_free_device_list(list);
+    struct ibv_qp_cap cap = {
+        .max_send_wr = 256, .max_recv_wr = 64, .max_send_sge = 2, .max_recv_sge = 1};
+
+    e->ctx = eng_open_lo(false);
     if (!e->ctx)
         return -1;
     e->pd = ibv_alloc_pd(e->ctx);
@@ -149,31 +124,15 @@ static int ep_open(struct ep *e)
     e->rcq = ibv_create_cq(e->ctx, 512, NULL, NULL, 0);
     if (!e->pd || !e->scq || !e->rcq)
         return -1;
-    struct ibv_qp_init_attr ia;
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = e->scq;
-    ia.recv_cq = e->rcq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = 256;
-    ia.cap.max_recv_wr = 64;
-    ia.cap.max_send_sge = 2;
-    ia.cap.max_recv_sge = 1;
-    e->qp = ibv_create_qp(e->pd, &ia);
+    e->qp = eng_qp_init(e->pd, e->scq, e->rcq, NULL, cap, false, ENG_ACCESS_ALL, 0);
     if (!e->qp)
-        return -1;
-    struct ibv_qp_attr at;
-    memset(&at, 0, sizeof(at));
-    at.qp_state = IBV_QPS_INIT;
-    at.port_num = 1;
-    at.qp_access_flags = ACCESS_ALL;
-    if (ibv_modify_qp(e->qp, &at, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
         return -1;
     if (posix_memalign((void **)&e->buf, 4096, BUFSZ) || posix_memalign((void **)&e->word, 64, 64))
         return -1;
     memset(e->buf, 0, BUFSZ);
     memset(e->word, 0, 64);
-    e->mr = ibv_reg_mr(e->pd, e->buf, BUFSZ, ACCESS_ALL);
-    e->wmr = ibv_reg_mr(e->pd, e->word, 64, ACCESS_ALL);
+    e->mr = ibv_reg_mr(e->pd, e->buf, BUFSZ, ENG_ACCESS_ALL);
+    e->wmr = ibv_reg_mr(e->pd, e->word, 64, ENG_ACCESS_ALL);
     e->ch = uiw_cm_channel_create();
     if (!e->mr || !e->wmr || !e->ch)
         return -1;
@@ -209,8 +168,8 @@ static void ep_close(struct ep *e)
 
 static int cm_wait(struct ep *e, enum uiw_cm_event_type type, struct uiw_cm_event *ev)
 {
-    uint64_t end = now_ms() + TMO_MS;
-    while (now_ms() < end) {
+    uint64_t end = eng_now_ms() + TMO_MS;
+    while (eng_now_ms() < end) {
         if (uiw_cm_get_event(e->ch, ev) == 0) {
             if (ev->type == type)
                 return 0;
@@ -261,9 +220,8 @@ static int post_atomic(struct ep *e, enum ibv_wr_opcode op, uint32_t loff, uint6
 
 static int post_recv(struct ep *e, unsigned slot)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)e->buf + OFF_RECV + slot * RSLOT,
-                          .length = RSLOT,
-                          .lkey = e->mr->lkey};
+    struct ibv_sge sge = {
+        .addr = (uintptr_t)e->buf + OFF_RECV + slot * RSLOT, .length = RSLOT, .lkey = e->mr->lkey};
     struct ibv_recv_wr wr, *bad;
     memset(&wr, 0, sizeof(wr));
     wr.wr_id = slot;
@@ -276,13 +234,14 @@ static int post_recv(struct ep *e, unsigned slot)
 static bool comp(struct ibv_cq *cq, enum ibv_wc_opcode op, uint64_t wr_id, struct ibv_wc *out)
 {
     struct ibv_wc wc;
-    uint64_t end = now_ms() + TMO_MS;
+    uint64_t end = eng_now_ms() + TMO_MS;
     int n;
-    while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && now_ms() < end)
+    while ((n = ibv_poll_cq(cq, 1, &wc)) == 0 && eng_now_ms() < end)
         ;
     if (n != 1 || wc.status != IBV_WC_SUCCESS || wc.opcode != op || wc.wr_id != wr_id) {
-        fprintf(stderr, "%s: completion: n %d status %s opcode %d (want %d) wr_id %llu (want %llu)\n",
-                role, n, n == 1 ? ibv_wc_status_str(wc.status) : "-", n == 1 ? (int)wc.opcode : -1,
+        fprintf(stderr,
+                "%s: completion: n %d status %s opcode %d (want %d) wr_id %llu (want %llu)\n", role,
+                n, n == 1 ? ibv_wc_status_str(wc.status) : "-", n == 1 ? (int)wc.opcode : -1,
                 (int)op, n == 1 ? (unsigned long long)wc.wr_id : 0ull, (unsigned long long)wr_id);
         return false;
     }
@@ -315,6 +274,18 @@ static const uint32_t send_sizes[] = {1, 100, 4096, 65536, RSLOT};
 /* ------------------------------------------------------------------------
  * Server
  * ---------------------------------------------------------------------- */
+/* Open the endpoint, the source of the peer's Reads filled with the
+ * pattern rsrc_seed; false if it failed. */
+static bool ep_start(struct ep *e, uint32_t rsrc_seed)
+{
+    memset(e, 0, sizeof(*e));
+    CHECK_EQ(ep_open(e), 0);
+    if (!e->mr)
+        return false;
+    eng_fill(e->buf + OFF_RSRC, 1u << 20, rsrc_seed);
+    return true;
+}
+
 static void server(int ctl)
 {
     struct ep e;
@@ -322,12 +293,9 @@ static void server(int ctl)
     struct msg m, peer;
     struct ibv_wc wc;
 
-    memset(&e, 0, sizeof(e));
-    CHECK_EQ(ep_open(&e), 0);
-    if (!e.mr)
+    if (!ep_start(&e, 2))
         return;
     *e.word = WORD0;
-    fill(e.buf + OFF_RSRC, 1u << 20, 2);
     for (unsigned i = 0; i < NRECV; i++)
         CHECK_EQ(post_recv(&e, i), 0);
     struct sockaddr_in a;
@@ -381,12 +349,12 @@ static void server(int ctl)
     CHECK(same(e.buf + OFF_RSRC, 1u << 20, 2)); /* Reads changed nothing */
 
     /* 5. our turn: Write into the client, then Send; Read from the client */
-    fill(e.buf, WLEN, 4);
+    eng_fill(e.buf, WLEN, 4);
     CHECK_EQ(post_send(&e, IBV_WR_RDMA_WRITE, 0, WLEN, peer.addr + OFF_WDST, peer.rkey, 1), 0);
     CHECK_EQ(post_send(&e, IBV_WR_SEND, OFF_RSRC, 4096, 0, 0, 2), 0);
-    CHECK_EQ(post_send(&e, IBV_WR_RDMA_READ, OFF_RDST, 300000, peer.addr + OFF_RSRC + 1, peer.rkey,
-                       3),
-             0);
+    CHECK_EQ(
+        post_send(&e, IBV_WR_RDMA_READ, OFF_RDST, 300000, peer.addr + OFF_RSRC + 1, peer.rkey, 3),
+        0);
     CHECK(comp(e.scq, IBV_WC_RDMA_WRITE, 1, NULL));
     CHECK(comp(e.scq, IBV_WC_SEND, 2, NULL));
     CHECK(comp(e.scq, IBV_WC_RDMA_READ, 3, &wc));
@@ -394,7 +362,7 @@ static void server(int ctl)
     {
         /* the client's OFF_RSRC holds pattern 5; we read from offset 1 */
         uint8_t *x = malloc(300001);
-        fill(x, 300001, 5);
+        eng_fill(x, 300001, 5);
         CHECK_MEM(e.buf + OFF_RDST, x + 1, 300000);
         free(x);
     }
@@ -418,11 +386,8 @@ static void client(int ctl)
     struct msg m, srv;
     struct ibv_wc wc;
 
-    memset(&e, 0, sizeof(e));
-    CHECK_EQ(ep_open(&e), 0);
-    if (!e.mr)
+    if (!ep_start(&e, 5))
         return;
-    fill(e.buf + OFF_RSRC, 1u << 20, 5);
     CHECK_EQ(post_recv(&e, 0), 0);
     CHECK_EQ(ctl_recv(ctl, M_HELLO, &srv), 0);
     memset(&m, 0, sizeof(m));
@@ -430,9 +395,9 @@ static void client(int ctl)
     m.rkey = e.mr->rkey;
     CHECK_EQ(ctl_send(ctl, M_HELLO, &m), 0);
     if (go_file) {
-        uint64_t end = now_ms() + 30000;
+        uint64_t end = eng_now_ms() + 30000;
         struct stat st;
-        while (stat(go_file, &st) != 0 && now_ms() < end)
+        while (stat(go_file, &st) != 0 && eng_now_ms() < end)
             usleep(10000);
         CHECK_EQ(stat(go_file, &st), 0);
     }
@@ -453,7 +418,7 @@ static void client(int ctl)
     /* 1. Sends */
     uint32_t off = 0;
     for (unsigned i = 0; i < NSEND; i++) {
-        fill(e.buf + OFF_RDST + off, send_sizes[i], 10 + i);
+        eng_fill(e.buf + OFF_RDST + off, send_sizes[i], 10 + i);
         CHECK_EQ(post_send(&e, IBV_WR_SEND, OFF_RDST + off, send_sizes[i], 0, 0, 100 + i), 0);
         off += send_sizes[i];
     }
@@ -461,8 +426,9 @@ static void client(int ctl)
         CHECK(comp(e.scq, IBV_WC_SEND, 100 + i, NULL));
 
     /* 2. Write 1 MiB, then Send 8 bytes */
-    fill(e.buf + OFF_WDST, WLEN, 3);
-    CHECK_EQ(post_send(&e, IBV_WR_RDMA_WRITE, OFF_WDST, WLEN, srv.addr + OFF_WDST, srv.rkey, 200), 0);
+    eng_fill(e.buf + OFF_WDST, WLEN, 3);
+    CHECK_EQ(post_send(&e, IBV_WR_RDMA_WRITE, OFF_WDST, WLEN, srv.addr + OFF_WDST, srv.rkey, 200),
+             0);
     CHECK_EQ(post_send(&e, IBV_WR_SEND, OFF_WDST, 8, 0, 0, 201), 0);
     CHECK(comp(e.scq, IBV_WC_RDMA_WRITE, 200, NULL));
     CHECK(comp(e.scq, IBV_WC_SEND, 201, NULL));
@@ -470,8 +436,8 @@ static void client(int ctl)
 
     /* 3. Reads: all of the server's source, and an odd piece of it */
     memset(e.buf + OFF_RDST, 0, 1u << 20);
-    CHECK_EQ(post_send(&e, IBV_WR_RDMA_READ, OFF_RDST, 1u << 20, srv.addr + OFF_RSRC, srv.rkey, 300),
-             0);
+    CHECK_EQ(
+        post_send(&e, IBV_WR_RDMA_READ, OFF_RDST, 1u << 20, srv.addr + OFF_RSRC, srv.rkey, 300), 0);
     CHECK(comp(e.scq, IBV_WC_RDMA_READ, 300, &wc));
     CHECK_EQ(wc.byte_len, 1u << 20);
     CHECK(same(e.buf + OFF_RDST, 1u << 20, 2));
@@ -482,7 +448,7 @@ static void client(int ctl)
     CHECK(comp(e.scq, IBV_WC_RDMA_READ, 301, NULL));
     {
         uint8_t *x = malloc(1u << 20);
-        fill(x, 1u << 20, 2);
+        eng_fill(x, 1u << 20, 2);
         CHECK_MEM(e.buf + OFF_RDST + 3, x + 5000, 777);
         CHECK(e.buf[OFF_RDST + 2] == 0 && e.buf[OFF_RDST + 3 + 777] == 0);
         free(x);
@@ -502,14 +468,14 @@ static void client(int ctl)
         bad += res[i] != WORD0 + 5ull * i;
     CHECK_EQ(bad, 0);
     uint64_t cur = WORD0 + 5ull * NFA;
-    CHECK_EQ(post_atomic(&e, IBV_WR_ATOMIC_CMP_AND_SWP, OFF_RDST, srv.word, srv.pad, cur + 1, 0,
-                         500),
-             0);
+    CHECK_EQ(
+        post_atomic(&e, IBV_WR_ATOMIC_CMP_AND_SWP, OFF_RDST, srv.word, srv.pad, cur + 1, 0, 500),
+        0);
     CHECK(comp(e.scq, IBV_WC_COMP_SWAP, 500, NULL));
     CHECK_EQ(res[0], cur); /* miss: the word is returned, unchanged */
-    CHECK_EQ(post_atomic(&e, IBV_WR_ATOMIC_CMP_AND_SWP, OFF_RDST, srv.word, srv.pad, cur, cur + 1,
-                         501),
-             0);
+    CHECK_EQ(
+        post_atomic(&e, IBV_WR_ATOMIC_CMP_AND_SWP, OFF_RDST, srv.word, srv.pad, cur, cur + 1, 501),
+        0);
     CHECK(comp(e.scq, IBV_WC_COMP_SWAP, 501, NULL));
     CHECK_EQ(res[0], cur); /* hit */
     CHECK_EQ(ctl_send(ctl, M_STEP, NULL), 0);
@@ -563,7 +529,7 @@ static pid_t spawn(void (*fn)(int), int ctl, int other_ctl, int res_fd, const ch
 static bool run(const char *crc, const char *markers)
 {
     int sv[2], res[2];
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
 
     if (socketpair(AF_UNIX, SOCK_SEQPACKET, 0, sv) < 0 || pipe(res) < 0) {
         CHECK(0);
@@ -580,7 +546,7 @@ static bool run(const char *crc, const char *markers)
 
     int left = (ps > 0) + (pc > 0), st;
     bool ok = true;
-    uint64_t end = now_ms() + RUN_S * 1000ull;
+    uint64_t end = eng_now_ms() + RUN_S * 1000ull;
     while (left > 0) {
         pid_t w = waitpid(-1, &st, WNOHANG);
         if (w > 0) {
@@ -589,7 +555,7 @@ static bool run(const char *crc, const char *markers)
             if (!WIFEXITED(st))
                 fprintf(stderr, "%s died (signal %d)\n", w == ps ? "server" : "client",
                         WIFSIGNALED(st) ? WTERMSIG(st) : 0);
-        } else if (now_ms() > end) {
+        } else if (eng_now_ms() > end) {
             fprintf(stderr, "run did not finish within %d s: killing it\n", RUN_S);
             kill(ps, SIGKILL);
             kill(pc, SIGKILL);
@@ -612,7 +578,7 @@ static bool run(const char *crc, const char *markers)
     CHECK_EQ(got, 2);
     printf("run (UIWARP_CRC=%s UIWARP_MARKERS=%s): %llu ms\n", crc ? crc : getenv("UIWARP_CRC") ?: "-",
            markers ? markers : getenv("UIWARP_MARKERS") ?: "-",
-           (unsigned long long)(now_ms() - t0));
+           (unsigned long long)(eng_now_ms() - t0));
     return ok;
 }
 

@@ -1,0 +1,118 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Setup helpers shared by the engine tests (test_cm.c, test_multi.c,
+ * test_twoproc.c and, through dp_test.h, the data path tests): clocks, the
+ * uiw_lo device, RC QPs moved to INIT, QP state queries and byte patterns.
+ */
+#ifndef UIWARP_ENG_TEST_H
+#define UIWARP_ENG_TEST_H
+
+#include <infiniband/verbs.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <string.h>
+#include <time.h>
+
+#define ENG_ACCESS_ALL                                                                             \
+    (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
+     IBV_ACCESS_REMOTE_ATOMIC)
+
+static inline uint64_t eng_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+static inline void eng_msleep(unsigned ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* The uiw_lo device opened; with any_fallback the first device when there
+ * is no uiw_lo. NULL if none. */
+static inline struct ibv_context *eng_open_lo(bool any_fallback)
+{
+    int n = 0;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    struct ibv_context *c = NULL;
+
+    for (int i = 0; list && i < n && !c; i++)
+        if (strcmp(ibv_get_device_name(list[i]), "uiw_lo") == 0)
+            c = ibv_open_device(list[i]);
+    if (!c && any_fallback && list && n > 0)
+        c = ibv_open_device(list[0]);
+    if (list)
+        ibv_free_device_list(list);
+    return c;
+}
+
+/* An RC QP on scq/rcq (and srq, may be NULL) with the capabilities cap,
+ * moved to INIT (port 1, the given access flags; extra_mask is added to
+ * the modify mask). NULL if a step failed (a created QP is destroyed). */
+static inline struct ibv_qp *eng_qp_init(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+                                         struct ibv_srq *srq, struct ibv_qp_cap cap, bool sig_all,
+                                         int access, int extra_mask)
+{
+    struct ibv_qp_init_attr ia;
+    struct ibv_qp_attr a;
+    struct ibv_qp *qp;
+
+    memset(&ia, 0, sizeof(ia));
+    ia.send_cq = scq;
+    ia.recv_cq = rcq;
+    ia.srq = srq;
+    ia.qp_type = IBV_QPT_RC;
+    ia.sq_sig_all = sig_all;
+    ia.cap = cap;
+    qp = ibv_create_qp(pd, &ia);
+    if (!qp)
+        return NULL;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = access;
+    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | extra_mask)) {
+        ibv_destroy_qp(qp);
+        return NULL;
+    }
+    return qp;
+}
+
+/* The QP's state as ibv_query_qp reports it, or -1. */
+static inline enum ibv_qp_state eng_qp_state(struct ibv_qp *qp)
+{
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr ia;
+    if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
+        return (enum ibv_qp_state) - 1;
+    return a.qp_state;
+}
+
+/* Byte i of the test pattern `seed`. */
+static inline uint8_t eng_pat(uint32_t seed, uint64_t i)
+{
+    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(seed + 1) * 0xC2B2AE3D27D4EB4Full;
+    x ^= x >> 29;
+    x *= 0xBF58476D1CE4E5B9ull;
+    return (uint8_t)(x >> 32);
+}
+
+static inline void eng_fill(uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        p[i] = eng_pat(seed, i);
+}
+
+/* -1 when p holds the pattern, else the first differing offset. */
+static inline long eng_diff(const uint8_t *p, size_t n, uint32_t seed)
+{
+    for (size_t i = 0; i < n; i++)
+        if (p[i] != eng_pat(seed, i))
+            return (long)i;
+    return -1;
+}
+
+#endif
