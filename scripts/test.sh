@@ -6,7 +6,9 @@
 #   3. the multithreaded engine tests under ThreadSanitizer (build-tsan/);
 #   4. each libFuzzer target (clang, ASan+UBSan, build-fuzz/) for
 #      UIWARP_FUZZ_SECONDS seconds (default 60; 0 skips), seeded from the
-#      reference captures.
+#      reference captures;
+#   5. the Linux siw interop matrix, CI part (tests/siw/interop.sh --ci:
+#      boots the ../shared/siw-peer VM; UIWARP_SIW=0 skips it).
 # Exits non-zero when anything fails; the last line sums it up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -95,6 +97,23 @@ if [ "$fuzz_secs" -gt 0 ]; then
         done
     else
         echo "fuzz build failed"
+        failed=$((failed + 1))
+    fi
+fi
+
+if [ "${UIWARP_SIW:-1}" != 0 ]; then
+    stage "siw interop (tests/siw/interop.sh --ci)"
+    siw_out=build/siw-interop
+    rm -rf "$siw_out"
+    UIWARP_BUILD=build bash tests/siw/interop.sh --ci --out "$siw_out"
+    rc=$?
+    # every case and capture check is one result
+    p=$(grep -cE '^\| .* \| (PASS|XFAIL|XPASS) \|' "$siw_out/results.md" 2>/dev/null)
+    f=$(grep -cE '^\| .* \| FAIL \|' "$siw_out/results.md" 2>/dev/null)
+    passed=$((passed + ${p:-0}))
+    failed=$((failed + ${f:-0}))
+    if [ $rc != 0 ] && [ "${f:-0}" = 0 ]; then
+        echo "siw interop: exit $rc"
         failed=$((failed + 1))
     fi
 fi

@@ -115,6 +115,10 @@ static const struct {
     [UIW_QUIRK_SIW_MPA_GSO] = {"siw-mpa-gso", V_MPA_RESERVED,
                                "MPA Res bit 0x08 set (siw GSO_EXP, notes §1.3; RFC 5044 §7.1.1 "
                                "says Res MUST be zero)"},
+    [UIW_QUIRK_SIW_REJECT_WORDS] = {"siw-reject-words", V_MPA_6581,
+                                    "MPA Reject (R=1) whose IRD/ORD words are all zero, so A is "
+                                    "not copied from the Request (siw's reject of a markers "
+                                    "Request, docs/INTEROP.md; RFC 6581 §9.2)"},
 };
 
 int uiw_quirk_count(void)
@@ -715,7 +719,10 @@ static void negotiate(uiw_dump *d, iw_conn *ic)
                   "unenhanced Reply to an enhanced Request (S=1): an enhanced responder MUST "
                   "answer enhanced, others close the connection (RFC 6581 §10)");
     if (ic->enhanced) {
-        if (rq->p2p != rp->p2p)
+        if (rq->p2p != rp->p2p && rp->reject && !rp->p2p && !rp->rtr && !rp->ird && !rp->ord)
+            quirk(d, ic, UIW_QUIRK_SIW_REJECT_WORDS,
+                  "Reject with IRD/ORD words 0x00000000: A=0 but Request A=1");
+        else if (rq->p2p != rp->p2p)
             violation(d, ic, V_MPA_6581,
                       "Reply A=%d but Request A=%d: the responder MUST copy A (RFC 6581 §9.2)",
                       rp->p2p, rq->p2p);

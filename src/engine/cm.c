@@ -25,6 +25,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/ioctl.h>
 #include <sys/timerfd.h>
 #include <unistd.h>
 
@@ -111,6 +112,19 @@ static void abort_socket(int fd)
     memset(&sa, 0, sizeof(sa));
     sa.sa_family = AF_UNSPEC;
     (void)connect(fd, &sa, sizeof(sa));
+}
+
+/* The TCP side of close() without closing the descriptor (the QP still
+ * owns it): FIN when nothing received is left unread, else RST. */
+static void shutdown_like_close(int fd)
+{
+    int unread = 0;
+    if (fd < 0)
+        return;
+    if (ioctl(fd, FIONREAD, &unread) == 0 && unread == 0)
+        (void)shutdown(fd, SHUT_WR);
+    else
+        abort_socket(fd);
 }
 
 static void close_abort(int fd)
@@ -473,6 +487,24 @@ static void active_read(struct uiw_conn *c)
         case UIW_MPA_S_WAIT_REP:
             continue;
         case UIW_MPA_S_DONE:
+            if (uiw_config()->first_fpdu_hold_ms) {
+                /* Hold our first FPDU (RTR or ULP data) a moment: Linux
+                 * siw's responder sends its Reply before it installs the
+                 * callback that reads FPDUs, and data arriving in between
+                 * is not noticed until more data comes (docs/INTEROP.md).
+                 * Bytes the responder sends meanwhile (it should not,
+                 * RFC 5044 §7.1.2, but siw without P2P may) stay in the
+                 * socket for the QP: the Reply was read exactly. */
+                uiw_dbg(1, "cm: MPA Reply accepted; first FPDU held %u ms",
+                        uiw_config()->first_fpdu_hold_ms);
+                c->state = UIW_CS_REP_HOLD;
+                if (c->fd_reg) {
+                    uiw_progress_del(c->fd);
+                    c->fd_reg = false;
+                }
+                timer_arm(c, uiw_config()->first_fpdu_hold_ms);
+                return;
+            }
             active_done(c);
             return;
         case UIW_MPA_S_REJECTED:
@@ -722,6 +754,9 @@ static void conn_timer_cb(void *obj, uint32_t events)
     case UIW_CS_WAIT_REP:
         uiw_dbg(1, "cm: no MPA Reply within %u ms", c->timeout_ms);
         active_fail(c, UIW_CM_CONNECT_ERROR, -ETIMEDOUT, true);
+        break;
+    case UIW_CS_REP_HOLD:
+        active_done(c);
         break;
     case UIW_CS_WAIT_RTR:
         uiw_dbg(1, "cm: no RTR within %u ms", c->timeout_ms);
@@ -1305,8 +1340,9 @@ static void conn_kill(struct uiw_conn *c)
         if (qp->conn == c)
             qp->conn = NULL;
         if (attached && up) {
+            /* like close(): FIN, or RST if received bytes are unread */
             if (prev != UIW_CS_DISCONNECTING)
-                abort_socket(qp->fd);
+                shutdown_like_close(qp->fd);
             if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
                 uiw_qp_to_error_locked(qp);
         }
@@ -1419,7 +1455,6 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
         return;
     }
     c->qp = NULL;
-    bool attached = c->attached;
     uint8_t st = c->state;
     enum uiw_cm_event_type ev = 0;
     int status = 0;
@@ -1440,11 +1475,12 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
     pthread_mutex_lock(&qp->lock);
     if (qp->conn == c)
         qp->conn = NULL;
-    if (attached && ev && st != UIW_CS_DISCONNECTING && qp->fd >= 0) {
-        /* The QP closes the socket: make that close an abort (RST). */
-        struct linger lg = {.l_onoff = 1, .l_linger = 0};
-        (void)setsockopt(qp->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    }
+    /* The QP closes the socket with a plain close(), as Linux siw's QP
+     * destroy does (sock_release): FIN when everything received was read,
+     * RST when bytes are left unread (the kernel's rule). An RST right
+     * after our last message makes the peer fail its own in-flight work
+     * (siw completes it with a local QP error), which perftest's last
+     * handshake runs into (docs/INTEROP.md). */
     pthread_mutex_unlock(&qp->lock);
     uiw_qp_put(qp);
 

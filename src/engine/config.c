@@ -191,6 +191,7 @@ static void config_load(void)
     cfg.max_fpdu = 0;
     cfg.zcopy_min = DEF_ZCOPY_MIN;
     cfg.debug = 0;
+    cfg.first_fpdu_hold_ms = 0;
 
     u = cfg.mpa_rev;
     env_uint("UIWARP_MPA_REV", 1, 2, &u);
@@ -212,6 +213,7 @@ static void config_load(void)
         }
     }
     env_uint("UIWARP_ZCOPY_MIN", 0, 1ul << 30, &cfg.zcopy_min);
+    env_uint("UIWARP_FIRST_FPDU_HOLD_MS", 0, 10000, &cfg.first_fpdu_hold_ms);
     u = 0;
     env_uint("UIWARP_DEBUG", 0, 3, &u);
     cfg.debug = (int)u;

@@ -72,6 +72,9 @@ struct uiw_config {
     unsigned max_fpdu;      /* UIWARP_MAX_FPDU: 0 = derive from MSS (default) */
     unsigned zcopy_min;     /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
     int debug;              /* UIWARP_DEBUG: 0..3 */
+    unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: initiator waits this
+                                  * long after the MPA Reply before its first
+                                  * FPDU (default 0; docs/INTEROP.md) */
 };
 const struct uiw_config *uiw_config(void);
 
