@@ -289,10 +289,17 @@ void rcm_retry_cancel(struct rcm_id *x)
         uiw_qp_put(x->conn_qp);
 }
 
-/* An UNREACHABLE for x: try again instead? Consumes q when it does. */
+/* A refused connect for x: try again instead? Consumes q when it does.
+ * Refused is a TCP RST to the SYN (UNREACHABLE, -ECONNREFUSED), or, within
+ * the same budget, a connection closed before the MPA Reply (CONNECT_ERROR,
+ * -ECONNRESET): what a forwarding proxy (qemu's slirp, docker-proxy) shows
+ * when it accepts for a port where nothing listens yet and then closes. An
+ * MPA Request is idempotent before its Reply (RFC 5044 §7.1.2), so trying
+ * again is safe. */
 static bool retry_refused(struct rcm_id *x, struct rcm_qev *q)
 {
-    if (q->uev.type != UIW_CM_UNREACHABLE || q->uev.status != -ECONNREFUSED)
+    if (!(q->uev.type == UIW_CM_UNREACHABLE && q->uev.status == -ECONNREFUSED) &&
+        !(q->uev.type == UIW_CM_CONNECT_ERROR && q->uev.status == -ECONNRESET))
         return false;
     unsigned budget = retry_budget_ms();
     uint64_t now = rcm_now_ms();

@@ -86,6 +86,11 @@ tail -1 "${TMPDIR:-/tmp}/uiwarp-siw-vm-build.log"
 # qemu TCG that window is wide enough to hit now and then, so uiwarp's
 # initiator holds its first FPDU briefly, as any user talking to siw can.
 export UIWARP_FIRST_FPDU_HOLD_MS=${UIWARP_FIRST_FPDU_HOLD_MS:-20}
+# perftest's server closes its listener after the first connection and
+# listens again for the data connection; slirp accepts our connect meanwhile
+# and closes it when the guest refuses. librdmacm retries such a connect for
+# UIWARP_RDMACM_RETRY_MS (default 100 ms, too short for a TCG guest).
+export UIWARP_RDMACM_RETRY_MS=${UIWARP_RDMACM_RETRY_MS:-3000}
 
 out=${out:-$(mktemp -d /tmp/uiwarp-siw-interop.XXXXXX)}
 mkdir -p "$out"
