@@ -345,7 +345,8 @@ UIW_EXPORT void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool sol
     pthread_mutex_unlock(&cq->lock);
 }
 
-static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow)
+/* *drive: the CQ is empty, and the previous poll returned nothing either */
+static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow, bool *drive)
 {
     unsigned k;
 
@@ -356,6 +357,8 @@ static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow)
     cq->head = (cq->head + k) % cq->cap;
     cq->count -= k;
     *overflow = cq->overflow;
+    *drive = k == 0 && !cq->last_poll_got;
+    cq->last_poll_got = k > 0;
     pthread_mutex_unlock(&cq->lock);
     return (int)k;
 }
@@ -363,18 +366,27 @@ static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow)
 int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
     struct uiw_cq *cq = to_ucq(ibcq);
-    bool overflow;
+    bool overflow, drive;
     int got;
 
     if (n < 0)
         return -EINVAL;
     if (n == 0)
         return 0;
-    got = cq_pop(cq, n, wc, &overflow);
+    got = cq_pop(cq, n, wc, &overflow, &drive);
     if (got == 0 && !overflow) {
-        /* poll-driven progress: receive processing on the attached QPs */
-        uiw_cq_drive(cq);
-        got = cq_pop(cq, n, wc, &overflow);
+        /* Poll-driven progress: receive processing on the attached QPs,
+         * but not right after a poll that returned completions. A program
+         * that polls until the CQ is empty, then reposts its receives
+         * (fio), must see the empty CQ, as with an RNIC whose placement
+         * runs beside it; otherwise it would place the peer's next Sends
+         * itself, consuming receives it cannot replace, and iWARP has no
+         * RNR retry (RFC 5041 §7.1 check 2: a Send without a receive is a
+         * fatal Terminate). */
+        if (drive) {
+            uiw_cq_drive(cq);
+            got = cq_pop(cq, n, wc, &overflow, &drive);
+        }
         /* A thread polling in a loop that keeps finding nothing lets the
          * other runnable threads have the CPU: the progress thread (which
          * alone serves Read and Atomic Requests when the application polls

@@ -234,6 +234,7 @@ struct uiw_cq {
     /* QPs whose completions land here, for poll-driven progress */
     struct uiw_qp **qps;
     unsigned nqps, qps_cap;
+    bool last_poll_got; /* the latest ibv_poll_cq returned completions */
 };
 #define UIW_CQ_ARM_ALL       1
 #define UIW_CQ_ARM_SOLICITED 2
@@ -344,9 +345,14 @@ struct uiw_qp {
     struct uiw_sqe *sq;
     unsigned sq_cap, sq_head, sq_count;
     uint8_t *inline_buf;   /* sq_cap * UIW_MAX_INLINE */
-    /* receive queue (unless srq) */
+    /* receive queue (unless srq): the ring, rq_head/rq_count and rq_open are
+     * under rq_lock (taken inside qp->lock, before a CQ lock), so that
+     * ibv_post_recv never waits for the receive path, which holds qp->lock
+     * while it drains the socket (as siw's user-mapped RQ ring) */
     struct uiw_rqe *rq;
     unsigned rq_cap, rq_head, rq_count;
+    pthread_mutex_t rq_lock;
+    bool rq_open; /* state is INIT..SQE: ibv_post_recv appends under rq_lock */
 
     /* negotiated connection parameters */
     struct uiw_conn *conn;
@@ -418,10 +424,12 @@ void uiw_qp_to_error_locked(struct uiw_qp *qp);
 void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint8_t *bad_hdr,
                              unsigned bad_hdr_len, enum ibv_event_type async);
 
-/* Data path entry points. All are called with qp->lock held, never block,
+/* Data path entry points. All are called with qp->lock held (post_recv:
+ * qp->rq_lock, see struct uiw_qp), never block,
  * and return 0 or a negative errno. */
 int uiw_qp_tx_progress(struct uiw_qp *qp);      /* push queued FPDUs until EAGAIN */
 int uiw_qp_rx_progress(struct uiw_qp *qp);      /* read and process until EAGAIN */
+int uiw_qp_rx_poll(struct uiw_qp *qp); /* the same, bounded: for ibv_poll_cq (uiw_cq_drive) */
 int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr,
                             struct ibv_send_wr **bad);
 int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr,

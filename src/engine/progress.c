@@ -467,7 +467,7 @@ UIW_EXPORT void uiw_cq_drive(struct uiw_cq *cq)
          * the readiness edge) drains the socket. */
         if (pthread_mutex_trylock(&qp->lock) == 0) {
             if (qp->fd >= 0)
-                uiw_qp_rx_progress(qp);
+                uiw_qp_rx_poll(qp);
             pthread_mutex_unlock(&qp->lock);
         } else {
             busy = true;

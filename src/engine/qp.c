@@ -116,11 +116,14 @@ static void flush_sq_locked(struct uiw_qp *qp)
 
 static void flush_rq_locked(struct uiw_qp *qp)
 {
+    pthread_mutex_lock(&qp->rq_lock);
+    qp->rq_open = false; /* later posts take qp->lock and are flushed there */
     for (unsigned i = 0; i < qp->rq_count; i++)
         flush_one(qp, qp->rcq, qp->rq[(qp->rq_head + i) % qp->rq_cap].wr_id, IBV_WC_RECV);
     if (qp->rq_cap)
         qp->rq_head = (qp->rq_head + qp->rq_count) % qp->rq_cap;
     qp->rq_count = 0;
+    pthread_mutex_unlock(&qp->rq_lock);
 }
 
 UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
@@ -140,7 +143,10 @@ UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
 static void reset_locked(struct uiw_qp *qp)
 {
     qp->sq_head = qp->sq_count = 0;
+    pthread_mutex_lock(&qp->rq_lock);
+    qp->rq_open = false;
     qp->rq_head = qp->rq_count = 0;
+    pthread_mutex_unlock(&qp->rq_lock);
     qp->orq_head = qp->orq_count = 0;
     qp->irq_head = qp->irq_count = 0;
     memset(qp->tx_msn, 0, sizeof(qp->tx_msn));
@@ -329,6 +335,9 @@ UIW_EXPORT int uiw_qp_modify_locked(struct uiw_qp *qp, struct ibv_qp_attr *attr,
     } else {
         qp->state = next;
         qp->ibqp.state = next;
+        pthread_mutex_lock(&qp->rq_lock);
+        qp->rq_open = true;
+        pthread_mutex_unlock(&qp->rq_lock);
         /* SQ drained already: report it now; otherwise the data path does
          * when the last outstanding send completes */
         if (next == IBV_QPS_SQD && qp->attr.en_sqd_async_notify && qp->sq_count == 0)
@@ -460,6 +469,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     qp->rcq = to_ucq(init->recv_cq);
     qp->srq = init->srq ? to_usrq(init->srq) : NULL;
     pthread_mutex_init(&qp->lock, NULL);
+    pthread_mutex_init(&qp->rq_lock, NULL);
     atomic_init(&qp->refs, 1);
     qp->state = IBV_QPS_RESET;
     qp->sq_sig_all = init->sq_sig_all != 0;
@@ -502,6 +512,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
 
 fail_locks:
     pthread_mutex_destroy(&qp->lock);
+    pthread_mutex_destroy(&qp->rq_lock);
     pthread_mutex_destroy(&q->mutex);
     pthread_cond_destroy(&q->cond);
 fail_free:
@@ -559,6 +570,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
         atomic_fetch_sub(&qp->srq->refs, 1);
     uiw_dbg(2, "destroyed qp %u", ibqp->qp_num);
     pthread_mutex_destroy(&qp->lock);
+    pthread_mutex_destroy(&qp->rq_lock);
     pthread_mutex_destroy(&ibqp->mutex);
     pthread_cond_destroy(&ibqp->cond);
     qp_free(qp);
@@ -675,6 +687,18 @@ int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
         *bad = wr;
         return EINVAL; /* receives go to the SRQ */
     }
+    /* Usual case: append under rq_lock only. The receive path holds
+     * qp->lock while it drains the socket; a poster waiting for it would
+     * see its receive arrive after the peer's next Send, which iWARP
+     * answers with a fatal Terminate (no RNR retry: RFC 5041 §7.1 check 2,
+     * error type 0x2 code 0x02, "Invalid MSN - no buffer available"). */
+    pthread_mutex_lock(&qp->rq_lock);
+    if (qp->rq_open) {
+        ret = -uiw_qp_post_recv_locked(qp, wr, bad);
+        pthread_mutex_unlock(&qp->rq_lock);
+        return ret;
+    }
+    pthread_mutex_unlock(&qp->rq_lock);
     pthread_mutex_lock(&qp->lock);
     switch (qp->state) {
     case IBV_QPS_RESET:
@@ -686,7 +710,9 @@ int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
             flush_one(qp, qp->rcq, wr->wr_id, IBV_WC_RECV);
         break;
     default:
+        pthread_mutex_lock(&qp->rq_lock);
         ret = -uiw_qp_post_recv_locked(qp, wr, bad);
+        pthread_mutex_unlock(&qp->rq_lock);
         break;
     }
     pthread_mutex_unlock(&qp->lock);

@@ -44,7 +44,7 @@
 #include "dp_int.h"
 
 #define RX_BUF    (64u * 1024)
-#define RX_BUDGET (8u << 20) /* bytes per call before the fd is re-armed */
+#define RX_BUDGET (256u << 10) /* bytes per call before the fd is re-armed */
 #define RX_IOV    (UIW_MAX_SGE + 1)
 /* Staging bytes read together with a payload read in place: the pad, CRC,
  * a marker and the next FPDU's header, and not much of its payload (which
@@ -190,6 +190,7 @@ static enum ibv_wc_status term_status(uiw_term_cause c)
  * Receive queue
  * ---------------------------------------------------------------------- */
 
+/* qp->rq_lock held (qp->lock need not be) */
 UIW_EXPORT int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr,
                                        struct ibv_recv_wr **bad)
 {
@@ -239,11 +240,18 @@ static void msg_complete(struct uiw_qp *qp, struct dp_rx *r, enum ibv_wc_status 
     if (!tmpl)
         wc.opcode = IBV_WC_RECV;
     wc.qp_num = qp->ibqp.qp_num;
-    uiw_cq_push(qp->rcq, &wc, solicited && st == IBV_WC_SUCCESS);
-    if (!r->msg_srq && qp->rq_count) {
-        qp->rq_head = (qp->rq_head + 1) % qp->rq_cap;
-        qp->rq_count--;
+    /* The entry leaves the RQ before its completion is visible: a program
+     * reposting on that completion must find the room (ibv_post_recv does
+     * not wait for qp->lock) */
+    if (!r->msg_srq) {
+        pthread_mutex_lock(&qp->rq_lock);
+        if (qp->rq_count) {
+            qp->rq_head = (qp->rq_head + 1) % qp->rq_cap;
+            qp->rq_count--;
+        }
+        pthread_mutex_unlock(&qp->rq_lock);
     }
+    uiw_cq_push(qp->rcq, &wc, solicited && st == IBV_WC_SUCCESS);
     r->msg_active = false;
 }
 
@@ -441,9 +449,14 @@ static bool take_rqe(struct uiw_qp *qp, struct dp_rx *r)
         r->msg_srq = true;
         return true;
     }
-    if (!qp->rq_count)
+    /* rq_lock: ibv_post_recv appends without qp->lock */
+    pthread_mutex_lock(&qp->rq_lock);
+    if (!qp->rq_count) {
+        pthread_mutex_unlock(&qp->rq_lock);
         return false;
+    }
     r->rqe = qp->rq[qp->rq_head]; /* stays queued until it completes */
+    pthread_mutex_unlock(&qp->rq_lock);
     r->msg_srq = false;
     return true;
 }
@@ -1061,10 +1074,9 @@ void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st)
     r->rr_placed = 0;
 }
 
-UIW_EXPORT int uiw_qp_rx_progress(struct uiw_qp *qp)
+static int rx_progress(struct uiw_qp *qp, size_t budget)
 {
     struct dp_rx *r = RX(qp);
-    size_t budget = RX_BUDGET;
 
     if (!r || qp->fd < 0)
         return 0;
@@ -1099,6 +1111,19 @@ UIW_EXPORT int uiw_qp_rx_progress(struct uiw_qp *qp)
     }
     uiw_qp_tx_progress(qp);
     return 0;
+}
+
+UIW_EXPORT int uiw_qp_rx_progress(struct uiw_qp *qp)
+{
+    return rx_progress(qp, RX_BUDGET);
+}
+
+/* From ibv_poll_cq on an empty CQ: one read at most (the progress thread,
+ * re-armed, does the rest), so that the poller gets back to its program
+ * instead of becoming the receive engine while the peer keeps sending. */
+UIW_EXPORT int uiw_qp_rx_poll(struct uiw_qp *qp)
+{
+    return rx_progress(qp, 1);
 }
 
 UIW_EXPORT void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err)

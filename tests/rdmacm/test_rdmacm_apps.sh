@@ -260,6 +260,29 @@ if have qperf; then
             "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t 1 $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'" \
             "$qbad"
     done
+    # Bandwidth over Send/Recv and Write with Immediate (each consumes a
+    # receive): the receiver posts 1024 receives and reposts as they
+    # complete; qperf has no flow control and relies on InfiniBand's RNR
+    # retry (rnr_retry_count 7 = unlimited). With a message count within the
+    # 1024 posted receives no Send can find the RQ empty: 1024 x 64 KiB, all
+    # counted by the receiver.
+    port=$(free_port 4)
+    run_case qperf-rc_bw-n1024 REQUIRED "" 30 "qperf -lp $port" \
+        "bash -c 'out=\$(qperf 127.0.0.1 -lp $port -cm1 -n 1024 -vv rc_bw 2>&1); rc=\$?; echo \"\$out\"; qperf 127.0.0.1 -lp $port quit; [ \$rc = 0 ] && echo \"\$out\" | grep -Eq \"recv_msgs *= *1,024\"'" \
+        "$qbad"
+    # Timed runs: pass as a rule, but nothing bounds how far the sender runs
+    # ahead (a Send completes once handed to TCP), so a receiving thread kept
+    # off the CPU while 1024 messages arrive sees the next Send (or RFC 7306
+    # Immediate Data) find no receive: a fatal Terminate, DDP untagged buffer
+    # error 0x2/0x02 (RFC 5041 7.1 check 2), as with siw. See docs/APPS.md.
+    for t in rc_bw rc_rdma_write_bw rc_bi_bw; do
+        port=$(free_port 4)
+        run_case "qperf-$t" KNOWN \
+            "no flow control, relies on IB RNR retry: a receiver 1024 messages behind gets a Send/Immediate Data with no receive, fatal on iWARP (Terminate DDP 0x2/0x02, RFC 5041 7.1)" \
+            30 "qperf -lp $port" \
+            "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t 1 $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'" \
+            "$qbad"
+    done
 else
     skip_case qperf "not installed"
 fi
@@ -276,10 +299,44 @@ if have fio && fio --enghelp 2>/dev/null | grep -qw rdma; then
             "fio --thread --name=cli --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=$verb --bs=64k --size=8m --rw=write --iodepth=4" \
             'err= *[1-9]|fio: .*(fail|error)'
     done
+    # Send/Recv: fio has no flow control, and on iWARP a Send that finds no
+    # posted receive is a fatal Terminate (DDP untagged buffer error 0x2/0x02,
+    # RFC 5041 7.1 check 2; no RNR retry as in InfiniBand). The client's Sends
+    # complete once handed to TCP, so it runs ahead of the server by its
+    # iodepth plus what the sockets hold: the server posts a receive for each
+    # of the 128 blocks (iodepth 128) before the client starts, as fio's
+    # rdma.c advises (receive side deeper than the send side). See docs/APPS.md.
+    fio_srv="fio --thread --name=srv --ioengine=rdma --bs=64k --size=8m --rw=read --iodepth=128"
+    fio_cli="fio --thread --name=cli --ioengine=rdma --hostname=127.0.0.1 --verb=send --bs=64k --size=8m --rw=write --iodepth=4"
     port=$(free_port 4)
-    run_case fio-rdma-send KNOWN \
-        "all I/O completes, then both jobs wait in ibv_get_cq_event and ignore SIGTERM (the engine's ibv_get_cq_event retries on EINTR)" \
-        15 "fio --thread --name=srv --ioengine=rdma --port=$port --bs=64k --size=8m --rw=read --iodepth=4" \
+    run_case fio-rdma-send REQUIRED "" 60 "$fio_srv --port=$port" "$fio_cli --port=$port" \
+        'err= *[1-9]|fio: .*(fail|error)'
+    # Verification: only the receiving side of Send/Recv verifies (a read
+    # job verifies each completed block; the client only fills its blocks
+    # with checksummed headers). With rdma_write/rdma_read nothing is
+    # verified by fio (the server's blocks never complete, the client never
+    # reads back), so these cases are Send only: 128 x 64 KiB checked, the
+    # header's offset included (so also the order of the Sends).
+    for v in md5 crc32c; do
+        port=$(free_port 4)
+        run_case "fio-rdma-send-verify-$v" REQUIRED "" 60 \
+            "$fio_srv --port=$port --verify=$v --verify_fatal=1 --verify_state_save=0" \
+            "$fio_cli --port=$port --verify=$v --verify_state_save=0" \
+            'err= *[1-9]|fio: .*(fail|error)|verify: |verify failed|mismatch'
+    done
+    # ... and it does check: blocks without headers must fail the server.
+    port=$(free_port 4)
+    run_case fio-rdma-send-verify-detects REQUIRED "" 60 \
+        "bash -c '$fio_srv --port=$port --verify=md5 --verify_state_save=0 >$tmp/vneg.log 2>&1; rc=\$?; cat $tmp/vneg.log; [ \$rc != 0 ] && grep -q \"verify: bad magic header\" $tmp/vneg.log'" \
+        "$fio_cli --port=$port"
+    # Equal depths: usually a Terminate (the server's fio thread reposts too
+    # late), after which both jobs wait forever in ibv_get_cq_event for a
+    # completion event that never comes (fio's getevents retries after the
+    # error completion; rdma-core behaves the same) until timeout kills them.
+    port=$(free_port 4)
+    run_case fio-rdma-send-depth4 KNOWN \
+        "fio send/recv without flow control: a Send beyond the server's 4 posted receives is a fatal Terminate on iWARP (RFC 5041 7.1, no RNR retry), then fio waits for a CQ event forever" \
+        10 "fio --thread --name=srv --ioengine=rdma --port=$port --bs=64k --size=8m --rw=read --iodepth=4" \
         "fio --thread --name=cli --ioengine=rdma --hostname=127.0.0.1 --port=$port --verb=send --bs=64k --size=8m --rw=write --iodepth=4" \
         'err= *[1-9]|fio: .*(fail|error)'
 else
