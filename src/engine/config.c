@@ -200,6 +200,14 @@ static void config_load(void)
     env_bool("UIWARP_MARKERS", &cfg.markers);
     env_bool("UIWARP_P2P", &cfg.p2p);
     env_rtr();
+    /* RFC 6581 peer-to-peer (the RTR) needs MPA revision 2 (RFC 6581 §4):
+     * a revision 1 initiator is client-server. Quietly so when P2P is
+     * only the default; said when both were asked for. */
+    if (cfg.mpa_rev == 1 && cfg.p2p) {
+        if (getenv("UIWARP_P2P"))
+            uiw_log("UIWARP_P2P=1 needs MPA revision 2; UIWARP_MPA_REV=1 connects client-server");
+        cfg.p2p = false;
+    }
     env_uint("UIWARP_MPA_TIMEOUT_MS", 1, 3600000, &cfg.mpa_timeout_ms);
     {
         const char *v = getenv("UIWARP_MAX_FPDU");
