@@ -1417,7 +1417,7 @@ static void test_config(void)
     char out[512], err[4096];
     static const char *const none[] = {NULL};
     static const char *const good[] = {"UIWARP_MPA_REV=1",       "UIWARP_CRC=required",
-                                       "UIWARP_MARKERS=1",       "UIWARP_P2P=1",
+                                       "UIWARP_MARKERS=1",       "UIWARP_P2P=0",
                                        "UIWARP_RTR=send, write", "UIWARP_MPA_TIMEOUT_MS=500",
                                        "UIWARP_MAX_FPDU=1460",   "UIWARP_ZCOPY_MIN=0",
                                        "UIWARP_DEBUG=0",         NULL};
@@ -1431,8 +1431,19 @@ static void test_config(void)
     CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
     CHECK_STR(err, "");
     run_config(good, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=1 crc=2 markers=1 p2p=1 rtr=3 timeout=500 fpdu=1460 zcopy=0 debug=0\n");
+    CHECK_STR(out, "rev=1 crc=2 markers=1 p2p=0 rtr=3 timeout=500 fpdu=1460 zcopy=0 debug=0\n");
     CHECK_STR(err, "");
+    /* MPA revision 1 has no RTR (RFC 6581 §4): client-server, said only
+     * when P2P was asked for explicitly */
+    static const char *const rev1[] = {"UIWARP_MPA_REV=1", NULL};
+    run_config(rev1, out, sizeof(out), err, sizeof(err));
+    CHECK_STR(out, "rev=1 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(err, "");
+    static const char *const rev1p2p[] = {"UIWARP_MPA_REV=1", "UIWARP_P2P=1", NULL};
+    run_config(rev1p2p, out, sizeof(out), err, sizeof(err));
+    CHECK_STR(out, "rev=1 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(err, "uiwarp: UIWARP_P2P=1 needs MPA revision 2; UIWARP_MPA_REV=1 connects "
+                   "client-server\n");
     run_config(bad, out, sizeof(out), err, sizeof(err));
     CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
     static const char *const names[] = {
