@@ -682,6 +682,28 @@ static void test_mpa_fields(void)
     sc_fin(&s, 1);
     run("mpa reject", &s, NULL, NULL);
 
+    /* siw's Reject of a markers Request: R=1 with the RFC 6581 words all
+     * zero, so A is not copied (docs/INTEROP.md): a tolerated quirk, a
+     * violation with --strict; a Reject that drops A but keeps IRD/ORD
+     * words stays a violation */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    rq = STD;
+    rq.markers = rq.p2p = true;
+    rq.rtr = UIW_RTR_WRITE | UIW_RTR_READ;
+    rp = (mpa_opts){.enhanced = true, .reject = true};
+    handshake(&s, &rq, &rp);
+    sc_fin(&s, 1);
+    run("mpa siw reject words", &s, NULL, "siw-reject-words=1", NULL);
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &rq, &rp);
+    sc_fin(&s, 1);
+    run("mpa siw reject words strict", &s, &strict, "mpa-rfc6581=1", NULL);
+    sc_open(&s, DLT_EN10MB, 4, true);
+    rp.ird = rp.ord = 1;
+    handshake(&s, &rq, &rp);
+    sc_fin(&s, 1);
+    run("mpa reject without A", &s, NULL, "mpa-rfc6581=1", NULL);
+
     /* the responder answers with something that is not an MPA Reply */
     sc_open(&s, DLT_EN10MB, 4, true);
     size_t n = mpa(buf, UIW_MPA_REQUEST, &STD);
