@@ -65,6 +65,18 @@ wait_for() {
     return 1
 }
 
+# probe_seen FILE PORT: send one UDP datagram to 127.0.0.1:PORT; true once
+# FILE has grown past the size it first had (dumpcap writes its section and
+# interface blocks at once, then packets, flushed about twice a second)
+probe_seen() {
+    local sz
+    echo probe >"/dev/udp/127.0.0.1/$2" 2>/dev/null
+    sz=$(stat -c %s "$1" 2>/dev/null || echo 0)
+    [ "$sz" -gt 0 ] || return 1
+    [ -n "$probe_first" ] || probe_first=$sz
+    [ "$sz" -gt "$probe_first" ]
+}
+
 # capture_run NAME CRC MARKERS
 capture_run() {
     local name=$1 crc=$2 markers=$3 d=$TMP/$1
@@ -83,11 +95,18 @@ capture_run() {
     fi
     local port
     port=$(head -1 "$d/port")
-    "$DUMPCAP" -i lo -B 256 -s 0 -f "tcp port $port" -w "$d/cap.pcapng" >"$d/dumpcap.out" 2>&1 &
+    # UDP probes to the same port number (nobody listens; `uiwarp dump`
+    # ignores non-TCP frames) show when the filter really captures: dumpcap
+    # says "Capturing on" before, and on a fresh machine its first packets
+    # arrive up to a second later (seen: an empty capture of the whole run).
+    probe_first=
+    "$DUMPCAP" -i lo -B 256 -s 0 -f "tcp port $port or (udp dst port $port)" \
+        -w "$d/cap.pcapng" >"$d/dumpcap.out" 2>&1 &
     cap_pid=$!
     if ! wait_for 15 grep -q "^File: \|Capturing on" "$d/dumpcap.out" ||
+        ! wait_for 15 probe_seen "$d/cap.pcapng" "$port" ||
         ! kill -0 $cap_pid 2>/dev/null; then
-        bad "$name: dumpcap did not start capturing on lo (uid $(id -u); root or CAP_NET_RAW needed):"
+        bad "$name: dumpcap did not start capturing on lo, or no probe reached the file (uid $(id -u); root or CAP_NET_RAW needed):"
         sed 's/^/     /' "$d/dumpcap.out"
         touch "$d/go" # let the run finish
         wait $prog_pid 2>/dev/null
@@ -97,7 +116,6 @@ capture_run() {
         cap_pid=
         return
     fi
-    sleep 0.5 # the filter is attached once dumpcap reports the file
     touch "$d/go"
     wait $prog_pid
     local rc=$?
