@@ -13,6 +13,7 @@
  *   UIWARP_MAX_FPDU        0 (from the MSS) | 64 .. 65535     default 0
  *   UIWARP_ZCOPY_MIN       0 .. 2^30 bytes                    default 4096
  *   UIWARP_DEBUG           0 .. 3                             default 0
+ *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default -20 (when permitted)
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
@@ -36,7 +37,8 @@
 
 #include "engine.h"
 
-#define DEF_ZCOPY_MIN 4096u
+#define DEF_ZCOPY_MIN     4096u
+#define PROGRESS_NICE_DEF (-20)
 
 static struct uiw_config cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -102,6 +104,30 @@ static void env_uint(const char *name, unsigned long lo, unsigned long hi, unsig
     }
     snprintf(expect, sizeof(expect), "%lu..%lu", lo, hi);
     bad_value(name, v, expect);
+}
+
+/* UIWARP_PROGRESS_NICE: a signed nice value, or "off" (leave it alone) */
+static void env_nice(void)
+{
+    const char *v = getenv("UIWARP_PROGRESS_NICE");
+    unsigned long x;
+    bool neg;
+
+    if (!v)
+        return;
+    if (strcasecmp(v, "off") == 0) {
+        cfg.progress_nice_set = false;
+        return;
+    }
+    while (isspace((unsigned char)*v))
+        v++;
+    neg = *v == '-';
+    if (parse_uint(v + (neg || *v == '+'), 0, neg ? 20 : 19, &x)) {
+        cfg.progress_nice = neg ? -(int)x : (int)x;
+        cfg.progress_nice_set = true;
+        return;
+    }
+    bad_value("UIWARP_PROGRESS_NICE", getenv("UIWARP_PROGRESS_NICE"), "-20..19 or off");
 }
 
 static void env_bool(const char *name, bool *dst)
@@ -192,6 +218,8 @@ static void config_load(void)
     cfg.zcopy_min = DEF_ZCOPY_MIN;
     cfg.debug = 0;
     cfg.first_fpdu_hold_ms = 0;
+    cfg.progress_nice = PROGRESS_NICE_DEF;
+    cfg.progress_nice_set = true;
 
     u = cfg.mpa_rev;
     env_uint("UIWARP_MPA_REV", 1, 2, &u);
@@ -222,6 +250,7 @@ static void config_load(void)
     }
     env_uint("UIWARP_ZCOPY_MIN", 0, 1ul << 30, &cfg.zcopy_min);
     env_uint("UIWARP_FIRST_FPDU_HOLD_MS", 0, 10000, &cfg.first_fpdu_hold_ms);
+    env_nice();
     u = 0;
     env_uint("UIWARP_DEBUG", 0, 3, &u);
     cfg.debug = (int)u;

@@ -43,44 +43,46 @@ extern "C" {
 /* ------------------------------------------------------------------------
  * Limits advertised by ibv_query_device (truthful: enforced by the code).
  * ---------------------------------------------------------------------- */
-#define UIW_MAX_QP          4096
-#define UIW_MAX_QP_WR       16384
-#define UIW_MAX_SGE         16     /* send and receive SGEs per WR */
-#define UIW_MAX_SGE_RD      16
-#define UIW_MAX_INLINE      256
-#define UIW_MAX_CQ          4096
-#define UIW_MAX_CQE         (1 << 20)
-#define UIW_MAX_MR          (1 << 20)
-#define UIW_MAX_PD          4096
-#define UIW_MAX_SRQ         1024
-#define UIW_MAX_SRQ_WR      16384
-#define UIW_MAX_ORD         128
-#define UIW_MAX_IRD         128
-#define UIW_MAX_MSG_SIZE    (1ull << 31)
-#define UIW_VENDOR_ID       0x756977 /* "uiw" */
+#define UIW_MAX_QP       4096
+#define UIW_MAX_QP_WR    16384
+#define UIW_MAX_SGE      16 /* send and receive SGEs per WR */
+#define UIW_MAX_SGE_RD   16
+#define UIW_MAX_INLINE   256
+#define UIW_MAX_CQ       4096
+#define UIW_MAX_CQE      (1 << 20)
+#define UIW_MAX_MR       (1 << 20)
+#define UIW_MAX_PD       4096
+#define UIW_MAX_SRQ      1024
+#define UIW_MAX_SRQ_WR   16384
+#define UIW_MAX_ORD      128
+#define UIW_MAX_IRD      128
+#define UIW_MAX_MSG_SIZE (1ull << 31)
+#define UIW_VENDOR_ID    0x756977 /* "uiw" */
 
 /* ------------------------------------------------------------------------
  * Configuration (config.c; documented in README, read once per process)
  * ---------------------------------------------------------------------- */
 struct uiw_config {
-    uint8_t mpa_rev;        /* UIWARP_MPA_REV: 1 or 2 (default 2) */
-    uint8_t crc;            /* UIWARP_CRC: off|optional|required (default optional) */
-    bool markers;           /* UIWARP_MARKERS: 0|1 (default 0) */
-    bool p2p;               /* UIWARP_P2P: 0|1 (default 1) */
-    uint8_t rtr;            /* UIWARP_RTR: write|read|send bits to offer (default write|read) */
+    uint8_t mpa_rev;         /* UIWARP_MPA_REV: 1 or 2 (default 2) */
+    uint8_t crc;             /* UIWARP_CRC: off|optional|required (default optional) */
+    bool markers;            /* UIWARP_MARKERS: 0|1 (default 0) */
+    bool p2p;                /* UIWARP_P2P: 0|1 (default 1) */
+    uint8_t rtr;             /* UIWARP_RTR: write|read|send bits to offer (default write|read) */
     unsigned mpa_timeout_ms; /* UIWARP_MPA_TIMEOUT_MS (default 10000) */
-    unsigned max_fpdu;      /* UIWARP_MAX_FPDU: 0 = derive from MSS (default) */
-    unsigned zcopy_min;     /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
-    int debug;              /* UIWARP_DEBUG: 0..3 */
+    unsigned max_fpdu;       /* UIWARP_MAX_FPDU: 0 = derive from MSS (default) */
+    unsigned zcopy_min;      /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
+    int debug;               /* UIWARP_DEBUG: 0..3 */
     unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: initiator waits this
                                   * long after the MPA Reply before its first
                                   * FPDU (default 0; docs/INTEROP.md) */
+    int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
+    bool progress_nice_set;      /* false: "off", the thread keeps the process's */
 };
 const struct uiw_config *uiw_config(void);
 
 #define uiw_dbg(level, ...)                                                                        \
     do {                                                                                           \
-        if (uiw_config()->debug >= (level))                                                       \
+        if (uiw_config()->debug >= (level))                                                        \
             uiw_log(__VA_ARGS__);                                                                  \
     } while (0)
 void uiw_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -94,7 +96,7 @@ struct uiw_device {
     char ifname[64];
     unsigned ifindex;
     uint8_t mac[6];
-    uint64_t guid;      /* EUI-64 from the MAC, or from the name for loopback */
+    uint64_t guid; /* EUI-64 from the MAC, or from the name for loopback */
     unsigned mtu;
     bool loopback;
 };
@@ -110,7 +112,7 @@ struct uiw_context {
     struct uiw_device *dev;
     pthread_mutex_t async_lock;
     struct uiw_async_ev *async_head, *async_tail;
-    int async_wr_fd;  /* write end; vctx.context.async_fd is the read end */
+    int async_wr_fd; /* write end; vctx.context.async_fd is the read end */
 };
 
 /* Queue an async event (QP fatal, access error, SRQ limit, CQ error...).
@@ -126,8 +128,8 @@ int uiw_op_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr 
                       size_t attr_size); /* device.c */
 int uiw_op_query_device_ex(struct ibv_context *c, const struct ibv_query_device_ex_input *in,
                            struct ibv_device_attr_ex *attr, size_t attr_size); /* device.c */
-int uiw_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);        /* cq.c */
-int uiw_op_req_notify_cq(struct ibv_cq *cq, int solicited_only);       /* cq.c */
+int uiw_op_poll_cq(struct ibv_cq *cq, int n, struct ibv_wc *wc);               /* cq.c */
+int uiw_op_req_notify_cq(struct ibv_cq *cq, int solicited_only);               /* cq.c */
 int uiw_op_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr,
                      struct ibv_send_wr **bad); /* qp.c */
 int uiw_op_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr,
@@ -158,26 +160,26 @@ struct uiw_pd {
  * split; siw uses 24+8): the index is random-started and the key random,
  * so a peer cannot predict valid STags (RFC 5042 §5.1). */
 struct uiw_mr {
-    struct ibv_mr ibmr;   /* lkey == rkey == STag */
+    struct ibv_mr ibmr; /* lkey == rkey == STag */
     struct uiw_pd *pd;
-    uint64_t iova;        /* tagged offset of the first byte */
-    uint8_t *base;        /* host address of the first byte */
+    uint64_t iova; /* tagged offset of the first byte */
+    uint8_t *base; /* host address of the first byte */
     uint64_t length;
-    unsigned access;      /* IBV_ACCESS_* */
+    unsigned access; /* IBV_ACCESS_* */
     uint32_t stag;
-    atomic_bool valid;    /* cleared by invalidation / deregistration */
-    atomic_int users;     /* placements in progress (see uiw_mr_get) */
-    uint32_t free_next;   /* mem.c: STag table free list link (slot unused) */
+    atomic_bool valid;  /* cleared by invalidation / deregistration */
+    atomic_int users;   /* placements in progress (see uiw_mr_get) */
+    uint32_t free_next; /* mem.c: STag table free list link (slot unused) */
 };
 
 /* Result of a tagged-buffer check: 0 or the RFC error for a Terminate. */
 enum uiw_mem_err {
     UIW_MEM_OK = 0,
-    UIW_MEM_INVALID_STAG,  /* unknown STag, key mismatch, invalidated */
-    UIW_MEM_BASE_BOUNDS,   /* TO/length outside the region (overflow-safe) */
-    UIW_MEM_ACCESS,        /* missing access right */
-    UIW_MEM_PD,            /* STag not associated with this QP's PD */
-    UIW_MEM_TO_WRAP,       /* TO + len wraps 64 bits (RFC 5041 §7.1 check 5) */
+    UIW_MEM_INVALID_STAG, /* unknown STag, key mismatch, invalidated */
+    UIW_MEM_BASE_BOUNDS,  /* TO/length outside the region (overflow-safe) */
+    UIW_MEM_ACCESS,       /* missing access right */
+    UIW_MEM_PD,           /* STag not associated with this QP's PD */
+    UIW_MEM_TO_WRAP,      /* TO + len wraps 64 bits (RFC 5041 §7.1 check 5) */
 };
 
 /* Look up stag for an access of len bytes at tagged offset `to` with the
@@ -227,8 +229,8 @@ struct uiw_cq {
     pthread_mutex_t lock;
     struct ibv_wc *ring;
     unsigned cap, head, count;
-    uint8_t armed;     /* 0, UIW_CQ_ARM_ALL, UIW_CQ_ARM_SOLICITED */
-    bool overflow;     /* a completion was lost: CQ in error (async event raised) */
+    uint8_t armed;           /* 0, UIW_CQ_ARM_ALL, UIW_CQ_ARM_SOLICITED */
+    bool overflow;           /* a completion was lost: CQ in error (async event raised) */
     uint32_t comp_reported;  /* events handed out by ibv_get_cq_event (channel lock) */
     uint32_t async_reported; /* async events handed out (ctx->async_lock) */
     /* QPs whose completions land here, for poll-driven progress */
@@ -251,8 +253,8 @@ void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool solicited);
 struct uiw_sqe {
     uint64_t wr_id;
     enum ibv_wr_opcode opcode;
-    unsigned flags;       /* IBV_SEND_* */
-    uint32_t imm_or_inv;  /* imm_data (network order) or invalidate rkey */
+    unsigned flags;      /* IBV_SEND_* */
+    uint32_t imm_or_inv; /* imm_data (network order) or invalidate rkey */
     uint64_t remote_addr;
     uint32_t rkey;
     uint64_t compare_add, swap;
@@ -261,10 +263,10 @@ struct uiw_sqe {
     uint8_t *inline_data; /* points into the QP's inline buffer slot, if inline */
     uint64_t length;      /* total payload */
     /* progress */
-    uint64_t sent;        /* payload bytes handed to TCP */
+    uint64_t sent;          /* payload bytes handed to TCP */
     bool immediate_pending; /* Write/Send with Imm: the Immediate Data message follows */
-    uint8_t state;        /* enum dp_sqe_state (dp_int.h) */
-    uint8_t status;       /* enum ibv_wc_status once state is done (qp_tx.c) */
+    uint8_t state;          /* enum dp_sqe_state (dp_int.h) */
+    uint8_t status;         /* enum ibv_wc_status once state is done (qp_tx.c) */
 };
 
 struct uiw_rqe {
@@ -276,21 +278,21 @@ struct uiw_rqe {
 
 /* An outbound Read / Atomic waiting for its response (ORQ entry). */
 struct uiw_orqe {
-    struct uiw_sqe *sqe;  /* the requesting WR (stays in the SQ until done) */
-    uint32_t sink_stag;   /* Read: the local STag the response targets */
+    struct uiw_sqe *sqe; /* the requesting WR (stays in the SQ until done) */
+    uint32_t sink_stag;  /* Read: the local STag the response targets */
     uint64_t sink_to;
     uint32_t size;
-    uint32_t req_id;      /* Atomic request identifier */
+    uint32_t req_id; /* Atomic request identifier */
     bool atomic;
-    uint32_t msn;         /* MSN of the request on QN 1 (matches a Terminate's header) */
+    uint32_t msn; /* MSN of the request on QN 1 (matches a Terminate's header) */
 };
 
 /* An inbound Read / Atomic to serve (IRQ entry). */
 struct uiw_irqe {
-    uint8_t opcode;       /* UIW_OP_READ_REQ or UIW_OP_ATOMIC_REQ */
+    uint8_t opcode; /* UIW_OP_READ_REQ or UIW_OP_ATOMIC_REQ */
     uiw_rreq rreq;
     uiw_atomic_resp aresp; /* computed result for atomics */
-    uint32_t msn;         /* for error reports */
+    uint32_t msn;          /* for error reports */
     uint64_t sent;
 };
 
@@ -301,9 +303,9 @@ struct uiw_srq {
     struct uiw_rqe *ring;
     unsigned cap, head, count;
     unsigned max_sge;
-    unsigned limit;       /* 0 = not armed */
+    unsigned limit; /* 0 = not armed */
     struct uiw_context *ctx;
-    atomic_int refs;      /* QPs using it */
+    atomic_int refs;         /* QPs using it */
     uint32_t async_reported; /* async events handed out (ctx->async_lock) */
 };
 
@@ -321,18 +323,18 @@ struct uiw_qp {
         struct ibv_qp ibqp;
         struct ibv_qp_ex ibqpx; /* qp_base is ibqp (ibv_qp_to_qp_ex) */
     };
-    struct uiw_qpx *qpx;   /* ibv_wr_* builder (verbs_ex.c); NULL unless created by
-                            * ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-                            * freed by ibv_destroy_qp */
+    struct uiw_qpx *qpx; /* ibv_wr_* builder (verbs_ex.c); NULL unless created by
+                          * ibv_create_qp_ex with IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+                          * freed by ibv_destroy_qp */
     struct uiw_context *ctx;
     struct uiw_pd *pd;
     struct uiw_cq *scq, *rcq;
     struct uiw_srq *srq;
-    pthread_mutex_t lock;  /* protects everything below */
-    atomic_int refs;       /* 1 = the application's; uiw_qp_get() for any other
-                            * holder (e.g. uiw_cq_drive, under cq->lock while
-                            * the QP is on cq->qps); ibv_destroy_qp waits until
-                            * only its own is left */
+    pthread_mutex_t lock; /* protects everything below */
+    atomic_int refs;      /* 1 = the application's; uiw_qp_get() for any other
+                           * holder (e.g. uiw_cq_drive, under cq->lock while
+                           * the QP is on cq->qps); ibv_destroy_qp waits until
+                           * only its own is left */
     enum ibv_qp_state state;
     bool sq_sig_all;
     struct ibv_qp_cap cap;
@@ -344,7 +346,7 @@ struct uiw_qp {
     /* send queue: ring of cap.max_send_wr entries */
     struct uiw_sqe *sq;
     unsigned sq_cap, sq_head, sq_count;
-    uint8_t *inline_buf;   /* sq_cap * UIW_MAX_INLINE */
+    uint8_t *inline_buf; /* sq_cap * UIW_MAX_INLINE */
     /* receive queue (unless srq): the ring, rq_head/rq_count and rq_open are
      * under rq_lock (taken inside qp->lock, before a CQ lock), so that
      * ibv_post_recv never waits for the receive path, which holds qp->lock
@@ -356,11 +358,11 @@ struct uiw_qp {
 
     /* negotiated connection parameters */
     struct uiw_conn *conn;
-    int fd;                /* the TCP socket once connected, else -1; owned
-                            * by the QP from uiw_qp_attach_socket on:
-                            * ibv_destroy_qp (and a move to RESET) removes it
-                            * from progress and closes it; an application
-                            * move to ERR shuts it down (SHUT_RDWR) */
+    int fd; /* the TCP socket once connected, else -1; owned
+             * by the QP from uiw_qp_attach_socket on:
+             * ibv_destroy_qp (and a move to RESET) removes it
+             * from progress and closes it; an application
+             * move to ERR shuts it down (SHUT_RDWR) */
     uiw_mpa_result mpa;
     unsigned ord, ird;
 
@@ -375,9 +377,9 @@ struct uiw_qp {
     uiw_tx tx;
     uint32_t tx_msn[UIW_QN_COUNT]; /* last MSN sent per untagged queue */
     uint32_t rx_msn[UIW_QN_COUNT]; /* last MSN received per untagged queue */
-    void *rx_state;        /* qp_rx.c private state (current message, staging buffer) */
-    void *tx_state;        /* qp_tx.c private state (current FPDU batch) */
-    bool want_write;       /* transmission blocked: EPOLLOUT armed */
+    void *rx_state;                /* qp_rx.c private state (current message, staging buffer) */
+    void *tx_state;                /* qp_tx.c private state (current FPDU batch) */
+    bool want_write;               /* transmission blocked: EPOLLOUT armed */
 
     /* Terminate / error */
     bool term_sent, term_received;
@@ -427,13 +429,11 @@ void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint
 /* Data path entry points. All are called with qp->lock held (post_recv:
  * qp->rq_lock, see struct uiw_qp), never block,
  * and return 0 or a negative errno. */
-int uiw_qp_tx_progress(struct uiw_qp *qp);      /* push queued FPDUs until EAGAIN */
-int uiw_qp_rx_progress(struct uiw_qp *qp);      /* read and process until EAGAIN */
-int uiw_qp_rx_poll(struct uiw_qp *qp); /* the same, bounded: for ibv_poll_cq (uiw_cq_drive) */
-int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr,
-                            struct ibv_send_wr **bad);
-int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr,
-                            struct ibv_recv_wr **bad);
+int uiw_qp_tx_progress(struct uiw_qp *qp); /* push queued FPDUs until EAGAIN */
+int uiw_qp_rx_progress(struct uiw_qp *qp); /* read and process until EAGAIN */
+int uiw_qp_rx_poll(struct uiw_qp *qp);     /* the same, bounded: for ibv_poll_cq (uiw_cq_drive) */
+int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
+int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 /* Connection established (cm.c, after MPA): attach the socket and the
  * negotiated parameters, move to RTS, start progress. */
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
@@ -543,11 +543,11 @@ struct uiw_conn_param {
 
 struct uiw_cm_event {
     enum uiw_cm_event_type type;
-    int status;               /* 0 or negative errno (see the types above) */
-    struct uiw_conn *conn;    /* the connection (CONNECT_REQUEST: the new one) */
+    int status;                    /* 0 or negative errno (see the types above) */
+    struct uiw_conn *conn;         /* the connection (CONNECT_REQUEST: the new one) */
     struct uiw_listener *listener; /* CONNECT_REQUEST: the listener it came to */
-    void *user;               /* CONNECT_REQUEST: the listener's user pointer; else the one
-                               * given to uiw_cm_connect / uiw_cm_accept */
+    void *user;                    /* CONNECT_REQUEST: the listener's user pointer; else the one
+                                    * given to uiw_cm_connect / uiw_cm_accept */
     /* The peer's RFC 6581 IRD/ORD words (14 bits, as sent; 0x3FFF = "left to
      * the ULP"), valid when `enhanced`. rdma_cm terms, from our side:
      * initiator_depth <= peer_ird, responder_resources >= peer_ord. */
@@ -556,10 +556,10 @@ struct uiw_cm_event {
     /* CONNECT_REQUEST: what the Request asks for. ESTABLISHED: what is in
      * use (ird/ord = our values after negotiation). */
     uint8_t mpa_rev;
-    bool crc;                 /* CONNECT_REQUEST: C of the Request */
+    bool crc;                    /* CONNECT_REQUEST: C of the Request */
     bool markers_rx, markers_tx; /* CONNECT_REQUEST: markers_tx = M of the Request */
     bool p2p;
-    uint8_t rtr;              /* enum uiw_rtr; CONNECT_REQUEST: the types offered */
+    uint8_t rtr; /* enum uiw_rtr; CONNECT_REQUEST: the types offered */
     uint16_t ird, ord;
     /* CONNECT_REQUEST: the Request's, ESTABLISHED (active): the Reply's,
      * REJECTED: the Reject's ULP private data (RFC 6581 words removed) */

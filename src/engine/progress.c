@@ -42,6 +42,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/eventfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -181,12 +183,32 @@ static void dispatch(const struct epoll_event *ev)
     pthread_mutex_unlock(&pg.lock);
 }
 
+/* The progress thread places data that programs wait for by spinning on
+ * memory (perftest's write_lat, qperf's *_poll tests), so it must get a CPU
+ * as soon as its socket is readable, also when spinning threads occupy
+ * every CPU: a better nice value than theirs makes the scheduler run it at
+ * once (docs/ENGINE.md "Threads, locks, progress"). Lowering it needs
+ * CAP_SYS_NICE (or RLIMIT_NICE); without, the thread keeps the process's. */
+static void set_nice(void)
+{
+    const struct uiw_config *c = uiw_config();
+    pid_t tid = (pid_t)syscall(SYS_gettid);
+
+    if (!c->progress_nice_set)
+        return;
+    /* on Linux, PRIO_PROCESS with a thread id sets that thread's nice value */
+    if (setpriority(PRIO_PROCESS, (id_t)tid, c->progress_nice) < 0)
+        uiw_dbg(1, "progress thread: nice %d: %s (kept %d)", c->progress_nice, strerror(errno),
+                getpriority(PRIO_PROCESS, (id_t)tid));
+}
+
 static void *progress_main(void *arg)
 {
     struct epoll_event evs[PG_MAX_EVENTS];
 
     (void)arg;
     on_progress_thread = true;
+    set_nice();
     for (;;) {
         int n, tmo;
 

@@ -10,7 +10,13 @@
 #include <fcntl.h>
 #include <net/if.h>
 #include <poll.h>
+#include <dirent.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <stddef.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
@@ -1376,7 +1382,85 @@ static int config_child(void)
     return 0;
 }
 
-static void run_config(const char *const *env, char *out, size_t outsz, char *err, size_t errsz)
+static void timer_fired(void *arg)
+{
+    atomic_store((atomic_int *)arg, 1);
+}
+
+/* The nice value of the thread named uiw-progress (field 19 of its stat),
+ * or 99 if there is none. */
+static int progress_thread_nice(void)
+{
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    int nice = 99;
+
+    if (!d)
+        return 99;
+    while ((e = readdir(d))) {
+        char path[300], buf[512];
+        FILE *f;
+
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/comm", e->d_name);
+        f = fopen(path, "r");
+        if (!f)
+            continue;
+        bool ours = fgets(buf, sizeof(buf), f) && strcmp(buf, "uiw-progress\n") == 0;
+        fclose(f);
+        if (!ours)
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        f = fopen(path, "r");
+        if (f && fgets(buf, sizeof(buf), f)) {
+            /* after "(comm)": state is field 3, nice field 19 */
+            char *p = strrchr(buf, ')');
+            int field = 2;
+            for (; p && *p && field < 19; p++)
+                if (*p == ' ')
+                    field++;
+            if (p)
+                nice = atoi(p);
+        }
+        if (f)
+            fclose(f);
+    }
+    closedir(d);
+    return nice;
+}
+
+/* The configured nice value and the progress thread's, once it runs. */
+static int nice_child(void)
+{
+    const struct uiw_config *c = uiw_config();
+    atomic_int fired = 0;
+
+    if (uiw_progress_timer(0, timer_fired, &fired, NULL) != 0)
+        return 1;
+    while (!atomic_load(&fired))
+        usleep(1000);
+    if (c->progress_nice_set)
+        printf("nice=%d thread=%d\n", c->progress_nice, progress_thread_nice());
+    else
+        printf("nice=off thread=%d\n", progress_thread_nice());
+    return 0;
+}
+
+/* Could this process give a thread nice -20? (CAP_SYS_NICE or RLIMIT_NICE) */
+static bool may_lower_nice(void)
+{
+    pid_t pid = fork();
+    int st;
+
+    if (pid == 0)
+        _exit(setpriority(PRIO_PROCESS, 0, -20) == 0 ? 0 : 1);
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) && WEXITSTATUS(st) == 0;
+}
+
+static void run_child(const char *mode, const char *const *env, char *out, size_t outsz, char *err,
+                      size_t errsz)
 {
     int po[2], pe[2];
     pid_t pid;
@@ -1390,7 +1474,7 @@ static void run_config(const char *const *env, char *out, size_t outsz, char *er
         clearenv();
         for (int i = 0; env[i]; i++)
             putenv((char *)env[i]);
-        execl("/proc/self/exe", "test_objects", "--config-child", (char *)NULL);
+        execl("/proc/self/exe", "test_objects", mode, (char *)NULL);
         _exit(127);
     }
     close(po[1]);
@@ -1410,6 +1494,42 @@ static void run_config(const char *const *env, char *out, size_t outsz, char *er
     int st;
     waitpid(pid, &st, 0);
     CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+}
+
+static void run_config(const char *const *env, char *out, size_t outsz, char *err, size_t errsz)
+{
+    run_child("--config-child", env, out, outsz, err, errsz);
+}
+
+/* UIWARP_PROGRESS_NICE: the progress thread's nice value (default -20 when
+ * permitted, else the process's, 0 here) */
+static void test_progress_nice(void)
+{
+    char out[256], err[1024], want[64];
+    static const char *const none[] = {NULL};
+    static const char *const five[] = {"UIWARP_PROGRESS_NICE=5", NULL};
+    static const char *const off[] = {"UIWARP_PROGRESS_NICE=off", NULL};
+    static const char *const bad[] = {"UIWARP_PROGRESS_NICE=-21", NULL};
+    int base = getpriority(PRIO_PROCESS, 0);
+    int best = may_lower_nice() ? -20 : base;
+
+    run_child("--nice-child", none, out, sizeof(out), err, sizeof(err));
+    snprintf(want, sizeof(want), "nice=-20 thread=%d\n", best);
+    CHECK_STR(out, want);
+    CHECK_STR(err, "");
+    /* a higher value is always allowed */
+    run_child("--nice-child", five, out, sizeof(out), err, sizeof(err));
+    snprintf(want, sizeof(want), "nice=5 thread=%d\n", base > 5 ? base : 5);
+    CHECK_STR(out, want);
+    CHECK_STR(err, "");
+    run_child("--nice-child", off, out, sizeof(out), err, sizeof(err));
+    snprintf(want, sizeof(want), "nice=off thread=%d\n", base);
+    CHECK_STR(out, want);
+    CHECK_STR(err, "");
+    run_child("--nice-child", bad, out, sizeof(out), err, sizeof(err));
+    snprintf(want, sizeof(want), "nice=-20 thread=%d\n", best);
+    CHECK_STR(out, want);
+    CHECK(strstr(err, "uiwarp: ignoring UIWARP_PROGRESS_NICE=\"-21\"") != NULL);
 }
 
 static void test_config(void)
@@ -1460,6 +1580,8 @@ int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--config-child") == 0)
         return config_child();
+    if (argc > 1 && strcmp(argv[1], "--nice-child") == 0)
+        return nice_child();
     test_devices();
     test_context();
     test_queries();
@@ -1475,6 +1597,7 @@ int main(int argc, char **argv)
     test_qp_events();
     test_strings();
     test_config();
+    test_progress_nice();
     CHECK_EQ(drain_async(NULL), 0);
     CHECK_EQ(ibv_close_device(ctx), 0);
     TEST_MAIN_END();
