@@ -15,9 +15,9 @@
 
 /* Known peer quirks the checker can tolerate (counted as "tolerated"). */
 enum uiw_quirk {
-    UIW_QUIRK_SIW_PAD = 0,     /* non-zero pad bytes on short FPDUs */
-    UIW_QUIRK_SIW_TERM_LAYOUT, /* Terminate control word in siw's bitfield layout */
-    UIW_QUIRK_SIW_MPA_GSO,     /* MPA Res bit 0x08 (siw GSO_EXP) */
+    UIW_QUIRK_SIW_PAD = 0,      /* non-zero pad bytes on short FPDUs */
+    UIW_QUIRK_SIW_TERM_LAYOUT,  /* Terminate control word in siw's bitfield layout */
+    UIW_QUIRK_SIW_MPA_GSO,      /* MPA Res bit 0x08 (siw GSO_EXP) */
     UIW_QUIRK_SIW_REJECT_WORDS, /* MPA Reject with zeroed IRD/ORD words (A not copied) */
     UIW_QUIRK_COUNT
 };
