@@ -432,6 +432,9 @@ void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint
 int uiw_qp_tx_progress(struct uiw_qp *qp); /* push queued FPDUs until EAGAIN */
 int uiw_qp_rx_progress(struct uiw_qp *qp); /* read and process until EAGAIN */
 int uiw_qp_rx_poll(struct uiw_qp *qp);     /* the same, bounded: for ibv_poll_cq (uiw_cq_drive) */
+/* Payload bytes received straight into place, through the staging buffer,
+ * and socket reads so far (zeros before the QP is connected). */
+void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied, uint64_t *reads);
 int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad);
 int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad);
 /* Connection established (cm.c, after MPA): attach the socket and the
