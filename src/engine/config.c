@@ -13,7 +13,7 @@
  *   UIWARP_MAX_FPDU        0 (from the MSS) | 64 .. 65535     default 0
  *   UIWARP_ZCOPY_MIN       0 .. 2^30 bytes                    default 4096
  *   UIWARP_DEBUG           0 .. 3                             default 0
- *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default -20 (when permitted)
+ *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default off
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
@@ -37,8 +37,7 @@
 
 #include "engine.h"
 
-#define DEF_ZCOPY_MIN     4096u
-#define PROGRESS_NICE_DEF (-20)
+#define DEF_ZCOPY_MIN 4096u
 
 static struct uiw_config cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -218,8 +217,8 @@ static void config_load(void)
     cfg.zcopy_min = DEF_ZCOPY_MIN;
     cfg.debug = 0;
     cfg.first_fpdu_hold_ms = 0;
-    cfg.progress_nice = PROGRESS_NICE_DEF;
-    cfg.progress_nice_set = true;
+    cfg.progress_nice = 0;
+    cfg.progress_nice_set = false; /* off: docs/ENGINE.md on the trade-off */
 
     u = cfg.mpa_rev;
     env_uint("UIWARP_MPA_REV", 1, 2, &u);

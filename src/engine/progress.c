@@ -183,12 +183,13 @@ static void dispatch(const struct epoll_event *ev)
     pthread_mutex_unlock(&pg.lock);
 }
 
-/* The progress thread places data that programs wait for by spinning on
- * memory (perftest's write_lat, qperf's *_poll tests), so it must get a CPU
- * as soon as its socket is readable, also when spinning threads occupy
- * every CPU: a better nice value than theirs makes the scheduler run it at
- * once (docs/ENGINE.md "Threads, locks, progress"). Lowering it needs
- * CAP_SYS_NICE (or RLIMIT_NICE); without, the thread keeps the process's. */
+/* UIWARP_PROGRESS_NICE: the progress thread places data that programs may
+ * wait for by spinning on memory (perftest's write_lat), and with spinning
+ * threads on every CPU it waits up to a scheduler slice for its turn; a
+ * better nice value than theirs makes the scheduler run it at once, but
+ * then it also preempts a sender on every message it receives (docs/ENGINE.md
+ * "Threads, locks, progress"). Off by default. Lowering needs CAP_SYS_NICE
+ * (or RLIMIT_NICE); without, the thread keeps the process's value. */
 static void set_nice(void)
 {
     const struct uiw_config *c = uiw_config();
