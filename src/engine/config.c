@@ -14,6 +14,7 @@
  *   UIWARP_ZCOPY_MIN       0 .. 2^30 bytes                    default 4096
  *   UIWARP_DEBUG           0 .. 3                             default 0
  *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default off
+ *   UIWARP_PROGRESS_SPIN_US 0 .. 100000                       default 200
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
@@ -217,6 +218,7 @@ static void config_load(void)
     cfg.zcopy_min = DEF_ZCOPY_MIN;
     cfg.debug = 0;
     cfg.first_fpdu_hold_ms = 0;
+    cfg.progress_spin_us = 200;
     cfg.progress_nice = 0;
     cfg.progress_nice_set = false; /* off: docs/ENGINE.md on the trade-off */
 
@@ -250,6 +252,7 @@ static void config_load(void)
     env_uint("UIWARP_ZCOPY_MIN", 0, 1ul << 30, &cfg.zcopy_min);
     env_uint("UIWARP_FIRST_FPDU_HOLD_MS", 0, 10000, &cfg.first_fpdu_hold_ms);
     env_nice();
+    env_uint("UIWARP_PROGRESS_SPIN_US", 0, 100000, &cfg.progress_spin_us);
     u = 0;
     env_uint("UIWARP_DEBUG", 0, 3, &u);
     cfg.debug = (int)u;

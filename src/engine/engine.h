@@ -76,6 +76,7 @@ struct uiw_config {
                                   * long after the MPA Reply before its first
                                   * FPDU (default 0; docs/INTEROP.md) */
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
+    unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: progress.c "Spinning" (default 200) */
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
 };
 const struct uiw_config *uiw_config(void);
@@ -475,6 +476,9 @@ void uiw_progress_timer_cancel(uint64_t id);
  * each attached QP (trylock) so a polling application needs no thread
  * hand-off. */
 void uiw_cq_drive(struct uiw_cq *cq);
+/* CQs with a channel armed by ibv_req_notify_cq and not yet notified */
+extern atomic_int uiw_armed_cqs;
+extern _Atomic uint64_t uiw_last_arm_ns; /* CLOCK_MONOTONIC ns of the last such arming */
 
 /* ------------------------------------------------------------------------
  * Connections (cm.c, cm_channel.c; private structs in cm_int.h): the

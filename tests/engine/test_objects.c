@@ -503,6 +503,9 @@ static void test_comp_channel(void)
 
     CHECK(ch && cq);
     set_nonblock(ch->fd, true);
+    /* uiw_armed_cqs counts CQs armed on a channel (progress.c spins while
+     * some are): it must follow every arm, fire and destroy */
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 0);
     /* not armed: no event */
     uiw_cq_push(to_ucq(cq), &ok, true);
     CHECK(!fd_readable(ch->fd));
@@ -512,7 +515,10 @@ static void test_comp_channel(void)
 
     /* armed for all: the next completion, once */
     CHECK_EQ(ibv_req_notify_cq(cq, 0), 0);
+    CHECK_EQ(ibv_req_notify_cq(cq, 0), 0);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 1);
     uiw_cq_push(to_ucq(cq), &ok, false);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 0);
     CHECK(fd_readable(ch->fd));
     CHECK_EQ(ibv_get_cq_event(ch, &ecq, &ectx), 0);
     events++;
@@ -527,7 +533,9 @@ static void test_comp_channel(void)
     uiw_cq_push(to_ucq(cq), &ok, false);
     uiw_cq_push(to_ucq(cq), &ok, false);
     CHECK(!fd_readable(ch->fd));
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 1);
     uiw_cq_push(to_ucq(cq), &ok, true);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 0);
     CHECK(fd_readable(ch->fd));
     CHECK_EQ(ibv_get_cq_event(ch, &ecq, &ectx), 0);
     events++;
@@ -549,8 +557,10 @@ static void test_comp_channel(void)
     CHECK_EQ(ch->refcnt, 2);
     ibv_req_notify_cq(cq2, 0);
     ibv_req_notify_cq(cq, 0);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 2);
     uiw_cq_push(to_ucq(cq2), &ok, false);
     uiw_cq_push(to_ucq(cq), &ok, false);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 0);
     CHECK_EQ(ibv_get_cq_event(ch, &ecq, &ectx), 0);
     CHECK(ecq == cq2);
     CHECK(ectx == (void *)0x88);
@@ -562,8 +572,16 @@ static void test_comp_channel(void)
     ibv_req_notify_cq(cq2, 0);
     uiw_cq_push(to_ucq(cq2), &ok, false);
     CHECK(fd_readable(ch->fd));
+    ibv_req_notify_cq(cq2, 0); /* destroyed while armed */
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 1);
     CHECK_EQ(ibv_destroy_cq(cq2), 0);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 0);
     CHECK(!fd_readable(ch->fd));
+    /* a CQ without a channel has nobody to wake: not counted */
+    struct ibv_cq *cq3 = ibv_create_cq(ctx, 4, NULL, NULL, 0);
+    CHECK_EQ(ibv_req_notify_cq(cq3, 0), 0);
+    CHECK_EQ(atomic_load(&uiw_armed_cqs), 0);
+    CHECK_EQ(ibv_destroy_cq(cq3), 0);
 
     /* destroy waits until every delivered event was acknowledged */
     ibv_ack_cq_events(cq, events - 1);
@@ -1376,9 +1394,9 @@ static void test_strings(void)
 static int config_child(void)
 {
     const struct uiw_config *c = uiw_config();
-    printf("rev=%u crc=%u markers=%d p2p=%d rtr=%u timeout=%u fpdu=%u zcopy=%u debug=%d\n",
+    printf("rev=%u crc=%u markers=%d p2p=%d rtr=%u timeout=%u fpdu=%u zcopy=%u debug=%d spin=%u\n",
            c->mpa_rev, c->crc, c->markers, c->p2p, c->rtr, c->mpa_timeout_ms, c->max_fpdu,
-           c->zcopy_min, c->debug);
+           c->zcopy_min, c->debug, c->progress_spin_us);
     return 0;
 }
 
@@ -1541,40 +1559,63 @@ static void test_config(void)
 {
     char out[512], err[4096];
     static const char *const none[] = {NULL};
-    static const char *const good[] = {"UIWARP_MPA_REV=1",       "UIWARP_CRC=required",
-                                       "UIWARP_MARKERS=1",       "UIWARP_P2P=0",
-                                       "UIWARP_RTR=send, write", "UIWARP_MPA_TIMEOUT_MS=500",
-                                       "UIWARP_MAX_FPDU=1460",   "UIWARP_ZCOPY_MIN=0",
-                                       "UIWARP_DEBUG=0",         NULL};
-    static const char *const bad[] = {"UIWARP_MPA_REV=3",      "UIWARP_CRC=maybe",
-                                      "UIWARP_MARKERS=yes",    "UIWARP_P2P=2",
-                                      "UIWARP_RTR=write,fast", "UIWARP_MPA_TIMEOUT_MS=0",
-                                      "UIWARP_MAX_FPDU=10",    "UIWARP_ZCOPY_MIN=-5",
-                                      "UIWARP_DEBUG=9",        NULL};
+    static const char *const good[] = {"UIWARP_MPA_REV=1",
+                                       "UIWARP_CRC=required",
+                                       "UIWARP_MARKERS=1",
+                                       "UIWARP_P2P=0",
+                                       "UIWARP_RTR=send, write",
+                                       "UIWARP_MPA_TIMEOUT_MS=500",
+                                       "UIWARP_MAX_FPDU=1460",
+                                       "UIWARP_ZCOPY_MIN=0",
+                                       "UIWARP_DEBUG=0",
+                                       "UIWARP_PROGRESS_SPIN_US=0",
+                                       NULL};
+    static const char *const bad[] = {"UIWARP_MPA_REV=3",
+                                      "UIWARP_CRC=maybe",
+                                      "UIWARP_MARKERS=yes",
+                                      "UIWARP_P2P=2",
+                                      "UIWARP_RTR=write,fast",
+                                      "UIWARP_MPA_TIMEOUT_MS=0",
+                                      "UIWARP_MAX_FPDU=10",
+                                      "UIWARP_ZCOPY_MIN=-5",
+                                      "UIWARP_DEBUG=9",
+                                      "UIWARP_PROGRESS_SPIN_US=100001",
+                                      NULL};
 
     run_config(none, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(
+        out,
+        "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0 spin=200\n");
     CHECK_STR(err, "");
     run_config(good, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=1 crc=2 markers=1 p2p=0 rtr=3 timeout=500 fpdu=1460 zcopy=0 debug=0\n");
+    CHECK_STR(out,
+              "rev=1 crc=2 markers=1 p2p=0 rtr=3 timeout=500 fpdu=1460 zcopy=0 debug=0 spin=0\n");
     CHECK_STR(err, "");
     /* MPA revision 1 has no RTR (RFC 6581 §4): client-server, said only
      * when P2P was asked for explicitly */
     static const char *const rev1[] = {"UIWARP_MPA_REV=1", NULL};
     run_config(rev1, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=1 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(
+        out,
+        "rev=1 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0 spin=200\n");
     CHECK_STR(err, "");
     static const char *const rev1p2p[] = {"UIWARP_MPA_REV=1", "UIWARP_P2P=1", NULL};
     run_config(rev1p2p, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=1 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
+    CHECK_STR(
+        out,
+        "rev=1 crc=1 markers=0 p2p=0 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0 spin=200\n");
     CHECK_STR(err, "uiwarp: UIWARP_P2P=1 needs MPA revision 2; UIWARP_MPA_REV=1 connects "
                    "client-server\n");
     run_config(bad, out, sizeof(out), err, sizeof(err));
-    CHECK_STR(out, "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0\n");
-    static const char *const names[] = {
-        "UIWARP_MPA_REV",        "UIWARP_CRC",      "UIWARP_MARKERS",   "UIWARP_P2P",  "UIWARP_RTR",
-        "UIWARP_MPA_TIMEOUT_MS", "UIWARP_MAX_FPDU", "UIWARP_ZCOPY_MIN", "UIWARP_DEBUG"};
-    for (unsigned i = 0; i < 9; i++) {
+    CHECK_STR(
+        out,
+        "rev=2 crc=1 markers=0 p2p=1 rtr=6 timeout=10000 fpdu=0 zcopy=4096 debug=0 spin=200\n");
+    static const char *const names[] = {"UIWARP_MPA_REV",  "UIWARP_CRC",
+                                        "UIWARP_MARKERS",  "UIWARP_P2P",
+                                        "UIWARP_RTR",      "UIWARP_MPA_TIMEOUT_MS",
+                                        "UIWARP_MAX_FPDU", "UIWARP_ZCOPY_MIN",
+                                        "UIWARP_DEBUG",    "UIWARP_PROGRESS_SPIN_US"};
+    for (unsigned i = 0; i < 10; i++) {
         char want[64];
         snprintf(want, sizeof(want), "uiwarp: ignoring %s=", names[i]);
         CHECK(strstr(err, want) != NULL);
