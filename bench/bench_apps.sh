@@ -205,10 +205,10 @@ fi
 bw_iters() { # SIZE
     local n
     case $1 in
-    64 | 8) n=20000 ;;
-    4096) n=10000 ;;
-    65536) n=2000 ;;
-    *) n=200 ;;
+    64 | 8) n=50000 ;;
+    4096) n=50000 ;;
+    65536) n=10000 ;;
+    *) n=2000 ;;
     esac
     [ $quick = 1 ] && n=$((n / 5))
     echo $n
@@ -229,8 +229,8 @@ perftest_bw() { # PROG SIZE [EXTRA ARGS]
     fi
 }
 perftest_lat() { # PROG SIZE [ENV]: ENV (VAR=VALUE) for both sides, named in the mode
-    local p=$1 s=$2 e=${3:-} n=2000 name line mode=lat kind=lat
-    [ "$s" -ge 65536 ] && n=500
+    local p=$1 s=$2 e=${3:-} n=20000 name line mode=lat kind=lat
+    [ "$s" -ge 65536 ] && n=5000
     [ $quick = 1 ] && n=$((n / 5))
     # perftest's read latency is a whole round trip; send/write ping-pong half of one
     [ "$p" = ib_read_lat ] && kind=rtt
@@ -291,21 +291,21 @@ fi
 # ------------------------------------------------------------------------
 # qperf -cm1
 # ------------------------------------------------------------------------
-qperf_case() { # TEST SIZE FIELD KIND
-    local t=$1 s=$2 f=$3 kind=$4 name=qperf-$1-$2 v unit m=""
+qperf_case() { # TEST SIZE FIELD KIND [OPTIONS]
+    local t=$1 s=$2 f=$3 kind=$4 o=${5:-} name=qperf-$1-$2${5:+-P} v unit m=""
     [ "$s" != - ] && m="-m $s"
     port=$(free_port)
     pair "$name" 60 "$UIW_LD" "qperf -lp $port" \
-        "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t $qt $m $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'"
+        "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t $qt $o $m $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'"
     v=$(qperf_val "$tmp/$name.client" "$f")
     case $f in bw) unit=MB/s ;; latency) unit=us ;; *) unit=K/s ;; esac
     if grep -Eq 'failed|unexpected|timed out|error' "$tmp/$name.client" "$tmp/$name.server"; then
         pair_ok=0
     fi
     if [ $pair_ok = 1 ] && [ -n "$v" ]; then
-        row "qperf -cm1" "$t" "$s" PASS "$f" "$v" "$unit" "" "$kind"
+        row "qperf -cm1${o:+ $o}" "$t" "$s" PASS "$f" "$v" "$unit" "" "$kind"
     else
-        row "qperf -cm1" "$t" "$s" FAIL "$f" - "$unit" "" "$kind"
+        row "qperf -cm1${o:+ $o}" "$t" "$s" FAIL "$f" - "$unit" "" "$kind"
     fi
 }
 if have qperf; then
@@ -314,6 +314,9 @@ if have qperf; then
         qperf_case rc_rdma_write_lat "$s" latency lat
         qperf_case rc_rdma_read_lat "$s" latency rtt
     done
+    # qperf waits for completion events by default; -P 1 polls the CQ
+    qperf_case rc_lat 64 latency lat "-P 1"
+    qperf_case rc_rdma_read_lat 64 latency rtt "-P 1"
     for s in 64 65536; do
         qperf_case rc_rdma_read_bw "$s" bw bw
     done
@@ -326,8 +329,8 @@ fi
 # fio's rdma engine (server rw=read, client rw=write; --thread)
 # ------------------------------------------------------------------------
 if have fio && fio --enghelp 2>/dev/null | grep -qw rdma; then
-    fsize=256m
-    [ $quick = 1 ] && fsize=64m
+    fsize=2g
+    [ $quick = 1 ] && fsize=256m
     for verb in write read; do
         name=fio-$verb
         port=$(free_port)
