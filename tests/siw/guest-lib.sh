@@ -7,6 +7,13 @@
 # The guest writes g.I.out (output) and g.I.rc (exit status).
 
 # wait_listen PORT: until a TCP listener is on PORT (max ~20 s)
+# put_rc I STATUS: g.I.rc appears complete (the host polls for it: a file
+# written in place can be seen empty, which failed a case in the full matrix)
+put_rc() {
+    echo "$2" >"/rig/g.$1.rc.tmp"
+    mv -f "/rig/g.$1.rc.tmp" "/rig/g.$1.rc"
+}
+
 wait_listen() {
     n=0
     until ss -ltnH 2>/dev/null | grep -q ":$1 "; do
@@ -37,7 +44,7 @@ gsrv() {
     timeout "$t" "$@" >"/rig/g.$i.out" 2>&1 &
     tp=$!
     wait_listen "$port" || echo "[guest] nothing listens on $port" >>"/rig/g.$i.out"
-    touch "/rig/ready.$i"
+    echo ready >"/rig/ready.$i"
     dl=""
     while kill -0 "$tp" 2>/dev/null; do
         if [ -z "$dl" ] && [ -e "/rig/h.$i.done" ]; then
@@ -53,7 +60,7 @@ gsrv() {
         sleep 0.2
     done
     wait "$tp"
-    echo $? >"/rig/g.$i.rc"
+    put_rc "$i" $?
 }
 
 # gcli I TIMEOUT CMD...: run a client for case I once the host says go
@@ -66,11 +73,11 @@ gcli() {
         n=$((n + 1))
         if [ $n -gt 600 ]; then
             echo "[guest] case $i: no go from the host" >"/rig/g.$i.out"
-            echo 125 >"/rig/g.$i.rc"
+            put_rc "$i" 125
             return
         fi
     done
     echo "[guest] case $i client: $*"
     timeout "$t" "$@" >"/rig/g.$i.out" 2>&1
-    echo $? >"/rig/g.$i.rc"
+    put_rc "$i" $?
 }
