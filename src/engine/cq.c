@@ -30,7 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "engine.h"
@@ -40,20 +39,7 @@
 #define UIW_POLL_SPIN 16
 
 static atomic_int ncqs;
-/* CQs armed for a notification (ibv_req_notify_cq) on a completion channel:
- * someone waits for an event (progress.c spins briefly while there are) */
-atomic_int uiw_armed_cqs;
-_Atomic uint64_t uiw_last_arm_ns; /* CLOCK_MONOTONIC of the last such arming */
-
-/* cq->lock held */
-static void set_armed_locked(struct uiw_cq *cq, uint8_t v)
-{
-    bool was = cq->armed && cq->ibcq.channel, now = v && cq->ibcq.channel;
-
-    cq->armed = v;
-    if (was != now)
-        atomic_fetch_add_explicit(&uiw_armed_cqs, now ? 1 : -1, memory_order_relaxed);
-}
+_Atomic uint64_t uiw_last_arm_ns; /* engine.h */
 static _Thread_local unsigned empty_polls;
 
 static struct uiw_comp_channel *to_uch(struct ibv_comp_channel *c)
@@ -269,7 +255,6 @@ UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
         pthread_mutex_unlock(&cq->lock);
         return EBUSY;
     }
-    set_armed_locked(cq, 0);
     pthread_mutex_unlock(&cq->lock);
 
     /* rdma-core: wait until every event handed out was acknowledged */
@@ -354,7 +339,7 @@ UIW_EXPORT void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool sol
     notify = cq->armed == UIW_CQ_ARM_ALL ||
              (cq->armed == UIW_CQ_ARM_SOLICITED && (solicited || wc->status != IBV_WC_SUCCESS));
     if (notify) {
-        set_armed_locked(cq, 0);
+        cq->armed = 0;
         if (cq->ibcq.channel)
             chan_post(to_uch(cq->ibcq.channel), cq);
     }
@@ -427,17 +412,12 @@ int uiw_op_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
     struct uiw_cq *cq = to_ucq(ibcq);
 
     pthread_mutex_lock(&cq->lock);
-    if (cq->ibcq.channel) {
-        struct timespec ts;
-        clock_gettime(CLOCK_MONOTONIC, &ts);
-        atomic_store_explicit(&uiw_last_arm_ns,
-                              (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec,
-                              memory_order_relaxed);
-    }
+    if (cq->ibcq.channel)
+        atomic_store_explicit(&uiw_last_arm_ns, uiw_now_ns(), memory_order_relaxed);
     if (!solicited_only)
-        set_armed_locked(cq, UIW_CQ_ARM_ALL);
+        cq->armed = UIW_CQ_ARM_ALL;
     else if (cq->armed != UIW_CQ_ARM_ALL)
-        set_armed_locked(cq, UIW_CQ_ARM_SOLICITED);
+        cq->armed = UIW_CQ_ARM_SOLICITED;
     pthread_mutex_unlock(&cq->lock);
     return 0;
 }

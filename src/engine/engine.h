@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 #include <sys/socket.h>
+#include <time.h>
 
 #include <uiwarp/wire.h>
 
@@ -80,6 +81,14 @@ struct uiw_config {
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
 };
 const struct uiw_config *uiw_config(void);
+
+static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
+{
+    struct timespec ts;
+
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 #define uiw_dbg(level, ...)                                                                        \
     do {                                                                                           \
@@ -476,9 +485,9 @@ void uiw_progress_timer_cancel(uint64_t id);
  * each attached QP (trylock) so a polling application needs no thread
  * hand-off. */
 void uiw_cq_drive(struct uiw_cq *cq);
-/* CQs with a channel armed by ibv_req_notify_cq and not yet notified */
-extern atomic_int uiw_armed_cqs;
-extern _Atomic uint64_t uiw_last_arm_ns; /* CLOCK_MONOTONIC ns of the last such arming */
+/* CLOCK_MONOTONIC ns of the last ibv_req_notify_cq on a CQ with a completion
+ * channel (cq.c): someone waits for events, the progress thread spins */
+extern _Atomic uint64_t uiw_last_arm_ns;
 
 /* ------------------------------------------------------------------------
  * Connections (cm.c, cm_channel.c; private structs in cm_int.h): the

@@ -95,14 +95,6 @@ static struct {
 
 static _Thread_local bool on_progress_thread;
 
-static uint64_t now_ns(void)
-{
-    struct timespec ts;
-
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 static uint64_t key_of(const struct preg *r)
 {
     return (uint64_t)r->gen << 32 | (uint32_t)r->fd;
@@ -127,7 +119,7 @@ static int timeout_ms_locked(void)
 
     if (!pg.timers)
         return -1;
-    now = now_ns();
+    now = uiw_now_ns();
     if (pg.timers->deadline_ns <= now)
         return 0;
     d = (pg.timers->deadline_ns - now + 999999u) / 1000000u;
@@ -140,7 +132,7 @@ static void run_timers_locked(void)
     for (;;) {
         struct ptimer *t = pg.timers;
 
-        if (!t || t->deadline_ns > now_ns())
+        if (!t || t->deadline_ns > uiw_now_ns())
             return;
         pg.timers = t->next;
         pg.timer_running = t->id;
@@ -208,11 +200,12 @@ static void set_nice(void)
  * ibv_get_cq_event (qperf's default, rping, fio) is woken by this thread,
  * which itself must first be woken by the socket: two wake-ups in a row per
  * message, each a cross-CPU IPI (on a VM, an exit). While some CQ with a
- * completion channel is armed, or was lately (someone waits for events),
- * and the last socket event is at most that long ago, the thread polls epoll
+ * completion channel was armed lately (someone waits for events: a
+ * ping-pong program re-arms after each event this thread delivers), and the
+ * last socket event is at most that long ago, the thread polls epoll
  * without sleeping, with sched_yield between polls so that a woken
  * application thread on the same CPU runs first: the data finds it awake.
- * Not when nothing is armed: a program polling its CQ drives the receive
+ * Not without arming: a program polling its CQ drives the receive
  * path itself (uiw_cq_drive), and one that spins on memory (ib_write_lat)
  * would keep a runnable-but-yielding thread waiting a whole time slice.
  * qperf -cm1 rc_lat (event mode) 41 -> 15 us, rc_compare_swap_mr 13 ->
@@ -226,13 +219,10 @@ static bool should_spin(uint64_t last_ev)
 
     if (!spin_ns)
         return false;
-    now = now_ns();
+    now = uiw_now_ns();
     if (now - last_ev >= spin_ns)
         return false;
-    /* a CQ armed now, or lately (a ping-pong program re-arms after the
-     * event this thread delivered: it will wait for the next one) */
-    return atomic_load_explicit(&uiw_armed_cqs, memory_order_relaxed) > 0 ||
-           now - atomic_load_explicit(&uiw_last_arm_ns, memory_order_relaxed) < 2 * spin_ns;
+    return now - atomic_load_explicit(&uiw_last_arm_ns, memory_order_relaxed) < 2 * spin_ns;
 }
 
 static void *progress_main(void *arg)
@@ -258,7 +248,7 @@ static void *progress_main(void *arg)
             tmo = 0;
         n = epoll_wait(pg.epfd, evs, PG_MAX_EVENTS, tmo);
         if (n > 0 && spin_ns)
-            last_ev = now_ns();
+            last_ev = uiw_now_ns();
         else if (n == 0 && spinning)
             sched_yield(); /* a thread woken on this CPU (the application) goes first */
         if (n < 0) {
@@ -473,7 +463,7 @@ UIW_EXPORT int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, ui
         return -ENOMEM;
     t->cb = cb;
     t->obj = obj;
-    t->deadline_ns = now_ns() + (uint64_t)ms * 1000000u;
+    t->deadline_ns = uiw_now_ns() + (uint64_t)ms * 1000000u;
     pthread_mutex_lock(&pg.lock);
     t->id = ++pg.next_timer_id;
     for (pp = &pg.timers; *pp && (*pp)->deadline_ns <= t->deadline_ns; pp = &(*pp)->next)
