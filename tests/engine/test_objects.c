@@ -1440,12 +1440,16 @@ static int progress_thread_nice(void)
     return nice;
 }
 
-/* The configured nice value and the progress thread's, once it runs. */
-static int nice_child(void)
+/* The configured nice value and the progress thread's, once it runs;
+ * unprivileged: as root, become nobody first (no CAP_SYS_NICE) */
+static int nice_child(bool unprivileged)
 {
-    const struct uiw_config *c = uiw_config();
+    const struct uiw_config *c;
     atomic_int fired = 0;
 
+    if (unprivileged && geteuid() == 0 && (setgid(65534) != 0 || setuid(65534) != 0))
+        return 1;
+    c = uiw_config();
     if (uiw_progress_timer(0, timer_fired, &fired, NULL) != 0)
         return 1;
     while (!atomic_load(&fired))
@@ -1543,6 +1547,19 @@ static void test_progress_nice(void)
     check_nice(five, "5", base > 5 ? base : 5, false); /* a higher value is always allowed */
     check_nice(off, "off", base, false);
     check_nice(bad, "off", base, true);
+
+    /* not permitted: the thread keeps the process's value, said at debug level */
+    if (geteuid() == 0) {
+        static const char *const m20dbg[] = {"UIWARP_PROGRESS_NICE=-20", "UIWARP_DEBUG=1", NULL};
+        char out[256], err[1024], want[128];
+
+        run_child("--nice-child-nobody", m20dbg, out, sizeof(out), err, sizeof(err));
+        snprintf(want, sizeof(want), "nice=-20 thread=%d\n", base);
+        CHECK_STR(out, want);
+        snprintf(want, sizeof(want),
+                 "uiwarp: progress thread: nice -20: Permission denied (kept %d)\n", base);
+        CHECK(strstr(err, want) != NULL);
+    }
 }
 
 static void test_config(void)
@@ -1617,7 +1634,9 @@ int main(int argc, char **argv)
     if (argc > 1 && strcmp(argv[1], "--config-child") == 0)
         return config_child();
     if (argc > 1 && strcmp(argv[1], "--nice-child") == 0)
-        return nice_child();
+        return nice_child(false);
+    if (argc > 1 && strcmp(argv[1], "--nice-child-nobody") == 0)
+        return nice_child(true);
     test_devices();
     test_context();
     test_queries();
