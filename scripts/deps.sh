@@ -1,20 +1,23 @@
 #!/usr/bin/env bash
 # Install the Debian packages uiwarp needs, only those missing.
-#   scripts/deps.sh [build|test|all]   (default: all)
+#   scripts/deps.sh [build|test|all|fresh]   (default: all)
 # build: compile the library and the tool; test: also what the test suite
-# and the fuzzers use. Runs apt-get only when something is absent.
+# and the fuzzers use; fresh: what scripts/fresh-check.sh needs on the host
+# (debootstrap). Runs apt-get only when something is absent.
 set -euo pipefail
 
 want=${1:-all}
-# libibverbs-dev: rdma-core's headers define the ABI the engine implements.
-pkgs=(build-essential cmake pkg-config libisal-dev libpcap-dev libibverbs-dev)
-if [ "$want" != build ]; then
+# libibverbs-dev, librdmacm-dev: rdma-core's headers define the ABIs the
+# drop-in libraries implement (both are needed to build them).
+pkgs=(build-essential cmake pkg-config libisal-dev libpcap-dev libibverbs-dev librdmacm-dev)
+if [ "$want" = fresh ]; then
+    pkgs=(debootstrap)
+elif [ "$want" != build ]; then
     # clang + compiler-rt: libFuzzer targets; tshark: independent wire check;
     # python3: small test helpers.
     pkgs+=(clang libclang-rt-14-dev tshark python3)
-    # librdmacm-dev: the rdma_cm ABI; the rest are the unmodified RDMA
-    # programs the drop-in libraries are tested with.
-    pkgs+=(librdmacm-dev rdmacm-utils perftest ibverbs-utils qperf fio)
+    # The unmodified RDMA programs the drop-in libraries are tested with.
+    pkgs+=(rdmacm-utils perftest ibverbs-utils qperf fio)
 fi
 
 missing=()

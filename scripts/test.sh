@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Build and run every test:
-#   1. the normal build (build/) and its ctest suite;
+#   1. the normal build (build/) and its ctest suite; the same suite in a
+#      Release build (build-release/, what a packager builds);
 #   2. the same suite under AddressSanitizer + UndefinedBehaviorSanitizer
 #      (build-asan/);
 #   3. the multithreaded engine tests under ThreadSanitizer (build-tsan/);
@@ -39,8 +40,11 @@ run_ctest() { # dir label [regex]
     failed=$((failed + f))
 }
 
+# Development and CI builds treat warnings as errors (a user's build does not).
+dev=(-DUIWARP_WERROR=ON -DUIWARP_SHARED_DIR="$UIWARP_SHARED")
+
 stage "build (RelWithDebInfo)"
-if bash scripts/build.sh build -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+if bash scripts/build.sh build "${dev[@]}"; then
     stage "ctest (build)"
     run_ctest build release
 else
@@ -48,9 +52,19 @@ else
     failed=$((failed + 1))
 fi
 
+# What a packager builds: Release (-O3 -DNDEBUG), its own suite.
+stage "build (Release)"
+if bash scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release "${dev[@]}"; then
+    stage "ctest (Release)"
+    run_ctest build-release release-build
+else
+    echo "Release build failed"
+    failed=$((failed + 1))
+fi
+
 stage "build with ASan+UBSan"
 if bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
-    -DUIWARP_SANITIZE=address,undefined -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+    -DUIWARP_SANITIZE=address,undefined "${dev[@]}"; then
     stage "ctest (ASan+UBSan)"
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         run_ctest build-asan asan
@@ -61,7 +75,7 @@ fi
 
 stage "build with TSan (the multithreaded engine tests)"
 if bash scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DUIWARP_SANITIZE=thread -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+    -DUIWARP_SANITIZE=thread "${dev[@]}"; then
     stage "ctest (TSan): engine"
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         run_ctest build-tsan tsan 'test_(objects|mem|cm|datapath|dp_term|abi|multi|twoproc|rdmacm)'
@@ -76,7 +90,7 @@ if [ "$fuzz_secs" -gt 0 ]; then
     # library (built for them; its tests are left out of this build).
     # fuzz/regress/NAME/ holds inputs that once crashed NAME: run first.
     if CC=clang bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=Debug -DUIWARP_FUZZ=ON -DUIWARP_ENGINE_IN_ALL=OFF \
-        -DUIWARP_SANITIZE=address,undefined -DUIWARP_SHARED_DIR="$UIWARP_SHARED"; then
+        -DUIWARP_SANITIZE=address,undefined "${dev[@]}"; then
         bash scripts/fuzz-seeds.sh build/bin/uiwarp build-fuzz/corpus build-fuzz/bin/fuzz_engine_rx
         for t in build-fuzz/bin/fuzz_*; do
             name=$(basename "$t")

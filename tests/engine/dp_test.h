@@ -388,6 +388,7 @@ static inline int dp_raw_recv(struct dp_raw *p, uiw_hdr *h, unsigned ms, uiw_rx_
     uint64_t end = dp_now_ms() + ms;
     bool have_hdr = false;
 
+    memset(h, 0, sizeof(*h)); /* defined on every return, not only on 1 */
     p->pay_len = 0;
     for (;;) {
         while (p->off < p->len) {
