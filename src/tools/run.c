@@ -2,9 +2,10 @@
 /*
  * `uiwarp run PROGRAM [ARGS...]`: run an unmodified RDMA program over
  * uiwarp. The dynamic loader is pointed at uiwarp's libibverbs.so.1 and
- * librdmacm.so.1 (the lib/ folder beside this tool's bin/) by prepending it
- * to LD_LIBRARY_PATH; nothing else changes, so UIWARP_* settings pass
- * through.
+ * librdmacm.so.1 by prepending their folder to LD_LIBRARY_PATH; nothing else
+ * changes, so UIWARP_* settings pass through. The folder is found relative
+ * to this tool: ../lib/uiwarp (installed: the private directory that keeps
+ * them from shadowing rdma-core's) or ../lib (the build tree).
  */
 #include "run.h"
 
@@ -19,14 +20,15 @@ void uiw_run_usage(FILE *out)
 {
     fprintf(out, "usage: uiwarp run PROGRAM [ARGS...]\n\n"
                  "Run PROGRAM with uiwarp's libibverbs.so.1 and librdmacm.so.1 in place of\n"
-                 "rdma-core's (LD_LIBRARY_PATH gets the lib/ folder beside this tool), e.g.\n"
+                 "rdma-core's (LD_LIBRARY_PATH gets their folder: ../lib/uiwarp or ../lib\n"
+                 "relative to this tool), e.g.\n"
                  "  uiwarp run rping -s -a 127.0.0.1 -v -C 10\n"
                  "Engine settings (UIWARP_CRC, UIWARP_P2P, ...) are read from the\n"
                  "environment as usual; see README.md.\n");
 }
 
-/* <dir of /proc/self/exe>/../lib, if it holds our libibverbs.so.1. */
-static int lib_dir(char *out, size_t cap)
+/* <dir of /proc/self/exe>/REL, if it holds our libibverbs.so.1. */
+static int lib_dir_at(const char *rel, char *out, size_t cap)
 {
     char exe[PATH_MAX];
     ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
@@ -37,7 +39,7 @@ static int lib_dir(char *out, size_t cap)
     if (!slash)
         return -ENOENT;
     *slash = '\0';
-    int w = snprintf(out, cap, "%s/../lib", exe);
+    int w = snprintf(out, cap, "%s/%s", exe, rel);
     if (w < 0 || (size_t)w >= cap)
         return -ENAMETOOLONG;
     char probe[PATH_MAX + 32];
@@ -50,6 +52,14 @@ static int lib_dir(char *out, size_t cap)
         free(real);
     }
     return 0;
+}
+
+static int lib_dir(char *out, size_t cap)
+{
+    int rc = lib_dir_at("../lib/uiwarp", out, cap); /* installed */
+    if (rc == -ENOENT)
+        rc = lib_dir_at("../lib", out, cap); /* build tree */
+    return rc;
 }
 
 int uiw_run_main(int argc, char **argv)
