@@ -5,8 +5,13 @@
 # there in a chroot. This is what CI runs (.ci/run): it proves that the
 # project's own scripts install everything the demo and the tests need.
 #
-#   scripts/fresh-check.sh [--demo] [--test] [--shell] [--keep]
-#     --demo / --test  run only that command (default: both, demo first)
+#   scripts/fresh-check.sh [--demo] [--test] [--package] [--shell] [--keep]
+#     --demo / --test  run only that command (default: all three, each on its
+#                      own fresh root: demo, test command, package)
+#     --package        after the test command, build the .deb there
+#                      (scripts/package.sh) and install it on a third fresh
+#                      root: uiwarp run rping from PATH, then purge it and
+#                      check nothing is left (tests/package_check.sh)
 #     --shell          an interactive shell in the fresh root instead
 #     --keep           keep the root afterwards (its path is printed)
 #     --run 'CMD'      run CMD (bash -c, in /work/main) instead; may repeat
@@ -23,21 +28,22 @@ shared=${UIWARP_SHARED:-$(cd .. && pwd)/shared}
 cache=${UIWARP_FRESH_CACHE:-/var/cache/uiwarp-fresh}
 suite=bookworm
 
-do_demo=0 do_test=0 do_shell=0 keep=0
+do_demo=0 do_test=0 do_package=0 do_shell=0 keep=0
 runs=()
 while [ $# -gt 0 ]; do
     case $1 in
     --demo) do_demo=1 ;;
     --test) do_test=1 ;;
+    --package) do_test=1 do_package=1 ;;
     --shell) do_shell=1 ;;
     --keep) keep=1 ;;
     --run) runs+=("$2"); shift ;;
-    *) echo "usage: $0 [--demo] [--test] [--shell] [--keep] [--run CMD]" >&2; exit 2 ;;
+    *) echo "usage: $0 [--demo] [--test] [--package] [--shell] [--keep] [--run CMD]" >&2; exit 2 ;;
     esac
     shift
 done
 if [ $do_demo = 0 ] && [ $do_test = 0 ] && [ $do_shell = 0 ] && [ ${#runs[@]} = 0 ]; then
-    do_demo=1 do_test=1
+    do_demo=1 do_test=1 do_package=1
 fi
 
 [ "$(id -u)" = 0 ] || { echo "fresh-check: needs root (debootstrap, chroot, mounts)" >&2; exit 1; }
@@ -76,19 +82,20 @@ if [ ! -s "$tarball" ] || [ -n "$(find "$tarball" -mtime +30)" ]; then
     echo "fresh-check: root made in $(($(date +%s) - t0)) s"
 fi
 
-root=$(mktemp -d /var/tmp/uiwarp-fresh.XXXXXX)
+root=
 mounted=()
-cleanup() {
+drop_root() {
+    [ -n "$root" ] || return 0
     # Processes still running in the root (a test's leftovers) go first.
-    local p
+    local p i
     for p in /proc/[0-9]*; do
         [ "$(readlink "$p/root" 2>/dev/null)" = "$root" ] && kill -9 "${p#/proc/}" 2>/dev/null
     done
     sleep 0.2
-    local i
     for ((i = ${#mounted[@]} - 1; i >= 0; i--)); do
         umount -R "${mounted[i]}" 2>/dev/null || umount -lR "${mounted[i]}" 2>/dev/null || true
     done
+    mounted=()
     if [ $keep = 1 ]; then
         echo "fresh-check: root kept in $root"
     elif findmnt -rn -o TARGET | grep -q "^$root"; then
@@ -96,28 +103,12 @@ cleanup() {
     else
         rm -rf --one-file-system "$root"
     fi
+    root=
 }
-trap cleanup EXIT
+trap drop_root EXIT
 trap 'exit 130' INT TERM
 
-tar -C "$root" -xf "$tarball"
-# The machine's own apt configuration: same mirror, same suites.
-rm -f "$root/etc/apt/sources.list"
-for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
-    [ -f "$f" ] && grep -q debian "$f" && cp "$f" "$root$f"
-done
-cp /etc/resolv.conf "$root/etc/resolv.conf"
-cp /etc/hosts "$root/etc/hosts"
-
-# The checkout as committed plus any uncommitted changes (never build dirs),
-# and shared/ beside it.
-mkdir -p "$root/work/main" "$root/work/shared"
-git ls-files -z --cached --others --exclude-standard |
-    while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
-    tar --null -T - -cf - | tar -C "$root/work/main" -xf -
-cp -a "$shared/." "$root/work/shared/"
-
-mnt() { # type/bind source target [opts]
+mnt() { # type|bind source target [opts]
     mkdir -p "$3"
     if [ "$1" = bind ]; then
         mount --rbind "$2" "$3"
@@ -127,15 +118,38 @@ mnt() { # type/bind source target [opts]
     fi
     mounted+=("$3")
 }
-mnt proc proc "$root/proc"
-mnt bind /sys "$root/sys"
-mnt bind /dev "$root/dev"
-mnt tmpfs tmpfs "$root/run" mode=755
-mnt tmpfs tmpfs "$root/tmp" mode=1777
-mnt bind "$cache/apt-archives" "$root/var/cache/apt/archives"
-mnt bind "$cache/siw-peer" "$root/var/cache/siw-peer"
 
-in_root() { # command string
+# A new fresh root with the checkout in /work/main and shared/ in
+# /work/shared.
+new_root() {
+    drop_root
+    root=$(mktemp -d /var/tmp/uiwarp-fresh.XXXXXX)
+    chmod 0755 "$root" # mktemp's 0700 would make "/" untraversable for other users
+    tar -C "$root" -xf "$tarball"
+    # The machine's own apt configuration: same mirror, same suites.
+    rm -f "$root/etc/apt/sources.list"
+    local f
+    for f in /etc/apt/sources.list.d/*.sources /etc/apt/sources.list; do
+        [ -f "$f" ] && grep -q debian "$f" && cp "$f" "$root$f"
+    done
+    cp /etc/resolv.conf "$root/etc/resolv.conf"
+    cp /etc/hosts "$root/etc/hosts"
+    # The checkout as committed plus uncommitted changes (never build dirs).
+    mkdir -p "$root/work/main" "$root/work/shared"
+    (cd "$src" && git ls-files -z --cached --others --exclude-standard |
+        while IFS= read -r -d '' f; do [ -e "$f" ] && printf '%s\0' "$f"; done |
+        tar --null -T - -cf -) | tar -C "$root/work/main" -xf -
+    cp -a "$shared/." "$root/work/shared/"
+    mnt proc proc "$root/proc"
+    mnt bind /sys "$root/sys"
+    mnt bind /dev "$root/dev"
+    mnt tmpfs tmpfs "$root/run" mode=755
+    mnt tmpfs tmpfs "$root/tmp" mode=1777
+    mnt bind "$cache/apt-archives" "$root/var/cache/apt/archives"
+    mnt bind "$cache/siw-peer" "$root/var/cache/siw-peer"
+}
+
+in_root() { # command string, run with bash in /work/main
     chroot "$root" /usr/bin/env -i \
         PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
         HOME=/root TERM="${TERM:-dumb}" LANG=C.UTF-8 \
@@ -145,25 +159,38 @@ in_root() { # command string
 }
 
 passed=0 failed=0
+result() { # name ok|fail seconds
+    echo "fresh-check: $1 $2 in $3 s"
+    if [ "$2" = passed ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+}
+
 if [ $do_shell = 1 ]; then
+    new_root
     in_root 'exec bash -i' || true
 fi
 for c in "${runs[@]}"; do
+    new_root
     echo "=== fresh root: $c"
-    if in_root "$c"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+    t0=$(date +%s)
+    if in_root "$c"; then result "'$c'" passed $(($(date +%s) - t0)); else result "'$c'" FAILED $(($(date +%s) - t0)); fi
 done
+
+# 1. The README's first command, on its own fresh system.
 if [ $do_demo = 1 ]; then
+    new_root
     echo "=== fresh root: bash scripts/demo.sh"
     t0=$(date +%s)
     if in_root 'bash scripts/demo.sh'; then
-        echo "fresh-check: demo passed in $(($(date +%s) - t0)) s"
-        passed=$((passed + 1))
+        result demo passed $(($(date +%s) - t0))
     else
-        echo "fresh-check: demo FAILED after $(($(date +%s) - t0)) s"
-        failed=$((failed + 1))
+        result demo FAILED $(($(date +%s) - t0))
     fi
 fi
+
+# 2. The README's second command (the test command), on another.
+deb=
 if [ $do_test = 1 ]; then
+    new_root
     echo "=== fresh root: bash scripts/test.sh"
     t0=$(date +%s)
     log=$(mktemp)
@@ -174,16 +201,43 @@ if [ $do_test = 1 ]; then
     line=$(grep -E '^total: [0-9]+ passed, [0-9]+ failed' "$log" | tail -1)
     rm -f "$log"
     echo "fresh-check: test command exit $rc after $(($(date +%s) - t0)) s"
+    f=0
     if [ -n "$line" ]; then
         p=$(echo "$line" | sed -E 's/^total: ([0-9]+) passed.*/\1/')
         f=$(echo "$line" | sed -E 's/.* ([0-9]+) failed.*/\1/')
         passed=$((passed + p))
         failed=$((failed + f))
     fi
-    if [ "$rc" != 0 ] && { [ -z "$line" ] || [ "${f:-0}" = 0 ]; }; then
+    if [ "$rc" != 0 ] && [ "$f" = 0 ]; then
         failed=$((failed + 1))
     fi
+    # The Debian package, built where the build dependencies now are.
+    if [ $do_package = 1 ]; then
+        if in_root 'bash scripts/package.sh build-package' >/dev/null 2>&1; then
+            deb=$(ls "$root"/work/main/build-package/uiwarp_*.deb 2>/dev/null | head -1)
+            if [ -n "$deb" ]; then
+                cp "$deb" "$cache/" && deb=$cache/$(basename "$deb")
+            fi
+        fi
+        [ -n "$deb" ] || { echo "fresh-check: scripts/package.sh made no .deb"; failed=$((failed + 1)); }
+    fi
 fi
+
+# 3. The package on a third fresh system: install, use from PATH, remove.
+if [ $do_package = 1 ] && [ -n "$deb" ]; then
+    new_root
+    echo "=== fresh root: apt-get install ./$(basename "$deb"); uiwarp run rping; apt-get purge uiwarp"
+    cp "$deb" "$root/tmp/"
+    t0=$(date +%s)
+    if in_root "bash tests/package_check.sh /tmp/$(basename "$deb")"; then
+        result package passed $(($(date +%s) - t0))
+    else
+        result package FAILED $(($(date +%s) - t0))
+    fi
+    rm -f "$deb"
+fi
+drop_root
+
 echo
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
