@@ -5,7 +5,7 @@
 # libraries shadow nothing, then purge it and check nothing is left.
 #   tests/package_check.sh PATH/uiwarp_VERSION_ARCH.deb
 set -uo pipefail
-deb=$1
+deb=$(realpath "$1")
 passed=0 failed=0
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
