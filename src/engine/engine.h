@@ -33,6 +33,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#include <uiwarp/stat.h>
 #include <uiwarp/wire.h>
 
 #ifdef __cplusplus
@@ -394,7 +395,22 @@ struct uiw_qp {
     /* Terminate / error */
     bool term_sent, term_received;
     uiw_term_cause term;
+
+    /* live counters (stat.c, include/uiwarp/stat.h): never NULL while the
+     * QP exists; updated under lock */
+    struct uiw_stat_qp *st;
+    pid_t st_owner;
+    struct uiw_cap *pcap; /* UIWARP_PCAP handle (pcap_out.h), or NULL */
 };
+
+/* stat.c: a zeroed slot (in the process's stat file when there is one:
+ * *owner = its pid, else 0 and the slot is on the heap), NULL only when
+ * out of memory; uiw_stat_publish makes it visible to readers once filled */
+struct uiw_stat_qp *uiw_stat_alloc(pid_t *owner);
+void uiw_stat_publish(struct uiw_stat_qp *s);
+void uiw_stat_free(struct uiw_stat_qp *s, pid_t owner);
+/* Fill the connection fields of qp->st (addresses, negotiated MPA). */
+void uiw_stat_connected(struct uiw_qp *qp, bool active);
 
 static inline struct uiw_qp *to_uqp(struct ibv_qp *q)
 {

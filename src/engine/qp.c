@@ -27,6 +27,7 @@
  */
 #include <errno.h>
 #include <sched.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -132,6 +133,7 @@ UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
 
     qp->state = IBV_QPS_ERR;
     qp->ibqp.state = IBV_QPS_ERR;
+    qp->st->qp_state = IBV_QPS_ERR;
     flush_sq_locked(qp);
     flush_rq_locked(qp);
     /* IB verbs: a QP on an SRQ reports that it will take no more WQEs */
@@ -158,6 +160,8 @@ static void reset_locked(struct uiw_qp *qp)
     qp->attr.en_sqd_async_notify = 0;
     qp->state = IBV_QPS_RESET;
     qp->ibqp.state = IBV_QPS_RESET;
+    qp->st->qp_state = IBV_QPS_RESET;
+    qp->st->connected = 0;
 }
 
 /* ------------------------------------------------------------------------
@@ -335,6 +339,7 @@ UIW_EXPORT int uiw_qp_modify_locked(struct uiw_qp *qp, struct ibv_qp_attr *attr,
     } else {
         qp->state = next;
         qp->ibqp.state = next;
+        qp->st->qp_state = next;
         pthread_mutex_lock(&qp->rq_lock);
         qp->rq_open = true;
         pthread_mutex_unlock(&qp->rq_lock);
@@ -401,6 +406,7 @@ static void qp_free(struct uiw_qp *qp)
     free(qp->inline_buf);
     free(qp->orq);
     free(qp->irq);
+    uiw_stat_free(qp->st, qp->st_owner);
     free(qp);
 }
 
@@ -454,7 +460,8 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     qp->inline_buf = calloc(qp->sq_cap, UIW_MAX_INLINE);
     qp->orq = calloc(UIW_MAX_ORD, sizeof(*qp->orq));
     qp->irq = calloc(UIW_MAX_IRD, sizeof(*qp->irq));
-    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf || !qp->orq || !qp->irq)
+    qp->st = uiw_stat_alloc(&qp->st_owner);
+    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf || !qp->orq || !qp->irq || !qp->st)
         goto fail_free;
 
     qp->cap.max_send_wr = qp->sq_cap;
@@ -496,6 +503,10 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     q->qp_type = IBV_QPT_RC;
     pthread_mutex_init(&q->mutex, NULL);
     pthread_cond_init(&q->cond, NULL);
+    qp->st->qp_num = q->qp_num;
+    qp->st->qp_state = IBV_QPS_RESET;
+    snprintf(qp->st->dev, sizeof(qp->st->dev), "%s", ibpd->context->device->name);
+    uiw_stat_publish(qp->st);
 
     if (cq_add_qp(qp->scq, qp))
         goto fail_locks;

@@ -393,6 +393,7 @@ static void place(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_
             uiw_mr_put(mrs[i]);
         }
         r->st_copy += cov;
+        qp->st->rx_copied += cov;
         off += cov;
         len -= cov;
     }
@@ -867,6 +868,7 @@ static void end_term(struct uiw_qp *qp, struct dp_rx *r)
             tm->raw_ctrl[1], tm->raw_ctrl[2], tm->raw_ctrl[3], tm->siw_layout ? "siw" : "RFC",
             tm->hdr_mpa, tm->hdr_ddp, tm->hdr_rdma, r->hdr.msn, ddp, rdma);
     qp->term_received = true;
+    qp->st->term_received++;
     qp->term = tm->cause;
     qp->rx_msn[UIW_QN_TERMINATE] = r->hdr.msn;
 
@@ -975,9 +977,17 @@ static void on_error(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
 static void on_event(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
 {
     switch (ev->kind) {
-    case UIW_RX_HDR:
+    case UIW_RX_HDR: {
+        /* live counters (include/uiwarp/stat.h) */
+        struct uiw_stat_dir_counters *c = &qp->st->rx;
+        unsigned op = ev->hdr->opcode & (UIW_STAT_NOPS - 1);
+        c->fpdus++;
+        c->bytes[op] += ev->payload_len;
+        if (ev->hdr->last)
+            c->msgs[op]++;
         on_hdr(qp, r, ev);
         break;
+    }
     case UIW_RX_PAYLOAD:
         if (r->active && !r->dead && !r->doomed && !r->zc)
             place(qp, r, ev->offset, ev->data, ev->len);
@@ -986,6 +996,8 @@ static void on_event(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
         on_end(qp, r);
         break;
     case UIW_RX_ERROR:
+        if (ev->crc_checked && !ev->crc_ok)
+            qp->st->crc_errors++;
         on_error(qp, r, ev);
         break;
     default:
@@ -1036,6 +1048,7 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
             if (n > 0) {
                 size_t left = (size_t)n < cov ? (size_t)n : cov;
                 r->st_zc += left;
+                qp->st->rx_in_place += left;
                 /* the parser sees the bytes where they already are */
                 r->zc = true;
                 for (int i = 0; i < k && left; i++) {

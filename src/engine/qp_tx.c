@@ -882,6 +882,18 @@ static int pick_next(struct uiw_qp *qp, struct dp_tx *t)
     return 0;
 }
 
+/* Live counters (include/uiwarp/stat.h): the FPDU just built. */
+static void count_fpdu(struct uiw_qp *qp, const struct dp_tx *t)
+{
+    struct uiw_stat_dir_counters *c = &qp->st->tx;
+    unsigned op = t->msg.hdr.opcode & (UIW_STAT_NOPS - 1);
+
+    c->fpdus++;
+    c->bytes[op] += t->fpdu.payload;
+    if (t->fpdu.last)
+        c->msgs[op]++;
+}
+
 static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
 {
     while (batch_room(t)) {
@@ -906,6 +918,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
             uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
             return;
         }
+        count_fpdu(qp, t);
         if (t->src == SRC_IRQ && t->irq_read)
             qp->irq[t->irq_pos].sent = t->msg.done;
         if (!t->fpdu.last) {
@@ -1030,6 +1043,8 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
         uiw_log("qp %u: cannot build the Terminate: %d", qp->ibqp.qp_num, r);
         return;
     }
+    count_fpdu(qp, t);
+    qp->st->term_sent++;
     append_fpdu(t, MK_TERM, 0, false);
 }
 
@@ -1421,6 +1436,7 @@ UIW_EXPORT int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_res
         qp->fd = -1;
         goto out;
     }
+    uiw_stat_connected(qp, !mpa->await_rtr); /* a responder always awaits the first FPDU */
     uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
             qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
             qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");

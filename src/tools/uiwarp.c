@@ -5,6 +5,7 @@
  */
 #include "dump.h"
 #include "run.h"
+#include "stat.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -19,6 +20,7 @@ typedef struct subcommand {
 static const subcommand subcommands[] = {
     {"dump", "check iWARP traffic in pcap/pcapng captures", uiw_dump_main, uiw_dump_usage},
     {"run", "run an unmodified RDMA program over uiwarp", uiw_run_main, uiw_run_usage},
+    {"stat", "list processes using uiwarp, their QPs and counters", uiw_stat_main, uiw_stat_usage},
 };
 
 #define NSUB (sizeof(subcommands) / sizeof(subcommands[0]))
