@@ -12,7 +12,8 @@
 # A benchmark, not a test: not registered with ctest; the exit status is 0
 # unless nothing could run. Programs that are not installed are skipped.
 #
-# Usage: bench/bench_apps.sh [--csv FILE] [--quick]
+# Usage: bench/bench_apps.sh [--csv FILE] [--svg FILE] [--quick]
+# --svg draws the ratios (bench/plot.py). Progress goes to stderr.
 # Environment: UIWARP_BUILD (default: ../build relative to this script).
 set -u
 
@@ -20,6 +21,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${UIWARP_BUILD:-$here/../build}
 LIB=$BUILD/lib
 csv=
+svg=
 quick=0
 while [ $# -gt 0 ]; do
     case $1 in
@@ -27,12 +29,16 @@ while [ $# -gt 0 ]; do
         csv=${2:?--csv needs a file}
         shift 2
         ;;
+    --svg)
+        svg=${2:?--svg needs a file}
+        shift 2
+        ;;
     --quick)
         quick=1
         shift
         ;;
     -h | --help)
-        sed -n '3,16p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '3,17p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
@@ -150,7 +156,7 @@ row() {
         [ -n "$tval" ] || tval=-
     fi
     rows+=("$prog|$mode|$size|$status|$metric|$value|$unit|$extra|$tname|$tval|$ratio")
-    printf '%-22s %-22s %8s %-4s %-14s %10s %-5s %s\n' "$prog" "$mode" "$size" "$status" "$metric" "$value" "$unit" "$extra" >&2
+    printf '[%4ds] %-22s %-22s %8s %-4s %-14s %10s %-5s %s\n' "$SECONDS" "$prog" "$mode" "$size" "$status" "$metric" "$value" "$unit" "$extra" >&2
 }
 
 # The result line after perftest's "#bytes" header, each field cut to its
@@ -391,6 +397,7 @@ for r in "${rows[@]}"; do
     IFS='|' read -r a b c d e f g h i j k <<<"$r"
     echo "| $a | $b | $c | $d | $e | $f | $g | $h | $i | $j | $k |"
 done
+[ -n "$svg" ] && [ -z "$csv" ] && csv=$tmp/rows.csv
 if [ -n "$csv" ]; then
     {
         echo "program,mode,size,result,metric,value,unit,also_reported,tcp_metric,tcp_value,ratio"
@@ -399,7 +406,10 @@ if [ -n "$csv" ]; then
             printf '"%s","%s",%s,%s,"%s",%s,%s,"%s",%s,%s,%s\n' "$a" "$b" "$c" "$d" "$e" "$f" "$g" "$h" "$i" "$j" "$k"
         done
     } >"$csv"
-    echo
-    echo "CSV written to $csv"
+    [ "$csv" != "$tmp/rows.csv" ] && echo && echo "CSV written to $csv"
+fi
+if [ -n "$svg" ]; then
+    python3 "$here/plot.py" "$csv" "$svg" --title "uiwarp / TCP, $(date -u +%Y-%m-%d)" &&
+        echo "SVG written to $svg"
 fi
 exit 0
