@@ -394,8 +394,11 @@ UIW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     struct uiw_mr *mr = to_umr(ibmr);
     struct uiw_pd *pd = mr->pd;
 
-    /* After this nothing new can be placed; wait for placements under way. */
+    /* After this nothing new can be placed; queued Sends/Writes let go of
+     * it (qp_tx.c); wait for placements under way. */
     atomic_store(&mr->valid, false);
+    if (atomic_load(&mr->users))
+        uiw_tx_revoke_mr(mr);
     wait_no_users(mr);
     pthread_mutex_lock(&tab_lock);
     uiw_dbg(2, "dereg_mr stag 0x%08x", mr->stag);

@@ -36,6 +36,42 @@
 static atomic_int nqps, nsrqs;
 static atomic_uint next_qpn = 16;
 
+/* Every QP of the process, for uiw_qp_foreach (ibv_dereg_mr). */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct uiw_qp *all_head;
+
+static void all_add(struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&all_lock);
+    qp->all_prev = NULL;
+    qp->all_next = all_head;
+    if (all_head)
+        all_head->all_prev = qp;
+    all_head = qp;
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void all_del(struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&all_lock);
+    if (qp->all_prev)
+        qp->all_prev->all_next = qp->all_next;
+    else
+        all_head = qp->all_next;
+    if (qp->all_next)
+        qp->all_next->all_prev = qp->all_prev;
+    qp->all_prev = qp->all_next = NULL;
+    pthread_mutex_unlock(&all_lock);
+}
+
+UIW_EXPORT void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg)
+{
+    pthread_mutex_lock(&all_lock);
+    for (struct uiw_qp *qp = all_head; qp; qp = qp->all_next)
+        fn(qp, arg);
+    pthread_mutex_unlock(&all_lock);
+}
+
 /* ------------------------------------------------------------------------
  * References
  * ---------------------------------------------------------------------- */
@@ -103,8 +139,9 @@ static void flush_one(struct uiw_qp *qp, struct uiw_cq *cq, uint64_t wr_id,
 static void flush_sq_locked(struct uiw_qp *qp)
 {
     for (unsigned i = 0; i < qp->sq_count; i++) {
-        const struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
+        struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
 
+        uiw_sqe_put_mrs(e);
         flush_one(qp, qp->scq, e->wr_id, wc_opcode(e->opcode));
     }
     if (qp->sq_cap)
@@ -142,6 +179,8 @@ UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
 /* Back to RESET: queued work is discarded without completions. */
 static void reset_locked(struct uiw_qp *qp)
 {
+    for (unsigned i = 0; i < qp->sq_count; i++)
+        uiw_sqe_put_mrs(&qp->sq[(qp->sq_head + i) % qp->sq_cap]);
     qp->sq_head = qp->sq_count = 0;
     pthread_mutex_lock(&qp->rq_lock);
     qp->rq_open = false;
@@ -395,6 +434,8 @@ static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 
 static void qp_free(struct uiw_qp *qp)
 {
+    for (unsigned i = 0; qp->sq && i < qp->sq_cap; i++)
+        uiw_sqe_put_mrs(&qp->sq[i]);
     uiw_qpx_free(qp);
     free(qp->sq);
     free(qp->rq);
@@ -507,6 +548,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     if (qp->srq)
         atomic_fetch_add(&qp->srq->refs, 1);
     *cap = qp->cap;
+    all_add(qp);
     uiw_dbg(2, "created qp %u sq %u rq %u", q->qp_num, qp->sq_cap, qp->rq_cap);
     return q;
 
@@ -548,6 +590,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
         pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
     pthread_mutex_unlock(&ibqp->mutex);
     /* 4. the data path's private state, then the socket */
+    all_del(qp);
     uiw_qp_dp_free(qp);
     pthread_mutex_lock(&qp->lock);
     fd = qp->fd;
