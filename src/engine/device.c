@@ -226,11 +226,19 @@ UIW_EXPORT void ibv_free_device_list(struct ibv_device **list)
 
 UIW_EXPORT const char *ibv_get_device_name(struct ibv_device *device)
 {
+    if (!device) {
+        errno = EINVAL;
+        return NULL;
+    }
     return device->name;
 }
 
 UIW_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 {
+    if (!device) {
+        errno = EINVAL;
+        return 0;
+    }
     return htobe64(to_udev(device)->guid);
 }
 
@@ -238,6 +246,10 @@ UIW_EXPORT int ibv_get_device_index(struct ibv_device *device)
 {
     int idx;
 
+    if (!device) {
+        errno = EINVAL;
+        return -1;
+    }
     pthread_mutex_lock(&dev_lock); /* a rescan may update it */
     idx = (int)to_udev(device)->ifindex;
     pthread_mutex_unlock(&dev_lock);
@@ -291,8 +303,12 @@ UIW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 UIW_EXPORT int ibv_close_device(struct ibv_context *context)
 {
-    struct uiw_context *ctx = to_uctx(context);
+    struct uiw_context *ctx;
     struct uiw_async_ev *e, *n;
+
+    if (!context)
+        return EINVAL;
+    ctx = to_uctx(context);
 
     for (e = ctx->async_head; e; e = n) {
         n = e->next;
@@ -707,7 +723,13 @@ static int wait_readable(int fd)
 
 UIW_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
-    struct uiw_context *ctx = to_uctx(context);
+    struct uiw_context *ctx;
+
+    if (!context || !event) {
+        errno = EINVAL;
+        return -1;
+    }
+    ctx = to_uctx(context);
 
     for (;;) {
         struct uiw_async_ev *e;
@@ -746,6 +768,8 @@ UIW_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async
 
 UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
+    if (!event)
+        return;
     switch (event_obj(event->event_type)) {
     case OBJ_QP: {
         struct ibv_qp *qp = event->element.qp;

@@ -572,6 +572,8 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     uint32_t reported;
     int fd;
 
+    if (!qp)
+        return EINVAL;
     /* 0. the connection, if any, lets go of the QP (and its reference) */
     uiw_cm_qp_destroyed(qp);
     /* 1. no new poll-driven progress */
@@ -686,12 +688,45 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
 int uiw_op_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
+    struct ibv_send_wr *dummy;
     int ret;
 
+    if (!bad)
+        bad = &dummy; /* misuse: still an errno, not a crash */
     pthread_mutex_lock(&qp->lock);
     ret = uiw_qp_post_send_any_locked(qp, wr, bad);
     pthread_mutex_unlock(&qp->lock);
     return ret;
+}
+
+/* The checks ibv_post_send makes on a WR in RTS (qp_tx.c), for one that is
+ * flushed at once. */
+static bool send_wr_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
+{
+    uint64_t len = 0;
+
+    switch (wr->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_LOCAL_INV:
+        break;
+    default:
+        return false;
+    }
+    if (wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_send_sge ||
+        wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list))
+        return false;
+    for (int i = 0; i < wr->num_sge; i++)
+        len += wr->sg_list[i].length;
+    return !(wr->send_flags & IBV_SEND_INLINE) || wr->opcode == IBV_WR_RDMA_READ ||
+           wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+           wr->opcode == IBV_WR_LOCAL_INV || len <= UIW_MAX_INLINE;
 }
 
 /* Also the ibv_wr_* API's wr_complete (verbs_ex.c), which holds the lock. */
@@ -705,9 +740,16 @@ int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struc
         break;
     case IBV_QPS_ERR:
     case IBV_QPS_SQE:
-        /* verbs: the send queue is in error, new WRs are flushed at once */
-        for (; wr; wr = wr->next)
+        /* verbs: the send queue is in error, new WRs are flushed at once;
+         * a malformed one is still refused (as in RTS) */
+        for (; wr; wr = wr->next) {
+            if (!send_wr_ok(qp, wr)) {
+                ret = EINVAL;
+                *bad = wr;
+                break;
+            }
             flush_one(qp, qp->scq, wr->wr_id, wc_opcode(wr->opcode));
+        }
         break;
     case IBV_QPS_RESET:
         ret = EINVAL;
@@ -724,8 +766,11 @@ int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struc
 int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
+    struct ibv_recv_wr *dummy;
     int ret = 0;
 
+    if (!bad)
+        bad = &dummy; /* misuse: still an errno, not a crash */
     if (qp->srq) {
         *bad = wr;
         return EINVAL; /* receives go to the SRQ */
@@ -870,6 +915,8 @@ UIW_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
     struct uiw_srq *srq = to_usrq(ibsrq);
     uint32_t reported;
 
+    if (!srq)
+        return EINVAL;
     if (atomic_load(&srq->refs) > 0)
         return EBUSY;
     uiw_async_purge(srq->ctx, ibsrq);
@@ -900,7 +947,8 @@ int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
         struct uiw_rqe *e;
         uint64_t len = 0;
 
-        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge) {
+        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge || wr->num_sge > UIW_MAX_SGE ||
+            (wr->num_sge && !wr->sg_list)) {
             ret = EINVAL;
             break;
         }
@@ -918,7 +966,7 @@ int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
         e->length = len;
         srq->count++;
     }
-    if (ret)
+    if (ret && bad)
         *bad = wr;
     pthread_mutex_unlock(&srq->lock);
     return ret;
