@@ -364,7 +364,7 @@ static void fill_device_attr(struct uiw_context *ctx, struct ibv_device_attr *a)
 
 UIW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 {
-    if (!attr)
+    if (!context || !attr)
         return EINVAL;
     fill_device_attr(to_uctx(context), attr);
     return 0;
@@ -490,7 +490,7 @@ int uiw_op_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr 
     struct ibv_port_attr pa;
     int ret;
 
-    if (!attr)
+    if (!c || !attr)
         return EINVAL;
     ret = fill_port_attr(to_uctx(c), port, &pa);
     if (ret)
@@ -519,7 +519,7 @@ static void fill_gid(struct uiw_context *ctx, union ibv_gid *gid)
 UIW_EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index,
                              union ibv_gid *gid)
 {
-    if (port_num != 1 || index != 0 || !gid) {
+    if (!context || port_num != 1 || index != 0 || !gid) {
         errno = EINVAL;
         return -1;
     }
@@ -545,7 +545,7 @@ static void fill_gid_entry(struct uiw_context *ctx, struct ibv_gid_entry *e, siz
 UIW_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
                                  struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
 {
-    if (flags || !entry || entry_size < offsetof(struct ibv_gid_entry, gid_type))
+    if (!context || flags || !entry || entry_size < offsetof(struct ibv_gid_entry, gid_type))
         return EINVAL;
     if (port_num != 1 || gid_index != 0)
         return ENODATA;
@@ -556,7 +556,7 @@ UIW_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num,
 UIW_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
                                         size_t max_entries, uint32_t flags, size_t entry_size)
 {
-    if (flags || !entries || entry_size < offsetof(struct ibv_gid_entry, gid_type))
+    if (!context || flags || !entries || entry_size < offsetof(struct ibv_gid_entry, gid_type))
         return -EINVAL;
     if (max_entries < 1)
         return -EINVAL;

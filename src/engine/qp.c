@@ -629,7 +629,7 @@ UIW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int a
     struct uiw_qp *qp = to_uqp(ibqp);
 
     (void)attr_mask; /* everything is cheap: fill it all */
-    if (!attr || !init_attr)
+    if (!qp || !attr || !init_attr)
         return EINVAL;
     pthread_mutex_lock(&qp->lock);
     *attr = qp->attr;
@@ -656,7 +656,7 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
     struct uiw_qp *qp = to_uqp(ibqp);
     int release_fd = -1, ret;
 
-    if (!attr)
+    if (!qp || !attr)
         return EINVAL;
     pthread_mutex_lock(&qp->lock);
     ret = uiw_qp_modify_locked(qp, attr, attr_mask);
@@ -863,7 +863,7 @@ UIW_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, 
     struct uiw_rqe *ring = NULL;
     int ret = 0;
 
-    if (!attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
+    if (!srq || !attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
         return EINVAL;
     if (mask & IBV_SRQ_MAX_WR) {
         if (attr->max_wr < 1 || attr->max_wr > UIW_MAX_SRQ_WR)
@@ -900,7 +900,7 @@ UIW_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
 
-    if (!attr)
+    if (!srq || !attr)
         return EINVAL;
     pthread_mutex_lock(&srq->lock);
     attr->max_wr = srq->cap;

@@ -20,6 +20,7 @@
  * positive) or -1 with errno set; the ones returning a pointer give NULL
  * with errno set.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <infiniband/verbs.h>
@@ -258,13 +259,24 @@ RET(dev_name_null, EINVAL, ibv_get_device_name(NULL))
 RET(dev_index_null, EINVAL, ibv_get_device_index(NULL))
 RET(open_device_null, EINVAL, ibv_open_device(NULL))
 RET(close_device_null, EINVAL, ibv_close_device(NULL))
-RET(query_device_null_ctx, EINVAL, ibv_query_device(NULL, NULL))
+RET(query_device_null_ctx, EINVAL, ({
+        struct ibv_device_attr da;
+        ibv_query_device(NULL, &da);
+    }))
 RET(query_device_null_attr, EINVAL, ibv_query_device(ctx, NULL))
 RET(query_port_bad_port, EINVAL, ({
         struct ibv_port_attr pa;
         ibv_query_port(ctx, 7, &pa);
     }))
 RET(query_gid_null, EINVAL, ibv_query_gid(ctx, 1, 0, NULL))
+RET(query_gid_null_ctx, EINVAL, ({
+        union ibv_gid g;
+        ibv_query_gid(NULL, 1, 0, &g);
+    }))
+RET(query_gid_ex_null_ctx, EINVAL, ({
+        struct ibv_gid_entry e;
+        ibv_query_gid_ex(NULL, 1, 0, &e, 0);
+    }))
 RET(query_gid_bad_index, EINVAL, ({
         union ibv_gid g;
         ibv_query_gid(ctx, 1, 99, &g);
@@ -281,7 +293,10 @@ RET(query_pkey_bad_index, EINVAL, ({
         ibv_query_pkey(ctx, 1, 99, &k);
     }))
 RET(pkey_index_bad, EINVAL, ibv_get_pkey_index(ctx, 9, 0))
-RET(get_async_null_ctx, EINVAL, ibv_get_async_event(NULL, NULL))
+RET(get_async_null_ctx, EINVAL, ({
+        struct ibv_async_event ev;
+        ibv_get_async_event(NULL, &ev);
+    }))
 RET(get_async_null_ev, EINVAL, ibv_get_async_event(ctx, NULL))
 RET(get_async_empty, EAGAIN, get_async_nonblock_empty())
 RET(query_device_ex_mask, EINVAL, query_device_ex(1))
@@ -319,7 +334,11 @@ RET(resize_cq_huge, EINVAL, ibv_resize_cq(cq, 1 << 30))
 RET(create_channel_null, EINVAL, ibv_create_comp_channel(NULL))
 RET(destroy_channel_null, EINVAL, ibv_destroy_comp_channel(NULL))
 RET(destroy_channel_busy, EBUSY, ibv_destroy_comp_channel(ch))
-RET(get_cq_event_null, EINVAL, ibv_get_cq_event(NULL, NULL, NULL))
+RET(get_cq_event_null, EINVAL, ({
+        struct ibv_cq *c;
+        void *cc;
+        ibv_get_cq_event(NULL, &c, &cc);
+    }))
 RET(get_cq_event_null_out, EINVAL, ibv_get_cq_event(ch, NULL, NULL))
 RET(get_cq_event_empty, EAGAIN, get_cq_event_nonblock_empty())
 RET(poll_cq_negative, EINVAL, -poll_neg())
@@ -340,9 +359,16 @@ RET(create_qp_many_wr, EINVAL, create_qp(pd, cq, cq, IBV_QPT_RC, 1u << 30, 1, 0)
 RET(create_qp_many_sge, EINVAL, create_qp(pd, cq, cq, IBV_QPT_RC, 4, 1000, 0))
 RET(create_qp_big_inline, EINVAL, create_qp(pd, cq, cq, IBV_QPT_RC, 4, 1, 1u << 20))
 RET(destroy_qp_null, EINVAL, ibv_destroy_qp(NULL))
-RET(query_qp_null, EINVAL, ibv_query_qp(NULL, NULL, 0, NULL))
+RET(query_qp_null, EINVAL, ({
+        struct ibv_qp_attr qa;
+        struct ibv_qp_init_attr qia;
+        ibv_query_qp(NULL, &qa, 0, &qia);
+    }))
 RET(query_qp_null_attr, EINVAL, ibv_query_qp(qp_init, NULL, 0, NULL))
-RET(modify_qp_null, EINVAL, ibv_modify_qp(NULL, NULL, 0))
+RET(modify_qp_null, EINVAL, ({
+        struct ibv_qp_attr qa = {.qp_state = IBV_QPS_ERR};
+        ibv_modify_qp(NULL, &qa, IBV_QP_STATE);
+    }))
 RET(modify_qp_null_attr, EINVAL, ibv_modify_qp(qp_init, NULL, IBV_QP_STATE))
 RET(modify_qp_bad_state, EINVAL, modify_state(qp_init, (enum ibv_qp_state)42))
 RET(modify_qp_init_to_sqd, EINVAL, modify_state(qp_init, IBV_QPS_SQD))
@@ -355,11 +381,14 @@ RET(create_srq_many_wr, EINVAL, create_srq(pd, 1u << 30, 1))
 RET(create_srq_many_sge, EINVAL, create_srq(pd, 4, 1000))
 RET(destroy_srq_null, EINVAL, ibv_destroy_srq(NULL))
 RET(destroy_srq_busy, EBUSY, ibv_destroy_srq(srq))
-RET(modify_srq_null, EINVAL, ibv_modify_srq(NULL, NULL, 0))
+RET(modify_srq_null, EINVAL, modify_srq(NULL, 1, IBV_SRQ_LIMIT))
 RET(modify_srq_null_attr, EINVAL, ibv_modify_srq(srq, NULL, IBV_SRQ_LIMIT))
 RET(modify_srq_limit_too_big, EINVAL, modify_srq(srq, 1u << 20, IBV_SRQ_LIMIT))
 RET(modify_srq_bad_mask, EINVAL, modify_srq(srq, 1, 1 << 10))
-RET(query_srq_null, EINVAL, ibv_query_srq(NULL, NULL))
+RET(query_srq_null, EINVAL, ({
+        struct ibv_srq_attr sa;
+        ibv_query_srq(NULL, &sa);
+    }))
 RET(query_srq_null_attr, EINVAL, ibv_query_srq(srq, NULL))
 
 /* posting (context ops) */
@@ -434,6 +463,97 @@ RET(send_err_big_inline, EINVAL, ({
         post_send(qp_err, swr(IBV_WR_SEND, 1, &s, IBV_SEND_INLINE));
     }))
 
+/* compat.c: the IBVERBS_1.0 ABI (old binaries), NULL objects */
+static void *v10(const char *name)
+{
+    void *f = dlvsym(RTLD_DEFAULT, name, "IBVERBS_1.0");
+    CHECK(f != NULL);
+    return f;
+}
+typedef int (*fn_int_p)(void *);
+typedef void *(*fn_ptr_p)(void *);
+#define V10_INT1(name) ((fn_int_p)v10("ibv_" #name))(NULL)
+#define V10_PTR1(name) ((fn_ptr_p)v10("ibv_" #name))(NULL)
+RET(c10_get_device_name, EINVAL, V10_PTR1(get_device_name))
+RET(c10_get_device_guid, EINVAL,
+    ((uint64_t(*)(void *))v10("ibv_get_device_guid"))(NULL) ? 1 : errno)
+RET(c10_free_device_list, 0, (((void (*)(void *))v10("ibv_free_device_list"))(NULL), 0))
+RET(c10_open_device, ENODEV, V10_PTR1(open_device))
+RET(c10_close_device, EINVAL, V10_INT1(close_device))
+RET(c10_get_async_event, EINVAL, ({
+        struct ibv_async_event ev;
+        ((int (*)(void *, void *))v10("ibv_get_async_event"))(NULL, &ev);
+    }))
+RET(c10_ack_async_event, 0, (((void (*)(void *))v10("ibv_ack_async_event"))(NULL), 0))
+RET(c10_query_device, EINVAL, ({
+        struct ibv_device_attr da;
+        ((int (*)(void *, void *))v10("ibv_query_device"))(NULL, &da);
+    }))
+RET(c10_query_port, EINVAL, ({
+        struct ibv_port_attr pa;
+        ((int (*)(void *, uint8_t, void *))v10("ibv_query_port"))(NULL, 1, &pa);
+    }))
+RET(c10_query_gid, EINVAL, ({
+        union ibv_gid g;
+        ((int (*)(void *, uint8_t, int, void *))v10("ibv_query_gid"))(NULL, 1, 0, &g);
+    }))
+RET(c10_query_pkey, EINVAL, ({
+        __be16 k;
+        ((int (*)(void *, uint8_t, int, void *))v10("ibv_query_pkey"))(NULL, 1, 0, &k);
+    }))
+RET(c10_alloc_pd, EINVAL, V10_PTR1(alloc_pd))
+RET(c10_dealloc_pd, EINVAL, V10_INT1(dealloc_pd))
+RET(c10_reg_mr, EINVAL,
+    ((void *(*)(void *, void *, size_t, int))v10("ibv_reg_mr"))(NULL, buf, sizeof(buf), 0))
+RET(c10_dereg_mr, EINVAL, V10_INT1(dereg_mr))
+RET(c10_create_cq, EINVAL,
+    ((void *(*)(void *, int, void *, void *, int))v10("ibv_create_cq"))(NULL, 4, NULL, NULL, 0))
+RET(c10_resize_cq, EINVAL, ((int (*)(void *, int))v10("ibv_resize_cq"))(NULL, 4))
+RET(c10_destroy_cq, EINVAL, V10_INT1(destroy_cq))
+RET(c10_get_cq_event, EINVAL,
+    ((int (*)(void *, void *, void *))v10("ibv_get_cq_event"))(ch, NULL, NULL))
+RET(c10_ack_cq_events, 0, (((void (*)(void *, unsigned))v10("ibv_ack_cq_events"))(NULL, 1), 0))
+RET(c10_create_srq, EINVAL, ((void *(*)(void *, void *))v10("ibv_create_srq"))(NULL, NULL))
+RET(c10_modify_srq, EINVAL, ({
+        struct ibv_srq_attr sa = {.srq_limit = 1};
+        ((int (*)(void *, void *, int))v10("ibv_modify_srq"))(NULL, &sa, IBV_SRQ_LIMIT);
+    }))
+RET(c10_query_srq, EINVAL, ({
+        struct ibv_srq_attr sa;
+        ((int (*)(void *, void *))v10("ibv_query_srq"))(NULL, &sa);
+    }))
+RET(c10_destroy_srq, EINVAL, V10_INT1(destroy_srq))
+RET(c10_create_qp, EINVAL, ((void *(*)(void *, void *))v10("ibv_create_qp"))(NULL, NULL))
+RET(c10_query_qp, EINVAL, ({
+        struct ibv_qp_attr qa;
+        ((int (*)(void *, void *, int, void *))v10("ibv_query_qp"))(NULL, &qa, 0, NULL);
+    }))
+RET(c10_modify_qp, EINVAL, ({
+        struct ibv_qp_attr qa = {.qp_state = IBV_QPS_ERR};
+        ((int (*)(void *, void *, int))v10("ibv_modify_qp"))(NULL, &qa, IBV_QP_STATE);
+    }))
+RET(c10_destroy_qp, EINVAL, V10_INT1(destroy_qp))
+RET(c10_create_ah, EOPNOTSUPP, ((void *(*)(void *, void *))v10("ibv_create_ah"))(NULL, NULL))
+RET(c10_destroy_ah, EINVAL, V10_INT1(destroy_ah))
+RET(c10_attach_mcast, EINVAL,
+    ((int (*)(void *, void *, uint16_t))v10("ibv_attach_mcast"))(NULL, NULL, 0))
+RET(c10_detach_mcast, EINVAL,
+    ((int (*)(void *, void *, uint16_t))v10("ibv_detach_mcast"))(NULL, NULL, 0))
+
+/* private34.c: the provider interface (stubs; arguments never read) */
+RET(p34_cmd_stub, EOPNOTSUPP, ((int (*)(void *))dlsym(RTLD_DEFAULT, "ibv_cmd_dereg_mr"))(NULL))
+RET(p34_gid_type_null_ctx, EINVAL, ({
+        int t;
+        ((int (*)(void *, uint8_t, unsigned, int *))dlsym(RTLD_DEFAULT, "ibv_query_gid_type"))(
+            NULL, 1, 0, &t);
+    }))
+RET(p34_gid_type_null_out, EINVAL,
+    ((int (*)(void *, uint8_t, unsigned, int *))dlsym(RTLD_DEFAULT, "ibv_query_gid_type"))(ctx, 1,
+                                                                                           0, NULL))
+RET(p34_alloc_context, EOPNOTSUPP,
+    ((void *(*)(void *, int, size_t, void *, uint32_t))
+         dlsym(RTLD_DEFAULT, "_verbs_init_and_alloc_context"))(NULL, -1, 0, NULL, 0))
+
 static const struct row rows[] = {
     ROW(K_PTR, EINVAL, dev_name_null),
     ROW(K_NEG, EINVAL, dev_index_null),
@@ -443,6 +563,8 @@ static const struct row rows[] = {
     ROW(K_RET, EINVAL, query_device_null_attr),
     ROW(K_RET, EINVAL, query_port_bad_port),
     ROW(K_NEG, EINVAL, query_gid_null),
+    ROW(K_NEG, EINVAL, query_gid_null_ctx),
+    ROW(K_RET, EINVAL, query_gid_ex_null_ctx),
     ROW(K_NEG, EINVAL, query_gid_bad_index),
     ROW(K_RET, EINVAL, query_gid_ex_null),
     ROW(K_RET, EINVAL, query_gid_ex_flags),
@@ -565,6 +687,42 @@ static const struct row rows[] = {
     ROW(K_RET, EINVAL, send_err_many_sge),
     ROW(K_RET, EINVAL, send_err_null_sgl),
     ROW(K_RET, EINVAL, send_err_big_inline),
+    ROW(K_PTR, EINVAL, c10_get_device_name),
+    ROW(K_RET, EINVAL, c10_get_device_guid),
+    ROW(K_RET, 0, c10_free_device_list),
+    ROW(K_PTR, ENODEV, c10_open_device),
+    ROW(K_RET, EINVAL, c10_close_device),
+    ROW(K_NEG, EINVAL, c10_get_async_event),
+    ROW(K_RET, 0, c10_ack_async_event),
+    ROW(K_RET, EINVAL, c10_query_device),
+    ROW(K_RET, EINVAL, c10_query_port),
+    ROW(K_RET, EINVAL, c10_query_gid),
+    ROW(K_RET, EINVAL, c10_query_pkey),
+    ROW(K_PTR, EINVAL, c10_alloc_pd),
+    ROW(K_RET, EINVAL, c10_dealloc_pd),
+    ROW(K_PTR, EINVAL, c10_reg_mr),
+    ROW(K_RET, EINVAL, c10_dereg_mr),
+    ROW(K_PTR, EINVAL, c10_create_cq),
+    ROW(K_RET, EINVAL, c10_resize_cq),
+    ROW(K_RET, EINVAL, c10_destroy_cq),
+    ROW(K_NEG, EINVAL, c10_get_cq_event),
+    ROW(K_RET, 0, c10_ack_cq_events),
+    ROW(K_PTR, EINVAL, c10_create_srq),
+    ROW(K_RET, EINVAL, c10_modify_srq),
+    ROW(K_RET, EINVAL, c10_query_srq),
+    ROW(K_RET, EINVAL, c10_destroy_srq),
+    ROW(K_PTR, EINVAL, c10_create_qp),
+    ROW(K_RET, EINVAL, c10_query_qp),
+    ROW(K_RET, EINVAL, c10_modify_qp),
+    ROW(K_RET, EINVAL, c10_destroy_qp),
+    ROW(K_PTR, EOPNOTSUPP, c10_create_ah),
+    ROW(K_RET, EINVAL, c10_destroy_ah),
+    ROW(K_RET, EINVAL, c10_attach_mcast),
+    ROW(K_RET, EINVAL, c10_detach_mcast),
+    ROW(K_RET, EOPNOTSUPP, p34_cmd_stub),
+    ROW(K_NEG, EINVAL, p34_gid_type_null_ctx),
+    ROW(K_NEG, EINVAL, p34_gid_type_null_out),
+    ROW(K_PTR, EOPNOTSUPP, p34_alloc_context),
 };
 
 static void setup(void)
