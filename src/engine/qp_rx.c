@@ -45,9 +45,12 @@
 
 #include "dp_int.h"
 
-#define RX_BUF    (64u * 1024)
-#define RX_BUDGET (256u << 10) /* bytes per call before the fd is re-armed */
-#define RX_IOV    (UIW_MAX_SGE + 1)
+#define RX_BUF (64u * 1024)
+/* With CRC everything comes through staging (rx_read): a larger buffer
+ * takes several full-size FPDUs per read */
+#define RX_BUF_CRC (256u * 1024)
+#define RX_BUDGET  (256u << 10) /* bytes per call before the fd is re-armed */
+#define RX_IOV     (UIW_MAX_SGE + 1)
 /* Staging bytes read together with a payload read in place: the pad, CRC,
  * a marker and the next FPDU's header, and not much of its payload (which
  * the next readv should put in place too). */
@@ -1210,20 +1213,30 @@ int dp_rx_attach(struct uiw_qp *qp)
     struct dp_rx *r = RX(qp);
     uiw_rx_cfg cfg;
 
+    size_t want = qp->mpa.crc ? RX_BUF_CRC : RX_BUF;
+
     if (!r) {
         r = calloc(1, sizeof(*r));
         if (!r)
             return -ENOMEM;
-        r->buf = malloc(RX_BUF);
+        r->buf = malloc(want);
         if (!r->buf) {
             free(r);
             return -ENOMEM;
         }
-        r->cap = RX_BUF;
+        r->cap = want;
         qp->rx_state = r;
     } else {
         uint8_t *buf = r->buf;
         size_t cap = r->cap;
+        if (cap != want) {
+            uint8_t *nb = malloc(want);
+            if (!nb)
+                return -ENOMEM;
+            free(buf);
+            buf = nb;
+            cap = want;
+        }
         memset(r, 0, sizeof(*r));
         r->buf = buf;
         r->cap = cap;
