@@ -146,6 +146,34 @@ RET(dst_port_null, rdma_get_dst_port(NULL))
 RET(event_str_bad, strlen(rdma_event_str((enum rdma_cm_event_type)999)) ? 0 : 1)
 RET(reg_msgs_null_id, rdma_reg_msgs(id_unbound, NULL, 0) ? 0 : errno)
 
+RET(create_qp_ex_null, rdma_create_qp_ex(NULL, NULL))
+RET(create_qp_ex_null_attr, rdma_create_qp_ex(id_unbound, NULL))
+RET(create_srq_ex_null, rdma_create_srq_ex(NULL, NULL))
+RET(set_local_ece, rdma_set_local_ece(NULL, NULL))
+RET(get_remote_ece, rdma_get_remote_ece(NULL, NULL))
+RET(reject_ece, rdma_reject_ece(NULL, NULL, 0))
+RET(join_mc_ex_null, rdma_join_multicast_ex(NULL, NULL, NULL))
+RET(bind_twice, ({
+        struct sockaddr_in a = lo(0);
+        rdma_bind_addr(id, (struct sockaddr *)&a);
+    }))
+RET(getaddrinfo_bad_host, ({
+        struct rdma_addrinfo *res = NULL, hints;
+        int r;
+        memset(&hints, 0, sizeof(hints));
+        hints.ai_flags = RAI_NUMERICHOST; /* no resolver: fails at once */
+        r = rdma_getaddrinfo("not-a-number", "1", &hints, &res);
+        if (!r)
+            rdma_freeaddrinfo(res);
+        r == 0 ? 0 : -1;
+    }))
+RET(get_devices_null, ({
+        struct ibv_context **l = rdma_get_devices(NULL);
+        if (l)
+            rdma_free_devices(l);
+        l ? 0 : 1;
+    }))
+
 static const struct row rows[] = {
     ROW(K_NEG, EINVAL, create_id_null_out),
     ROW(K_NEG, EOPNOTSUPP, create_id_bad_ps),
@@ -198,6 +226,16 @@ static const struct row rows[] = {
     ROW(K_VAL, 0, dst_port_null),
     ROW(K_VAL, 0, event_str_bad),
     ROW(K_VAL, EINVAL, reg_msgs_null_id),
+    ROW(K_NEG, EINVAL, create_qp_ex_null),
+    ROW(K_NEG, EINVAL, create_qp_ex_null_attr),
+    ROW(K_NEG, EINVAL, create_srq_ex_null),
+    ROW(K_NEG, EOPNOTSUPP, set_local_ece),
+    ROW(K_NEG, EOPNOTSUPP, get_remote_ece),
+    ROW(K_NEG, EOPNOTSUPP, reject_ece),
+    ROW(K_NEG, ENOSYS, join_mc_ex_null),
+    ROW(K_NEG, EINVAL, bind_twice),
+    ROW(K_VAL, -1, getaddrinfo_bad_host),
+    ROW(K_VAL, 0, get_devices_null),
 };
 
 int main(void)
