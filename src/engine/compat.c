@@ -48,10 +48,17 @@
  * args are parenthesised lists of what follows the object, each with a
  * leading comma (or empty). */
 #define ARGS(...) __VA_ARGS__
+/* The real object of a 1.0 wrapper, NULL for none (the real verb then
+ * refuses it with EINVAL: API misuse is an errno, never a crash). */
+#define REAL(w, obj) ((w) ? (w)->obj : NULL)
 #define COMPAT_1_0_FORWARD(ret, name, type, obj, params, args)                                     \
     COMPAT_1_0(name);                                                                              \
     ret uiw_##name##_1_0(struct type *w ARGS params)                                               \
     {                                                                                              \
+        if (!w) {                                                                                  \
+            errno = EINVAL;                                                                        \
+            return _Generic((ret)0, int : EINVAL, default : (ret)0);                               \
+        }                                                                                          \
         return ibv_##name(w->obj ARGS args);                                                       \
     }
 
@@ -60,7 +67,7 @@
     COMPAT_1_0(name);                                                                              \
     int uiw_##name##_1_0(struct type *w)                                                           \
     {                                                                                              \
-        int ret = ibv_##name(w->obj);                                                              \
+        int ret = w ? ibv_##name(w->obj) : EINVAL;                                                 \
                                                                                                    \
         if (!ret)                                                                                  \
             free(w);                                                                               \
@@ -323,6 +330,8 @@ fail:
 COMPAT_1_0(free_device_list);
 void uiw_free_device_list_1_0(struct ibv_device_1_0 **list)
 {
+    if (!list)
+        return;
     for (struct ibv_device_1_0 **l = list; *l; l++)
         free(*l);
     ibv_free_device_list((struct ibv_device **)(void *)list[-1]);
@@ -393,14 +402,15 @@ static int post_recvs_1_0(struct ibv_qp *qp, struct ibv_srq *srq, struct ibv_rec
 
     out = recv_wrs_1_0(wr, &n);
     if (n && !out) {
-        *bad = wr;
+        if (bad)
+            *bad = wr;
         return ENOMEM;
     }
     if (!n)
         return 0;
     ret = qp ? qp->context->ops.post_recv(qp, out, &rbad)
              : srq->context->ops.post_srq_recv(srq, out, &rbad);
-    if (ret && rbad)
+    if (ret && rbad && bad)
         *bad = bad_1_0(wr, offsetof(struct ibv_recv_wr_1_0, next), out, sizeof(*out), rbad);
     free(out);
     return ret;
@@ -432,7 +442,8 @@ static int post_send_1_0(struct ibv_qp_1_0 *qp, struct ibv_send_wr_1_0 *wr,
         return 0;
     out = calloc(n, sizeof(*out));
     if (!out) {
-        *bad = wr;
+        if (bad)
+            *bad = wr;
         return ENOMEM;
     }
     for (struct ibv_send_wr_1_0 *w = wr; w; w = w->next, k++) {
@@ -461,7 +472,7 @@ static int post_send_1_0(struct ibv_qp_1_0 *qp, struct ibv_send_wr_1_0 *wr,
         }
     }
     ret = r->context->ops.post_send(r, out, &rbad);
-    if (ret && rbad)
+    if (ret && rbad && bad)
         *bad = bad_1_0(wr, offsetof(struct ibv_send_wr_1_0, next), out, sizeof(*out), rbad);
     free(out);
     return ret;
@@ -472,7 +483,7 @@ struct ibv_context_1_0 *uiw_open_device_1_0(struct ibv_device_1_0 *dev)
 {
     struct ibv_context_1_0 *ctx;
 
-    NEW_WRAPPER(ctx, real_context, ibv_open_device(dev->real_device));
+    NEW_WRAPPER(ctx, real_context, ibv_open_device(REAL(dev, real_device)));
     ctx->device = dev;
     ctx->cmd_fd = ctx->real_context->cmd_fd;
     ctx->async_fd = ctx->real_context->async_fd;
@@ -516,7 +527,7 @@ static enum ev_obj ev_obj(enum ibv_event_type type)
 COMPAT_1_0(get_async_event);
 int uiw_get_async_event_1_0(struct ibv_context_1_0 *ctx, struct ibv_async_event *ev)
 {
-    int ret = ibv_get_async_event(ctx->real_context, ev);
+    int ret = ibv_get_async_event(REAL(ctx, real_context), ev);
 
     if (ret)
         return ret;
@@ -539,7 +550,11 @@ int uiw_get_async_event_1_0(struct ibv_context_1_0 *ctx, struct ibv_async_event 
 COMPAT_1_0(ack_async_event);
 void uiw_ack_async_event_1_0(struct ibv_async_event *ev)
 {
-    struct ibv_async_event real = *ev;
+    struct ibv_async_event real;
+
+    if (!ev)
+        return;
+    real = *ev;
 
     switch (ev_obj(ev->event_type)) {
     case EV_CQ:
@@ -564,6 +579,8 @@ COMPAT_1_0_FORWARD(int, query_device, ibv_context_1_0, real_context,
 COMPAT_1_0(query_port);
 int uiw_query_port_1_0(struct ibv_context_1_0 *ctx, uint8_t port, struct ibv_port_attr *attr)
 {
+    if (!ctx || !attr)
+        return EINVAL;
     return uiw_op_query_port(ctx->real_context, port, attr,
                              offsetof(struct ibv_port_attr, link_layer));
 }
@@ -582,7 +599,7 @@ struct ibv_pd_1_0 *uiw_alloc_pd_1_0(struct ibv_context_1_0 *ctx)
 {
     struct ibv_pd_1_0 *pd;
 
-    NEW_WRAPPER(pd, real_pd, ibv_alloc_pd(ctx->real_context));
+    NEW_WRAPPER(pd, real_pd, ibv_alloc_pd(REAL(ctx, real_context)));
     pd->context = ctx;
     pd->handle = pd->real_pd->handle;
     return pd;
@@ -595,7 +612,7 @@ struct ibv_mr_1_0 *uiw_reg_mr_1_0(struct ibv_pd_1_0 *pd, void *addr, size_t leng
 {
     struct ibv_mr_1_0 *mr;
 
-    NEW_WRAPPER(mr, real_mr, ibv_reg_mr(pd->real_pd, addr, length, access));
+    NEW_WRAPPER(mr, real_mr, ibv_reg_mr(REAL(pd, real_pd), addr, length, access));
     mr->context = pd->context;
     mr->pd = pd;
     mr->handle = mr->real_mr->handle;
@@ -612,7 +629,7 @@ struct ibv_cq_1_0 *uiw_create_cq_1_0(struct ibv_context_1_0 *ctx, int cqe, void 
 {
     struct ibv_cq_1_0 *cq;
 
-    NEW_WRAPPER(cq, real_cq, ibv_create_cq(ctx->real_context, cqe, cq, channel, comp_vector));
+    NEW_WRAPPER(cq, real_cq, ibv_create_cq(REAL(ctx, real_context), cqe, cq, channel, comp_vector));
     cq->context = ctx;
     cq->cq_context = cq_context;
     cq->cqe = cq->real_cq->cqe;
@@ -622,7 +639,7 @@ struct ibv_cq_1_0 *uiw_create_cq_1_0(struct ibv_context_1_0 *ctx, int cqe, void 
 COMPAT_1_0(resize_cq);
 int uiw_resize_cq_1_0(struct ibv_cq_1_0 *cq, int cqe)
 {
-    int ret = ibv_resize_cq(cq->real_cq, cqe);
+    int ret = ibv_resize_cq(REAL(cq, real_cq), cqe);
 
     if (!ret)
         cq->cqe = cq->real_cq->cqe;
@@ -637,8 +654,13 @@ int uiw_get_cq_event_1_0(struct ibv_comp_channel *channel, struct ibv_cq_1_0 **c
 {
     struct ibv_cq *real;
     void *wrapper;
-    int ret = ibv_get_cq_event(channel, &real, &wrapper);
+    int ret;
 
+    if (!cq || !cq_context) {
+        errno = EINVAL;
+        return -1;
+    }
+    ret = ibv_get_cq_event(channel, &real, &wrapper);
     if (ret)
         return ret;
     *cq = wrapper;
@@ -649,7 +671,7 @@ int uiw_get_cq_event_1_0(struct ibv_comp_channel *channel, struct ibv_cq_1_0 **c
 COMPAT_1_0(ack_cq_events);
 void uiw_ack_cq_events_1_0(struct ibv_cq_1_0 *cq, unsigned int nevents)
 {
-    ibv_ack_cq_events(cq->real_cq, nevents);
+    ibv_ack_cq_events(REAL(cq, real_cq), nevents);
 }
 
 /* ------------------------------------------------------------------------
@@ -660,9 +682,9 @@ COMPAT_1_0(create_srq);
 struct ibv_srq_1_0 *uiw_create_srq_1_0(struct ibv_pd_1_0 *pd, struct ibv_srq_init_attr *init)
 {
     struct ibv_srq_1_0 *srq;
-    void *user_ctx = init->srq_context;
+    void *user_ctx = init ? init->srq_context : NULL;
 
-    NEW_WRAPPER(srq, real_srq, ibv_create_srq(pd->real_pd, init));
+    NEW_WRAPPER(srq, real_srq, ibv_create_srq(REAL(pd, real_pd), init));
     srq->context = pd->context;
     srq->srq_context = user_ctx;
     srq->pd = pd;
@@ -682,7 +704,7 @@ struct ibv_qp_1_0 *uiw_create_qp_1_0(struct ibv_pd_1_0 *pd, struct ibv_qp_init_a
     struct ibv_qp_1_0 *qp;
     struct ibv_qp_init_attr real;
 
-    if (!init || !init->send_cq || !init->recv_cq) {
+    if (!pd || !init || !init->send_cq || !init->recv_cq) {
         errno = EINVAL;
         return NULL;
     }
@@ -723,8 +745,11 @@ int uiw_query_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask,
                      struct ibv_qp_init_attr_1_0 *init)
 {
     struct ibv_qp_init_attr real;
-    int ret = ibv_query_qp(qp->real_qp, attr, mask, &real);
+    int ret;
 
+    if (!qp || !init)
+        return EINVAL;
+    ret = ibv_query_qp(qp->real_qp, attr, mask, &real);
     if (ret)
         return ret;
     init->qp_context = qp->qp_context;
@@ -740,7 +765,7 @@ int uiw_query_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask,
 COMPAT_1_0(modify_qp);
 int uiw_modify_qp_1_0(struct ibv_qp_1_0 *qp, struct ibv_qp_attr *attr, int mask)
 {
-    int ret = ibv_modify_qp(qp->real_qp, attr, mask);
+    int ret = ibv_modify_qp(REAL(qp, real_qp), attr, mask);
 
     if (!ret)
         qp->state = qp->real_qp->state;
@@ -754,7 +779,7 @@ struct ibv_ah_1_0 *uiw_create_ah_1_0(struct ibv_pd_1_0 *pd, struct ibv_ah_attr *
 {
     struct ibv_ah_1_0 *ah;
 
-    NEW_WRAPPER(ah, real_ah, ibv_create_ah(pd->real_pd, attr));
+    NEW_WRAPPER(ah, real_ah, ibv_create_ah(REAL(pd, real_pd), attr));
     ah->context = pd->context;
     ah->pd = pd;
     ah->handle = ah->real_ah->handle;

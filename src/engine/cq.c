@@ -53,9 +53,14 @@ static struct uiw_comp_channel *to_uch(struct ibv_comp_channel *c)
 
 UIW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 {
-    struct uiw_comp_channel *ch = calloc(1, sizeof(*ch));
+    struct uiw_comp_channel *ch;
     int fds[2];
 
+    if (!context) {
+        errno = EINVAL;
+        return NULL;
+    }
+    ch = calloc(1, sizeof(*ch));
     if (!ch) {
         errno = ENOMEM;
         return NULL;
@@ -80,6 +85,8 @@ UIW_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 {
     struct uiw_comp_channel *ch = to_uch(channel);
 
+    if (!channel)
+        return EINVAL;
     pthread_mutex_lock(&ch->lock);
     if (ch->ch.refcnt) {
         pthread_mutex_unlock(&ch->lock);
@@ -156,6 +163,10 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
 {
     struct uiw_comp_channel *ch = to_uch(channel);
 
+    if (!channel || !cq || !cq_context) {
+        errno = EINVAL;
+        return -1;
+    }
     for (;;) {
         char b;
         ssize_t r = read(channel->fd, &b, 1);
@@ -186,6 +197,8 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
 
 UIW_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
 {
+    if (!cq)
+        return;
     pthread_mutex_lock(&cq->mutex);
     cq->comp_events_completed += nevents;
     pthread_cond_broadcast(&cq->cond);
@@ -201,7 +214,7 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
 {
     struct uiw_cq *cq;
 
-    if (cqe < 1 || cqe > UIW_MAX_CQE || comp_vector < 0 ||
+    if (!context || cqe < 1 || cqe > UIW_MAX_CQE || comp_vector < 0 ||
         comp_vector >= context->num_comp_vectors) {
         errno = EINVAL;
         return NULL;
@@ -247,9 +260,12 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
 UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
 {
     struct uiw_cq *cq = to_ucq(ibcq);
-    struct uiw_context *ctx = to_uctx(ibcq->context);
+    struct uiw_context *ctx;
     uint32_t comp_reported = 0, async_reported;
 
+    if (!cq)
+        return EINVAL;
+    ctx = to_uctx(ibcq->context);
     pthread_mutex_lock(&cq->lock);
     if (cq->nqps) {
         pthread_mutex_unlock(&cq->lock);
@@ -294,7 +310,7 @@ UIW_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
     struct uiw_cq *cq = to_ucq(ibcq);
     struct ibv_wc *ring;
 
-    if (cqe < 1 || cqe > UIW_MAX_CQE)
+    if (!cq || cqe < 1 || cqe > UIW_MAX_CQE)
         return EINVAL;
     ring = calloc((size_t)cqe, sizeof(*ring));
     if (!ring)
@@ -370,7 +386,7 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
     bool overflow, drive;
     int got;
 
-    if (n < 0)
+    if (n < 0 || (n > 0 && !wc))
         return -EINVAL;
     if (n == 0)
         return 0;

@@ -226,11 +226,19 @@ UIW_EXPORT void ibv_free_device_list(struct ibv_device **list)
 
 UIW_EXPORT const char *ibv_get_device_name(struct ibv_device *device)
 {
+    if (!device) {
+        errno = EINVAL;
+        return NULL;
+    }
     return device->name;
 }
 
 UIW_EXPORT __be64 ibv_get_device_guid(struct ibv_device *device)
 {
+    if (!device) {
+        errno = EINVAL;
+        return 0;
+    }
     return htobe64(to_udev(device)->guid);
 }
 
@@ -238,6 +246,10 @@ UIW_EXPORT int ibv_get_device_index(struct ibv_device *device)
 {
     int idx;
 
+    if (!device) {
+        errno = EINVAL;
+        return -1;
+    }
     pthread_mutex_lock(&dev_lock); /* a rescan may update it */
     idx = (int)to_udev(device)->ifindex;
     pthread_mutex_unlock(&dev_lock);
@@ -291,8 +303,12 @@ UIW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 
 UIW_EXPORT int ibv_close_device(struct ibv_context *context)
 {
-    struct uiw_context *ctx = to_uctx(context);
+    struct uiw_context *ctx;
     struct uiw_async_ev *e, *n;
+
+    if (!context)
+        return EINVAL;
+    ctx = to_uctx(context);
 
     for (e = ctx->async_head; e; e = n) {
         n = e->next;
@@ -348,7 +364,7 @@ static void fill_device_attr(struct uiw_context *ctx, struct ibv_device_attr *a)
 
 UIW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 {
-    if (!attr)
+    if (!context || !attr)
         return EINVAL;
     fill_device_attr(to_uctx(context), attr);
     return 0;
@@ -474,7 +490,7 @@ int uiw_op_query_port(struct ibv_context *c, uint8_t port, struct ibv_port_attr 
     struct ibv_port_attr pa;
     int ret;
 
-    if (!attr)
+    if (!c || !attr)
         return EINVAL;
     ret = fill_port_attr(to_uctx(c), port, &pa);
     if (ret)
@@ -503,7 +519,7 @@ static void fill_gid(struct uiw_context *ctx, union ibv_gid *gid)
 UIW_EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index,
                              union ibv_gid *gid)
 {
-    if (port_num != 1 || index != 0 || !gid) {
+    if (!context || port_num != 1 || index != 0 || !gid) {
         errno = EINVAL;
         return -1;
     }
@@ -529,7 +545,7 @@ static void fill_gid_entry(struct uiw_context *ctx, struct ibv_gid_entry *e, siz
 UIW_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
                                  struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
 {
-    if (flags || !entry || entry_size < offsetof(struct ibv_gid_entry, gid_type))
+    if (!context || flags || !entry || entry_size < offsetof(struct ibv_gid_entry, gid_type))
         return EINVAL;
     if (port_num != 1 || gid_index != 0)
         return ENODATA;
@@ -540,7 +556,7 @@ UIW_EXPORT int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num,
 UIW_EXPORT ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
                                         size_t max_entries, uint32_t flags, size_t entry_size)
 {
-    if (flags || !entries || entry_size < offsetof(struct ibv_gid_entry, gid_type))
+    if (!context || flags || !entries || entry_size < offsetof(struct ibv_gid_entry, gid_type))
         return -EINVAL;
     if (max_entries < 1)
         return -EINVAL;
@@ -707,7 +723,13 @@ static int wait_readable(int fd)
 
 UIW_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
-    struct uiw_context *ctx = to_uctx(context);
+    struct uiw_context *ctx;
+
+    if (!context || !event) {
+        errno = EINVAL;
+        return -1;
+    }
+    ctx = to_uctx(context);
 
     for (;;) {
         struct uiw_async_ev *e;
@@ -746,6 +768,8 @@ UIW_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async
 
 UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
+    if (!event)
+        return;
     switch (event_obj(event->event_type)) {
     case OBJ_QP: {
         struct ibv_qp *qp = event->element.qp;

@@ -278,7 +278,21 @@ struct uiw_sqe {
     bool immediate_pending; /* Write/Send with Imm: the Immediate Data message follows */
     uint8_t state;          /* enum dp_sqe_state (dp_int.h) */
     uint8_t status;         /* enum ibv_wc_status once state is done (qp_tx.c) */
+    /* Source MRs of a Send/Write, held (users count) from the moment the
+     * WR starts until its last byte was handed to TCP or it is flushed
+     * (qp_tx.c): ibv_dereg_mr in between revokes them (uiw_tx_revoke_mr) */
+    bool revoked;                   /* a source MR was deregistered mid-message */
+    uint8_t nmr;                    /* entries of mr[] in use (NULL: revoked) */
+    struct uiw_mr *mr[UIW_MAX_SGE]; /* held source MRs */
 };
+
+/* Release the source MRs an SQE holds (any path that ends the WR). */
+static inline void uiw_sqe_put_mrs(struct uiw_sqe *e)
+{
+    for (unsigned i = 0; i < e->nmr; i++)
+        uiw_mr_put(e->mr[i]);
+    e->nmr = 0;
+}
 
 struct uiw_rqe {
     uint64_t wr_id;
@@ -401,6 +415,9 @@ struct uiw_qp {
     struct uiw_stat_qp *st;
     pid_t st_owner;
     struct uiw_cap *pcap; /* UIWARP_PCAP handle (pcap_out.h), or NULL */
+
+    /* the process's QP list (qp.c, uiw_qp_foreach) */
+    struct uiw_qp *all_prev, *all_next;
 };
 
 /* stat.c: a zeroed slot (in the process's stat file when there is one:
@@ -411,6 +428,17 @@ void uiw_stat_publish(struct uiw_stat_qp *s);
 void uiw_stat_free(struct uiw_stat_qp *s, pid_t owner);
 /* Fill the connection fields of qp->st (addresses, negotiated MPA). */
 void uiw_stat_connected(struct uiw_qp *qp, bool active);
+
+/* Call fn for every QP of the process (created and not yet destroyed),
+ * holding the list lock: fn may take qp->lock (lock order: QP list ->
+ * qp->lock); nothing may hold a QP lock and call this. */
+void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg);
+/* ibv_dereg_mr (mem.c), once mr is no longer valid and still has users:
+ * every QP whose queued Send/Write holds mr lets go of it (qp_tx.c). Bytes
+ * already cut into FPDUs are copied and still go out; a message whose
+ * rest was still to be read from mr completes with IBV_WC_LOC_PROT_ERR
+ * and a Terminate (the QP goes to ERR). Never waits for the network. */
+void uiw_tx_revoke_mr(struct uiw_mr *mr);
 
 static inline struct uiw_qp *to_uqp(struct ibv_qp *q)
 {

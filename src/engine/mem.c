@@ -222,6 +222,10 @@ UIW_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
     static atomic_uint handles;
     struct uiw_pd *pd;
 
+    if (!context) {
+        errno = EINVAL;
+        return NULL;
+    }
     if (atomic_fetch_add(&npds, 1) >= UIW_MAX_PD) {
         atomic_fetch_sub(&npds, 1);
         errno = ENOMEM;
@@ -243,6 +247,8 @@ UIW_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 {
     struct uiw_pd *pd = to_upd(ibpd);
 
+    if (!pd)
+        return EINVAL;
     if (atomic_load(&pd->refs) > 0)
         return EBUSY;
     free(pd);
@@ -392,10 +398,17 @@ static void wait_no_users(struct uiw_mr *mr)
 UIW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
 {
     struct uiw_mr *mr = to_umr(ibmr);
-    struct uiw_pd *pd = mr->pd;
+    struct uiw_pd *pd;
 
-    /* After this nothing new can be placed; wait for placements under way. */
+    if (!mr)
+        return EINVAL;
+    pd = mr->pd;
+
+    /* After this nothing new can be placed; queued Sends/Writes let go of
+     * it (qp_tx.c); wait for placements under way. */
     atomic_store(&mr->valid, false);
+    if (atomic_load(&mr->users))
+        uiw_tx_revoke_mr(mr);
     wait_no_users(mr);
     pthread_mutex_lock(&tab_lock);
     uiw_dbg(2, "dereg_mr stag 0x%08x", mr->stag);

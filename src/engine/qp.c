@@ -37,6 +37,42 @@
 static atomic_int nqps, nsrqs;
 static atomic_uint next_qpn = 16;
 
+/* Every QP of the process, for uiw_qp_foreach (ibv_dereg_mr). */
+static pthread_mutex_t all_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct uiw_qp *all_head;
+
+static void all_add(struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&all_lock);
+    qp->all_prev = NULL;
+    qp->all_next = all_head;
+    if (all_head)
+        all_head->all_prev = qp;
+    all_head = qp;
+    pthread_mutex_unlock(&all_lock);
+}
+
+static void all_del(struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&all_lock);
+    if (qp->all_prev)
+        qp->all_prev->all_next = qp->all_next;
+    else
+        all_head = qp->all_next;
+    if (qp->all_next)
+        qp->all_next->all_prev = qp->all_prev;
+    qp->all_prev = qp->all_next = NULL;
+    pthread_mutex_unlock(&all_lock);
+}
+
+UIW_EXPORT void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg)
+{
+    pthread_mutex_lock(&all_lock);
+    for (struct uiw_qp *qp = all_head; qp; qp = qp->all_next)
+        fn(qp, arg);
+    pthread_mutex_unlock(&all_lock);
+}
+
 /* ------------------------------------------------------------------------
  * References
  * ---------------------------------------------------------------------- */
@@ -104,8 +140,9 @@ static void flush_one(struct uiw_qp *qp, struct uiw_cq *cq, uint64_t wr_id,
 static void flush_sq_locked(struct uiw_qp *qp)
 {
     for (unsigned i = 0; i < qp->sq_count; i++) {
-        const struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
+        struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
 
+        uiw_sqe_put_mrs(e);
         flush_one(qp, qp->scq, e->wr_id, wc_opcode(e->opcode));
     }
     if (qp->sq_cap)
@@ -144,6 +181,8 @@ UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
 /* Back to RESET: queued work is discarded without completions. */
 static void reset_locked(struct uiw_qp *qp)
 {
+    for (unsigned i = 0; i < qp->sq_count; i++)
+        uiw_sqe_put_mrs(&qp->sq[(qp->sq_head + i) % qp->sq_cap]);
     qp->sq_head = qp->sq_count = 0;
     pthread_mutex_lock(&qp->rq_lock);
     qp->rq_open = false;
@@ -400,6 +439,8 @@ static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 
 static void qp_free(struct uiw_qp *qp)
 {
+    for (unsigned i = 0; qp->sq && i < qp->sq_cap; i++)
+        uiw_sqe_put_mrs(&qp->sq[i]);
     uiw_qpx_free(qp);
     free(qp->sq);
     free(qp->rq);
@@ -518,6 +559,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     if (qp->srq)
         atomic_fetch_add(&qp->srq->refs, 1);
     *cap = qp->cap;
+    all_add(qp);
     uiw_dbg(2, "created qp %u sq %u rq %u", q->qp_num, qp->sq_cap, qp->rq_cap);
     return q;
 
@@ -541,6 +583,8 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     uint32_t reported;
     int fd;
 
+    if (!qp)
+        return EINVAL;
     /* 0. the connection, if any, lets go of the QP (and its reference) */
     uiw_cm_qp_destroyed(qp);
     /* 1. no new poll-driven progress */
@@ -559,6 +603,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
         pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
     pthread_mutex_unlock(&ibqp->mutex);
     /* 4. the data path's private state, then the socket */
+    all_del(qp);
     uiw_qp_dp_free(qp);
     pthread_mutex_lock(&qp->lock);
     fd = qp->fd;
@@ -595,7 +640,7 @@ UIW_EXPORT int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int a
     struct uiw_qp *qp = to_uqp(ibqp);
 
     (void)attr_mask; /* everything is cheap: fill it all */
-    if (!attr || !init_attr)
+    if (!qp || !attr || !init_attr)
         return EINVAL;
     pthread_mutex_lock(&qp->lock);
     *attr = qp->attr;
@@ -622,7 +667,7 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
     struct uiw_qp *qp = to_uqp(ibqp);
     int release_fd = -1, ret;
 
-    if (!attr)
+    if (!qp || !attr)
         return EINVAL;
     pthread_mutex_lock(&qp->lock);
     ret = uiw_qp_modify_locked(qp, attr, attr_mask);
@@ -654,12 +699,45 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
 int uiw_op_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
+    struct ibv_send_wr *dummy;
     int ret;
 
+    if (!bad)
+        bad = &dummy; /* misuse: still an errno, not a crash */
     pthread_mutex_lock(&qp->lock);
     ret = uiw_qp_post_send_any_locked(qp, wr, bad);
     pthread_mutex_unlock(&qp->lock);
     return ret;
+}
+
+/* The checks ibv_post_send makes on a WR in RTS (qp_tx.c), for one that is
+ * flushed at once. */
+static bool send_wr_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
+{
+    uint64_t len = 0;
+
+    switch (wr->opcode) {
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_INV:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+    case IBV_WR_RDMA_READ:
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+    case IBV_WR_LOCAL_INV:
+        break;
+    default:
+        return false;
+    }
+    if (wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_send_sge ||
+        wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list))
+        return false;
+    for (int i = 0; i < wr->num_sge; i++)
+        len += wr->sg_list[i].length;
+    return !(wr->send_flags & IBV_SEND_INLINE) || wr->opcode == IBV_WR_RDMA_READ ||
+           wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+           wr->opcode == IBV_WR_LOCAL_INV || len <= UIW_MAX_INLINE;
 }
 
 /* Also the ibv_wr_* API's wr_complete (verbs_ex.c), which holds the lock. */
@@ -673,9 +751,16 @@ int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struc
         break;
     case IBV_QPS_ERR:
     case IBV_QPS_SQE:
-        /* verbs: the send queue is in error, new WRs are flushed at once */
-        for (; wr; wr = wr->next)
+        /* verbs: the send queue is in error, new WRs are flushed at once;
+         * a malformed one is still refused (as in RTS) */
+        for (; wr; wr = wr->next) {
+            if (!send_wr_ok(qp, wr)) {
+                ret = EINVAL;
+                *bad = wr;
+                break;
+            }
             flush_one(qp, qp->scq, wr->wr_id, wc_opcode(wr->opcode));
+        }
         break;
     case IBV_QPS_RESET:
         ret = EINVAL;
@@ -692,8 +777,11 @@ int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struc
 int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
+    struct ibv_recv_wr *dummy;
     int ret = 0;
 
+    if (!bad)
+        bad = &dummy; /* misuse: still an errno, not a crash */
     if (qp->srq) {
         *bad = wr;
         return EINVAL; /* receives go to the SRQ */
@@ -786,7 +874,7 @@ UIW_EXPORT int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, 
     struct uiw_rqe *ring = NULL;
     int ret = 0;
 
-    if (!attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
+    if (!srq || !attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
         return EINVAL;
     if (mask & IBV_SRQ_MAX_WR) {
         if (attr->max_wr < 1 || attr->max_wr > UIW_MAX_SRQ_WR)
@@ -823,7 +911,7 @@ UIW_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
 
-    if (!attr)
+    if (!srq || !attr)
         return EINVAL;
     pthread_mutex_lock(&srq->lock);
     attr->max_wr = srq->cap;
@@ -838,6 +926,8 @@ UIW_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
     struct uiw_srq *srq = to_usrq(ibsrq);
     uint32_t reported;
 
+    if (!srq)
+        return EINVAL;
     if (atomic_load(&srq->refs) > 0)
         return EBUSY;
     uiw_async_purge(srq->ctx, ibsrq);
@@ -868,7 +958,8 @@ int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
         struct uiw_rqe *e;
         uint64_t len = 0;
 
-        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge) {
+        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge || wr->num_sge > UIW_MAX_SGE ||
+            (wr->num_sge && !wr->sg_list)) {
             ret = EINVAL;
             break;
         }
@@ -886,7 +977,7 @@ int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
         e->length = len;
         srq->count++;
     }
-    if (ret)
+    if (ret && bad)
         *bad = wr;
     pthread_mutex_unlock(&srq->lock);
     return ret;

@@ -18,11 +18,13 @@
  *     Immediate Data) need MSN = last + 1, MO = bytes so far, a posted
  *     receive (RQ or SRQ) long enough; QN 1 (Read / Atomic Requests) MSN
  *     and the IRD; QN 3 (Atomic Responses) MSN and the ORQ head;
- *   - zero copy: while the parser is inside a payload whose destination is
- *     known, at least zcopy_min bytes long, the socket is read with readv
- *     straight into the destination (plus the staging buffer for whatever
- *     follows) and the parser is fed the destination bytes (it only
- *     checks the CRC over them);
+ *   - zero copy (CRC off only): while the parser is inside a payload
+ *     whose destination is known, at least zcopy_min bytes long, the
+ *     socket is read with readv straight into the destination (plus the
+ *     staging buffer for whatever follows) and the parser is fed the
+ *     destination bytes. With CRC on, everything goes through the staging
+ *     buffer: the CRC is computed over the bytes as received, which a
+ *     concurrent local write to the destination cannot change (rx_read);
  *   - header-only messages act at their END, after the CRC (RFC 5040 §5.5
  *     rules 12 and 17, RFC 7306 §5.4 rule 3: processed once Delivered);
  *   - errors: a check that fails dooms the segment (nothing more of it is
@@ -43,9 +45,12 @@
 
 #include "dp_int.h"
 
-#define RX_BUF    (64u * 1024)
-#define RX_BUDGET (256u << 10) /* bytes per call before the fd is re-armed */
-#define RX_IOV    (UIW_MAX_SGE + 1)
+#define RX_BUF (64u * 1024)
+/* With CRC everything comes through staging (rx_read): a larger buffer
+ * takes several full-size FPDUs per read */
+#define RX_BUF_CRC (256u * 1024)
+#define RX_BUDGET  (256u << 10) /* bytes per call before the fd is re-armed */
+#define RX_IOV     (UIW_MAX_SGE + 1)
 /* Staging bytes read together with a payload read in place: the pad, CRC,
  * a marker and the next FPDU's header, and not much of its payload (which
  * the next readv should put in place too). */
@@ -1034,7 +1039,13 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
     ssize_t n;
 
     room = r->dead ? 0 : uiw_rx_payload_room(&qp->rx, &poff);
-    if (room && r->active && !r->doomed && room >= uiw_config()->zcopy_min) {
+    /* With CRC on, never in place: the CRC must cover the bytes as they
+     * came off the wire (RFC 5044 §4.4), and a program may write its own
+     * buffer at any moment (the placed data is then undefined, but the
+     * stream must survive). A CRC computed over the destination after a
+     * readv could see such a write and kill the connection; the staging
+     * buffer is ours alone, so the parser hashes it and place() copies. */
+    if (room && r->active && !r->doomed && !qp->rx.cfg.crc && room >= uiw_config()->zcopy_min) {
         struct iovec iov[RX_IOV + 1];
         struct uiw_mr *mrs[RX_IOV];
         uint32_t cov = 0;
@@ -1070,7 +1081,7 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
     /* after a large segment: this one's rest (below UIWARP_ZCOPY_MIN, or
      * none) and the next header only, so that its payload goes in place */
     want = r->cap;
-    if (r->big && !r->dead && (size_t)room + RX_ZC_TAIL < want)
+    if (r->big && !r->dead && !qp->rx.cfg.crc && (size_t)room + RX_ZC_TAIL < want)
         want = (size_t)room + RX_ZC_TAIL;
     n = recv(qp->fd, r->buf, want, MSG_DONTWAIT);
     r->st_reads++;
@@ -1215,20 +1226,30 @@ int dp_rx_attach(struct uiw_qp *qp)
     struct dp_rx *r = RX(qp);
     uiw_rx_cfg cfg;
 
+    size_t want = qp->mpa.crc ? RX_BUF_CRC : RX_BUF;
+
     if (!r) {
         r = calloc(1, sizeof(*r));
         if (!r)
             return -ENOMEM;
-        r->buf = malloc(RX_BUF);
+        r->buf = malloc(want);
         if (!r->buf) {
             free(r);
             return -ENOMEM;
         }
-        r->cap = RX_BUF;
+        r->cap = want;
         qp->rx_state = r;
     } else {
         uint8_t *buf = r->buf;
         size_t cap = r->cap;
+        if (cap != want) {
+            uint8_t *nb = malloc(want);
+            if (!nb)
+                return -ENOMEM;
+            free(buf);
+            buf = nb;
+            cap = want;
+        }
         memset(r, 0, sizeof(*r));
         r->buf = buf;
         r->cap = cap;

@@ -57,6 +57,12 @@
 #define DP_MAX_FPDU_8 65528u      /* 65535 rounded down to a multiple of 8 */
 
 enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
+/* dp_tx.vol[]: what an iovec points into */
+enum {
+    VOL_NONE = 0, /* arena, spill, inline slot: ours */
+    VOL_IRQ,      /* a Read Response source MR, held during one call only */
+    VOL_SQ,       /* a Send/Write source MR, held by its SQE (uiw_sqe.mr) */
+};
 enum { SRC_NONE = 0, SRC_SQ, SRC_IRQ, SRC_RTR };
 
 struct dp_fp {
@@ -68,7 +74,7 @@ struct dp_fp {
 struct dp_tx {
     /* the batch being written */
     struct iovec iov[TXB_IOV];
-    uint8_t vol[TXB_IOV]; /* points into a Read Response source MR */
+    uint8_t vol[TXB_IOV]; /* VOL_*: points into an MR */
     int niov, cur;        /* cur: first iovec not completely sent */
     size_t total, sent;
     struct dp_fp fp[TXB_FPDUS];
@@ -77,8 +83,8 @@ struct dp_tx {
     size_t arena_used;
     size_t vol_bytes;
     uint64_t wire_base; /* stream offset of the batch's first byte */
-    uint8_t *spill[TXB_SPILLS];
-    int nspill;
+    uint8_t **spill;    /* copies of MR bytes still to send (spill_vol, revoke) */
+    int nspill, spill_cap;
     uint8_t *term_buf; /* unsent rest of an FPDU cut by a Terminate */
 
     uiw_fpdu fpdu;
@@ -176,6 +182,7 @@ void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st)
 {
     struct ibv_wc wc;
 
+    uiw_sqe_put_mrs(e);
     e->state = SQE_DONE;
     e->status = (uint8_t)st;
     if (!(qp->sq_sig_all || (e->flags & IBV_SEND_SIGNALED)) && st == IBV_WC_SUCCESS)
@@ -269,7 +276,7 @@ static bool batch_room(const struct dp_tx *t)
     return true;
 }
 
-static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, bool vol)
+static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, uint8_t vol)
 {
     if (!n)
         return;
@@ -286,7 +293,7 @@ static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, bool vol)
 
 /* Move t->fpdu into the batch: scratch bytes (length, header, markers, pad,
  * CRC) are copied into the arena, payload iovecs are kept. */
-static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, bool vol)
+static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol)
 {
     const uiw_fpdu *f = &t->fpdu;
     uintptr_t sb = (uintptr_t)f->scratch, se = sb + sizeof(f->scratch);
@@ -299,10 +306,10 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, bool vol)
             uint8_t *d = t->arena + t->arena_used;
             memcpy(d, p, n);
             t->arena_used += n;
-            push_iov(t, d, n, false);
+            push_iov(t, d, n, VOL_NONE);
         } else {
             push_iov(t, p, n, vol);
-            if (vol)
+            if (vol == VOL_IRQ)
                 t->vol_bytes += n;
         }
     }
@@ -313,33 +320,56 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, bool vol)
     t->nfp++;
 }
 
-/* Copy the unsent bytes that still point into Read Response source MRs
- * into a spill buffer, so the MRs can be released. */
-static bool spill_vol(struct dp_tx *t)
+/* Does unsent iovec i point into what `sel` selects: kind `vol`, and when
+ * lo < hi, overlapping [lo, hi)? */
+static bool vol_match(const struct dp_tx *t, int i, uint8_t vol, uintptr_t lo, uintptr_t hi)
+{
+    uintptr_t b = (uintptr_t)t->iov[i].iov_base;
+
+    if (t->vol[i] != vol)
+        return false;
+    return lo >= hi || (b < hi && b + t->iov[i].iov_len > lo);
+}
+
+/* Copy the unsent bytes of iovecs that point into MRs (kind vol, within
+ * [lo, hi) when lo < hi) into a spill buffer, so the MRs can be released. */
+static bool spill_range(struct dp_tx *t, uint8_t vol, uintptr_t lo, uintptr_t hi)
 {
     size_t need = 0, off = 0;
     uint8_t *buf;
 
     for (int i = t->cur; i < t->niov; i++)
-        if (t->vol[i])
+        if (vol_match(t, i, vol, lo, hi))
             need += t->iov[i].iov_len;
     if (!need)
         return true;
-    if (t->nspill == TXB_SPILLS)
-        return false;
+    if (t->nspill == t->spill_cap) {
+        int cap = t->spill_cap ? 2 * t->spill_cap : TXB_SPILLS;
+        uint8_t **s = realloc(t->spill, (size_t)cap * sizeof(*s));
+        if (!s)
+            return false;
+        t->spill = s;
+        t->spill_cap = cap;
+    }
     buf = malloc(need);
     if (!buf)
         return false;
     for (int i = t->cur; i < t->niov; i++) {
-        if (!t->vol[i])
+        if (!vol_match(t, i, vol, lo, hi))
             continue;
         memcpy(buf + off, t->iov[i].iov_base, t->iov[i].iov_len);
         t->iov[i].iov_base = buf + off;
-        t->vol[i] = 0;
+        t->vol[i] = VOL_NONE;
         off += t->iov[i].iov_len;
     }
     t->spill[t->nspill++] = buf;
     return true;
+}
+
+/* Read Response sources: copied at the end of each call (see the top). */
+static bool spill_vol(struct dp_tx *t)
+{
+    return spill_range(t, VOL_IRQ, 0, 0);
 }
 
 static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
@@ -351,6 +381,8 @@ static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
             e->state = SQE_DONE;
             e->status = IBV_WC_SUCCESS;
         }
+        /* its last byte is in TCP's hands: nothing reads its MRs now */
+        uiw_sqe_put_mrs(e);
         break;
     }
     case MK_IRQ:
@@ -430,9 +462,12 @@ static void hdr_untagged(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn)
 }
 
 /* Gather list of a Send/Write: inline slot or the SGEs (lkey checked for
- * local read, RFC 5042 §5: every access is checked). */
-static enum ibv_wc_status local_sgl(struct uiw_qp *qp, const struct uiw_sqe *e, struct iovec *sgl,
-                                    int *n)
+ * local read, RFC 5042 §5: every access is checked). The MRs stay held by
+ * the SQE until its last byte was handed to TCP (fire) or it ends
+ * otherwise (dp_sqe_finish, flush, reset): the batch's iovecs point into
+ * them across EAGAIN, and ibv_dereg_mr must not let the program free the
+ * memory under them (uiw_tx_revoke_mr). */
+static enum ibv_wc_status local_sgl(struct uiw_qp *qp, struct uiw_sqe *e, struct iovec *sgl, int *n)
 {
     int k = 0;
 
@@ -450,9 +485,11 @@ static enum ibv_wc_status local_sgl(struct uiw_qp *qp, const struct uiw_sqe *e, 
         if (!e->sge[i].length)
             continue;
         mr = uiw_sge_get(qp->pd, &e->sge[i], 0, &addr, &err);
-        if (!mr)
+        if (!mr) {
+            uiw_sqe_put_mrs(e);
             return IBV_WC_LOC_PROT_ERR;
-        uiw_mr_put(mr);
+        }
+        e->mr[e->nmr++] = mr;
         sgl[k].iov_base = addr;
         sgl[k].iov_len = e->sge[i].length;
         k++;
@@ -478,7 +515,7 @@ static enum ibv_wc_status local_sink_ok(struct uiw_qp *qp, const struct uiw_sqe 
 }
 
 /* Local checks of an SQE before anything of it is sent. */
-static enum ibv_wc_status sqe_check(struct uiw_qp *qp, const struct uiw_sqe *e, struct iovec *sgl,
+static enum ibv_wc_status sqe_check(struct uiw_qp *qp, struct uiw_sqe *e, struct iovec *sgl,
                                     int *nsgl)
 {
     enum ibv_wc_status st;
@@ -489,16 +526,13 @@ static enum ibv_wc_status sqe_check(struct uiw_qp *qp, const struct uiw_sqe *e, 
     case IBV_WR_SEND_WITH_IMM:
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-        st = local_sgl(qp, e, sgl, nsgl);
-        if (st)
-            return st;
         /* RFC 5041 §5.2: a message is shorter than 2^32; verbs max_msg_sz */
         if (e->length > UIW_MAX_MSG_SIZE)
             return IBV_WC_LOC_LEN_ERR;
         if ((e->opcode == IBV_WR_RDMA_WRITE || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
             e->length && e->remote_addr > UINT64_MAX - (e->length - 1))
-            return IBV_WC_LOC_LEN_ERR; /* TO would wrap (RFC 5041 §7.1) */
-        return IBV_WC_SUCCESS;
+            return IBV_WC_LOC_LEN_ERR;      /* TO would wrap (RFC 5041 §7.1) */
+        return local_sgl(qp, e, sgl, nsgl); /* last: holds the MRs on success */
     case IBV_WR_RDMA_READ:
         st = local_sink_ok(qp, e);
         if (st)
@@ -899,7 +933,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
     while (batch_room(t)) {
         uint8_t kind = MK_NONE;
         unsigned arg = 0;
-        bool vol;
+        uint8_t vol;
         int r;
 
         if (t->src == SRC_NONE) {
@@ -909,7 +943,21 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
         }
         if (t->src == SRC_IRQ && t->irq_read && !t->irq_held && !irq_hold(qp, t))
             return;
-        vol = t->src == SRC_IRQ && t->irq_read;
+        if (t->src == SRC_SQ && t->phase == 0 && qp->sq[t->sq_idx].revoked) {
+            /* the rest of this message was to come from a deregistered
+             * MR: what was cut goes out first, then the WR fails */
+            if (t->niov)
+                return;
+            t->src = SRC_NONE;
+            sqe_fail(qp, dp_sq_pos(qp, &qp->sq[t->sq_idx]), IBV_WC_LOC_PROT_ERR);
+            return;
+        }
+        if (t->src == SRC_IRQ && t->irq_read)
+            vol = VOL_IRQ;
+        else if (t->src == SRC_SQ && t->phase == 0 && !qp->sq[t->sq_idx].inline_data)
+            vol = VOL_SQ;
+        else
+            vol = VOL_NONE;
         r = uiw_tx_next(&qp->tx, &t->msg, &t->fpdu);
         if (r <= 0) {
             uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
@@ -1027,7 +1075,7 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
     t->wire_base = base;
     t->term_buf = buf;
     if (tail) {
-        push_iov(t, buf, tail, false);
+        push_iov(t, buf, tail, VOL_NONE);
         t->total = tail;
         t->fp[0].end = tail;
         t->fp[0].kind = MK_NONE;
@@ -1045,7 +1093,7 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
     }
     count_fpdu(qp, t);
     qp->st->term_sent++;
-    append_fpdu(t, MK_TERM, 0, false);
+    append_fpdu(t, MK_TERM, 0, VOL_NONE);
 }
 
 void dp_enter_error(struct uiw_qp *qp)
@@ -1195,6 +1243,65 @@ UIW_EXPORT int uiw_qp_tx_progress(struct uiw_qp *qp)
 }
 
 /* ------------------------------------------------------------------------
+ * Deregistration of a source MR while its WR is queued
+ * ---------------------------------------------------------------------- */
+
+static void revoke_qp(struct uiw_qp *qp, void *arg)
+{
+    struct uiw_mr *mr = arg;
+    struct dp_tx *t;
+    bool held = false;
+
+    if (qp->pd != mr->pd)
+        return; /* uiw_sge_get hands out MRs of the QP's PD only */
+    pthread_mutex_lock(&qp->lock);
+    for (unsigned i = 0; i < qp->sq_count && !held; i++) {
+        const struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
+        for (unsigned k = 0; k < e->nmr; k++)
+            held |= e->mr[k] == mr;
+    }
+    if (!held) {
+        pthread_mutex_unlock(&qp->lock);
+        return;
+    }
+    t = TX(qp);
+    /* bytes of it already cut into FPDUs go out from a copy (a partly sent
+     * FPDU must be finished anyway: MPA framing, RFC 5044 §4) */
+    if (t && !spill_range(t, VOL_SQ, (uintptr_t)mr->base, (uintptr_t)mr->base + mr->length)) {
+        uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, UIW_RDMAP_EC_UNSPECIFIED};
+        uiw_log("qp %u: no memory to keep a deregistered MR's queued bytes", qp->ibqp.qp_num);
+        /* the flush releases every SQE's MRs */
+        uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
+        if (qp->state != IBV_QPS_ERR)
+            uiw_qp_to_error_locked(qp);
+    }
+    for (unsigned i = 0; i < qp->sq_count; i++) {
+        unsigned idx = (qp->sq_head + i) % qp->sq_cap;
+        struct uiw_sqe *e = &qp->sq[idx];
+
+        for (unsigned k = 0; k < e->nmr; k++) {
+            if (e->mr[k] != mr)
+                continue;
+            uiw_mr_put(mr);
+            e->mr[k] = NULL;
+            /* the message being cut still needs bytes from it */
+            if (t && t->src == SRC_SQ && t->sq_idx == idx && t->phase == 0)
+                e->revoked = true;
+        }
+    }
+    uiw_dbg(1, "qp %u: released deregistered stag 0x%08x from queued work", qp->ibqp.qp_num,
+            mr->stag);
+    /* a blocked QP may now fail its WR; the socket may stay full for long */
+    uiw_qp_tx_progress(qp);
+    pthread_mutex_unlock(&qp->lock);
+}
+
+UIW_EXPORT void uiw_tx_revoke_mr(struct uiw_mr *mr)
+{
+    uiw_qp_foreach(revoke_qp, mr);
+}
+
+/* ------------------------------------------------------------------------
  * Posting
  * ---------------------------------------------------------------------- */
 
@@ -1316,6 +1423,7 @@ int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu)
     } else {
         release_held(t);
         batch_reset(qp, t);
+        free(t->spill);
         memset(t, 0, sizeof(*t));
     }
     memset(&cfg, 0, sizeof(cfg));
@@ -1339,6 +1447,7 @@ void dp_tx_free(struct uiw_qp *qp)
         return;
     release_held(t);
     batch_reset(qp, t);
+    free(t->spill);
     free(t);
     qp->tx_state = NULL;
 }

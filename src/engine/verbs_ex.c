@@ -736,7 +736,11 @@ UIW_EXPORT struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *ibqp)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
 
-    return qp && qp->qpx ? &qp->ibqpx : NULL;
+    if (!qp) {
+        errno = EINVAL;
+        return NULL;
+    }
+    return qp->qpx ? &qp->ibqpx : NULL;
 }
 
 /* ------------------------------------------------------------------------

@@ -276,11 +276,19 @@ UIW_EXPORT int rdma_resolve_route(struct rdma_cm_id *id, int timeout_ms)
 
 UIW_EXPORT __be16 rdma_get_src_port(struct rdma_cm_id *id)
 {
+    if (!id) {
+        errno = EINVAL;
+        return 0;
+    }
     return rcm_sa_port(&id->route.addr.src_addr);
 }
 
 UIW_EXPORT __be16 rdma_get_dst_port(struct rdma_cm_id *id)
 {
+    if (!id) {
+        errno = EINVAL;
+        return 0;
+    }
     return rcm_sa_port(&id->route.addr.dst_addr);
 }
 
