@@ -150,7 +150,7 @@ static void test_stags(void)
     uint32_t sa = a->lkey;
     CHECK_EQ(ibv_dereg_mr(a), 0);
     struct ibv_mr *b = ibv_reg_mr(pd, buf, 16, LW);
-    CHECK((b->lkey >> 8) != (sa >> 8));
+    CHECK(b->lkey != sa);
     CHECK_EQ(ibv_dereg_mr(b), 0);
 
     for (int i = 0; i < NREG; i++) {
@@ -168,17 +168,16 @@ static void test_stags(void)
         dup += sorted[i] == sorted[i - 1];
     CHECK_EQ(dup, 0);
     CHECK(sorted[0] > 1); /* never STag 0 or 1 (siw's RTR STag) */
-    CHECK(sorted[0] >> 8 != 0);
     for (int i = 2; i < NREG; i++) {
         uint32_t i0 = stag[i - 2] >> 8, i1 = stag[i - 1] >> 8, i2 = stag[i] >> 8;
         seq_idx += i2 == i1 + 1;
         seq_diff += i2 - i1 == i1 - i0;
     }
-    /* a random 24-bit permutation: consecutive or evenly spaced indexes are rare */
+    /* random 32-bit STags: consecutive or evenly spaced upper 24 bits are rare */
     CHECK(seq_idx < 10);
     CHECK(seq_diff < 10);
     CHECK(nkeys > 200); /* keys spread over the 8 bits */
-    /* the indexes spread over the 24-bit space */
+    /* they spread over the 32-bit space (test_stag_guess checks more) */
     CHECK(sorted[0] >> 8 < (1u << 24) / 100);
     CHECK(sorted[NREG - 1] >> 8 > (1u << 24) - (1u << 24) / 100);
     /* every one resolves to its own MR */
