@@ -12,9 +12,10 @@
  * (RFC 8439, chacha.h) keyed by getrandom once per process and again in a
  * forked child; getrandom is asked with GRND_NONBLOCK (then GRND_INSECURE),
  * so registration never blocks on the kernel's entropy. A guess therefore
- * hits one of L live STags with probability L / (2^32 - 2 - ...) whatever
- * was observed before (1000 MRs: about 2^-22), and a freed STag comes back
- * only by that same chance. No STag carries an index or any other structure.
+ * hits one of L live STags with probability about L / 2^32 whatever was
+ * observed before (1000 MRs: 2^-22), and a freed STag comes back only by
+ * that same chance. No STag carries an index or any other structure
+ * (tests/engine/test_stag_guess measures it).
  *
  * The MR objects (struct uiw_mr) are allocated in chunks that are never
  * freed, and kept on a free list between registrations; the lookup of an
