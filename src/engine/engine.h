@@ -180,7 +180,10 @@ struct uiw_mr {
     uint32_t stag;
     atomic_bool valid;  /* cleared by invalidation / deregistration */
     atomic_int users;   /* placements in progress (see uiw_mr_get) */
-    uint32_t free_next; /* mem.c: STag table free list link (slot unused) */
+    /* mem.c: the STag hash (chains walked without a lock) and free list */
+    _Atomic(struct uiw_mr *) hnext;
+    _Atomic uint32_t hstag; /* the STag this object is linked under, 0: none */
+    struct uiw_mr *free_next;
 };
 
 /* Result of a tagged-buffer check: 0 or the RFC error for a Terminate. */

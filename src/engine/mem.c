@@ -2,30 +2,45 @@
 /*
  * Protection domains, memory regions and the STag table.
  *
- * STag = 24-bit index << 8 | 8-bit key (RFC 5040 §2.1 leaves the split to
- * the implementation; siw uses the same). The MR objects live in a
- * two-level table of slots that are allocated once and never move or get
- * freed, so the receive path looks an STag up without a lock:
+ * STags (RFC 5042 §6.1.1: "allocate STags in such a fashion that it is
+ * difficult to predict the next allocated STag number, and also ensure
+ * that STags are reused at as slow a rate as possible"). RFC 5040 §2.1
+ * leaves the meaning of the 32 bits to the implementation, so all 32 are
+ * random: each registration draws its STag uniformly from the values no
+ * registered MR holds, except 0 and 1 (siw's RTR is a zero-length Write to
+ * STag 1, and Chelsio refuses STag 0). The draws come from ChaCha20
+ * (RFC 8439, chacha.h) keyed by getrandom once per process and again in a
+ * forked child; getrandom is asked with GRND_NONBLOCK (then GRND_INSECURE),
+ * so registration never blocks on the kernel's entropy. A guess therefore
+ * hits one of L live STags with probability about L / 2^32 whatever was
+ * observed before (1000 MRs: 2^-22), and a freed STag comes back only by
+ * that same chance. No STag carries an index or any other structure
+ * (tests/engine/test_stag_guess measures it).
  *
- *   slot  = the table position, handed out in order (fresh slots first,
- *           then a FIFO of released slots once more than REUSE_DELAY are
- *           free, so an STag is reused as slowly as possible)
- *   index = P(slot), P a keyed permutation of the 24-bit space (a 4-round
- *           Feistel network keyed from getrandom at first use), so that
- *           consecutive registrations do not give guessable indexes
- *   key   = a random byte per registration
+ * The MR objects (struct uiw_mr) are allocated in chunks that are never
+ * freed, and kept on a free list between registrations; the lookup of an
+ * STag goes through a hash table of chains linked through the objects
+ * (`hnext`, key `hstag`), grown by doubling when there are more MRs than
+ * buckets. There is no fixed cap on the number of MRs (the previous table
+ * held 2^20; now only memory and MAX_LIVE, 2^30, limit them).
  *
- * RFC 5042 §6.1.1: "allocate STags in such a fashion that it is difficult
- * to predict the next allocated STag number, and also ensure that STags
- * are reused at as slow a rate as possible". The slot whose index would be
- * 0 is never used, so STag 0 and siw's RTR STag 1 never name an MR.
- *
- * Lookup protocol (uiw_mr_get): increment the slot's `users`, then check
- * `valid` and the STag; deregistration clears `valid`, then waits for
- * `users` to reach 0 (both sequentially consistent, so either the lookup
- * sees valid == false or the deregistration sees the user), and only then
- * returns the slot. Fields are written before `valid` is set (under
- * tab_lock) and read only after it was seen set.
+ * Lookup protocol (uiw_mr_get, no lock, never blocks):
+ *   1. tab_find walks the chain of the STag's bucket. The structure may
+ *      change under it: writers (under tab_lock) publish new links with
+ *      release stores, and every unlink or rehash is wrapped in the
+ *      sequence counter `tab_seq` (odd while it runs). A walk that finds
+ *      the STag returns that object (the check of step 2 decides); a walk
+ *      that does not find it counts only if `tab_seq` was even and the same
+ *      before and after (a seqlock read), else it is retried (after a few
+ *      retries, under tab_lock). Objects and retired bucket arrays are
+ *      never freed, so a walk over stale links reads valid memory, and a
+ *      step limit ends a walk that concurrent relinking sends in circles.
+ *   2. Increment the object's `users`, then check `valid` and the STag;
+ *      deregistration clears `valid`, then waits for `users` to reach 0
+ *      (both sequentially consistent, so either the lookup sees valid ==
+ *      false or the deregistration sees the user), and only then unlinks
+ *      the object. Fields are written before `valid` is set (under
+ *      tab_lock) and read only after it was seen set.
  *
  * Zero-length accesses (RFC 5041 §5.2): "The STag and TO fields MUST NOT be
  * checked for a zero-length Tagged DDP Message." uiw_mr_get and uiw_sge_get
@@ -48,43 +63,68 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "chacha.h"
 #include "engine.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
-#define CHUNK_BITS  10
-#define CHUNK       (1u << CHUNK_BITS)
-#define NCHUNKS     (UIW_MAX_MR / CHUNK)
-#define REUSE_DELAY 4096u
-#define NO_SLOT     UINT32_MAX
+#define OBJ_CHUNK  256        /* MR objects allocated at a time */
+#define TAB_BITS0  8          /* first bucket array: 256 buckets */
+#define MAX_LIVE   (1u << 30) /* keeps a random draw's miss rate <= 1/4 */
+#define WALK_LIMIT 4096       /* a walk longer than this is retried */
+#define STAG_MIN   2          /* STag 0 and siw's RTR STag 1: never an MR */
 
-_Static_assert((UIW_MAX_MR & (UIW_MAX_MR - 1)) == 0 && UIW_MAX_MR >= CHUNK,
-               "UIW_MAX_MR must be a power of two >= CHUNK");
-_Static_assert(UIW_MAX_MR <= (1u << 24), "slots must fit the 24-bit index");
+struct stag_tab {
+    unsigned bits; /* 2^bits buckets */
+    struct stag_tab *retired;
+    _Atomic(struct uiw_mr *) b[];
+};
 
-static _Atomic(struct uiw_mr *) chunks[NCHUNKS];
+struct obj_chunk {
+    struct obj_chunk *next;
+    struct uiw_mr mr[OBJ_CHUNK];
+};
+
 static pthread_mutex_t tab_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint32_t fresh_next; /* next never-used slot */
-static uint32_t free_head = NO_SLOT, free_tail = NO_SLOT, free_count;
-static uint32_t perm_key[4];
-static pthread_once_t tab_once = PTHREAD_ONCE_INIT;
+static _Atomic(struct stag_tab *) tab; /* NULL until the first registration */
+static atomic_uint tab_seq;            /* odd while an unlink or rehash runs */
+static struct stag_tab *retired_tabs;  /* previous bucket arrays (never freed) */
+static struct obj_chunk *obj_chunks;   /* every MR object ever made */
+static struct uiw_mr *free_objs;
+static uint32_t nobjs, nlive;
+
+/* STag generator: ChaCha20 key stream, under tab_lock */
+static uint32_t rng_in[16], rng_out[16];
+static unsigned rng_avail;
+static bool rng_seeded;
+static pthread_once_t rng_once = PTHREAD_ONCE_INIT;
 
 UIW_EXPORT struct uiw_mr uiw_mr_zero; /* zero-length accesses; never valid, never counted */
 
 static atomic_int npds;
 
+/* ------------------------------------------------------------------------
+ * Random STags
+ * ---------------------------------------------------------------------- */
+
 static void random_bytes(void *p, size_t n)
 {
+    unsigned flags = GRND_NONBLOCK;
     uint8_t *b = p;
 
     while (n) {
-        ssize_t r = getrandom(b, n, 0);
+        ssize_t r = getrandom(b, n, flags);
 
         if (r < 0) {
             if (errno == EINTR)
                 continue;
-            /* no getrandom: weaker, still varies per process and call */
+            if (errno == EAGAIN && flags == GRND_NONBLOCK) {
+                flags = GRND_INSECURE; /* pool not initialized yet (early boot) */
+                continue;
+            }
+            /* no getrandom (or no GRND_INSECURE): weaker, still varies per
+             * process and call */
             struct timespec ts;
             clock_gettime(CLOCK_MONOTONIC, &ts);
             uint64_t x = (uint64_t)ts.tv_nsec * 0x9E3779B97F4A7C15ull ^ (uint64_t)getpid() ^
@@ -98,119 +138,212 @@ static void random_bytes(void *p, size_t n)
     }
 }
 
-static void tab_init(void)
+/* A forked child must not repeat its parent's STags. */
+static void rng_atfork_child(void)
 {
-    random_bytes(perm_key, sizeof(perm_key));
+    rng_seeded = false;
 }
 
-/* Feistel round function on 12-bit halves. */
-static uint32_t feistel_f(uint32_t r, uint32_t k)
+static void rng_register_atfork(void)
 {
-    uint32_t x = r * 0x9E3779B1u + k;
-
-    x ^= x >> 16;
-    x *= 0x85EBCA6Bu;
-    x ^= x >> 13;
-    x *= 0xC2B2AE35u;
-    x ^= x >> 16;
-    return x & 0xfff;
-}
-
-static uint32_t perm(uint32_t x)
-{
-    uint32_t l = x >> 12 & 0xfff, r = x & 0xfff;
-
-    for (int i = 0; i < 4; i++) {
-        uint32_t t = r;
-
-        r = l ^ feistel_f(r, perm_key[i]);
-        l = t;
-    }
-    return l << 12 | r;
-}
-
-static uint32_t unperm(uint32_t y)
-{
-    uint32_t l = y >> 12 & 0xfff, r = y & 0xfff;
-
-    for (int i = 3; i >= 0; i--) {
-        uint32_t t = l;
-
-        l = r ^ feistel_f(l, perm_key[i]);
-        r = t;
-    }
-    return l << 12 | r;
-}
-
-static struct uiw_mr *slot_mr(uint32_t slot)
-{
-    struct uiw_mr *c = atomic_load_explicit(&chunks[slot >> CHUNK_BITS], memory_order_acquire);
-
-    return c ? &c[slot & (CHUNK - 1)] : NULL;
-}
-
-/* The slot an STag names, or NULL. */
-static struct uiw_mr *stag_slot(uint32_t stag)
-{
-    uint32_t idx = stag >> 8, slot;
-
-    if (idx == 0)
-        return NULL;
-    pthread_once(&tab_once, tab_init);
-    slot = unperm(idx);
-    if (slot >= UIW_MAX_MR)
-        return NULL;
-    return slot_mr(slot);
+    pthread_atfork(NULL, NULL, rng_atfork_child);
 }
 
 /* tab_lock held. */
-static int slot_alloc_locked(uint32_t *out)
+static uint32_t rng_u32(void)
 {
-    if (free_count > REUSE_DELAY || fresh_next >= UIW_MAX_MR) {
-        if (!free_count)
-            return -ENOMEM;
-        uint32_t s = free_head;
-        struct uiw_mr *mr = slot_mr(s);
-
-        free_head = mr->free_next;
-        if (free_head == NO_SLOT)
-            free_tail = NO_SLOT;
-        free_count--;
-        *out = s;
-        return 0;
+    if (!rng_seeded) {
+        rng_in[0] = UIW_CHACHA_C0, rng_in[1] = UIW_CHACHA_C1;
+        rng_in[2] = UIW_CHACHA_C2, rng_in[3] = UIW_CHACHA_C3;
+        random_bytes(&rng_in[4], 8 * sizeof(uint32_t));  /* key */
+        rng_in[12] = rng_in[13] = 0;                     /* 64-bit block counter */
+        random_bytes(&rng_in[14], 2 * sizeof(uint32_t)); /* nonce */
+        rng_avail = 0;
+        rng_seeded = true;
     }
-    for (;;) {
-        uint32_t s = fresh_next;
+    if (!rng_avail) {
+        uiw_chacha20_block(rng_in, rng_out);
+        if (!++rng_in[12])
+            rng_in[13]++;
+        rng_avail = 16;
+    }
+    uint32_t v = rng_out[--rng_avail];
+    rng_out[rng_avail] = 0; /* a used value does not stay in memory */
+    return v;
+}
 
-        if (s >= UIW_MAX_MR)
-            return free_count ? slot_alloc_locked(out) : -ENOMEM;
-        if (!atomic_load_explicit(&chunks[s >> CHUNK_BITS], memory_order_relaxed)) {
-            struct uiw_mr *c = calloc(CHUNK, sizeof(*c));
+/* ------------------------------------------------------------------------
+ * The STag hash
+ * ---------------------------------------------------------------------- */
 
-            if (!c)
-                return -ENOMEM;
-            atomic_store_explicit(&chunks[s >> CHUNK_BITS], c, memory_order_release);
+static inline size_t bucket_of(const struct stag_tab *t, uint32_t stag)
+{
+    /* STags are uniform already; the multiply just spreads any bits */
+    return (size_t)(((uint64_t)stag * 0x9E3779B97F4A7C15ull) >> (64 - t->bits));
+}
+
+/* tab_lock held: exact. */
+static struct uiw_mr *find_locked(uint32_t stag)
+{
+    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
+
+    if (!t)
+        return NULL;
+    for (struct uiw_mr *m = atomic_load_explicit(&t->b[bucket_of(t, stag)], memory_order_relaxed);
+         m; m = atomic_load_explicit(&m->hnext, memory_order_relaxed))
+        if (atomic_load_explicit(&m->hstag, memory_order_relaxed) == stag)
+            return m;
+    return NULL;
+}
+
+/* No lock (see the lookup protocol above). The object returned held
+ * `stag` at some moment during the call; the caller checks it again. */
+static struct uiw_mr *tab_find(uint32_t stag)
+{
+    if (stag < STAG_MIN)
+        return NULL;
+    for (int tries = 0; tries < 4; tries++) {
+        unsigned s0 = atomic_load_explicit(&tab_seq, memory_order_acquire);
+        struct stag_tab *t = atomic_load_explicit(&tab, memory_order_acquire);
+        unsigned steps = 0;
+
+        if (!t)
+            return NULL;
+        for (struct uiw_mr *m =
+                 atomic_load_explicit(&t->b[bucket_of(t, stag)], memory_order_acquire);
+             m && steps < WALK_LIMIT;
+             m = atomic_load_explicit(&m->hnext, memory_order_acquire), steps++)
+            if (atomic_load_explicit(&m->hstag, memory_order_relaxed) == stag)
+                return m;
+        atomic_thread_fence(memory_order_acquire);
+        if (!(s0 & 1) && steps < WALK_LIMIT &&
+            atomic_load_explicit(&tab_seq, memory_order_relaxed) == s0)
+            return NULL; /* nothing changed during the walk: a true miss */
+    }
+    pthread_mutex_lock(&tab_lock);
+    struct uiw_mr *m = find_locked(stag);
+    pthread_mutex_unlock(&tab_lock);
+    return m;
+}
+
+/* tab_lock held. Writers announce unlinks and rehashes to readers. */
+static void seq_begin(void)
+{
+    atomic_store_explicit(&tab_seq, atomic_load_explicit(&tab_seq, memory_order_relaxed) + 1,
+                          memory_order_relaxed);
+    atomic_thread_fence(memory_order_release);
+}
+
+static void seq_end(void)
+{
+    atomic_store_explicit(&tab_seq, atomic_load_explicit(&tab_seq, memory_order_relaxed) + 1,
+                          memory_order_release);
+}
+
+/* tab_lock held. Doubles the bucket array; on allocation failure the old
+ * one stays (longer chains, still correct). */
+static void tab_grow(void)
+{
+    struct stag_tab *old = atomic_load_explicit(&tab, memory_order_relaxed);
+    unsigned bits = old ? old->bits + 1 : TAB_BITS0;
+    struct stag_tab *t;
+
+    if (bits > 31)
+        return;
+    t = calloc(1, sizeof(*t) + (sizeof(t->b[0]) << bits));
+    if (!t)
+        return;
+    t->bits = bits;
+    if (!old) {
+        atomic_store_explicit(&tab, t, memory_order_release);
+        return;
+    }
+    seq_begin();
+    for (size_t i = 0; i < (size_t)1 << old->bits; i++) {
+        struct uiw_mr *m = atomic_load_explicit(&old->b[i], memory_order_relaxed), *next;
+
+        for (; m; m = next) {
+            size_t j = bucket_of(t, atomic_load_explicit(&m->hstag, memory_order_relaxed));
+
+            next = atomic_load_explicit(&m->hnext, memory_order_relaxed);
+            atomic_store_explicit(&m->hnext, atomic_load_explicit(&t->b[j], memory_order_relaxed),
+                                  memory_order_relaxed);
+            atomic_store_explicit(&t->b[j], m, memory_order_relaxed);
         }
-        fresh_next++;
-        if (perm(s) == 0)
-            continue; /* would give STags 0..255, among them 0 and 1 */
-        *out = s;
-        return 0;
     }
+    atomic_store_explicit(&tab, t, memory_order_release);
+    seq_end();
+    /* readers may still be in the old array: kept, never freed (together
+     * smaller than the current one) */
+    old->retired = retired_tabs;
+    retired_tabs = old;
+}
+
+/* tab_lock held. m->hstag set. */
+static void tab_insert(struct uiw_mr *m)
+{
+    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
+    size_t j = bucket_of(t, atomic_load_explicit(&m->hstag, memory_order_relaxed));
+
+    atomic_store_explicit(&m->hnext, atomic_load_explicit(&t->b[j], memory_order_relaxed),
+                          memory_order_relaxed);
+    atomic_store_explicit(&t->b[j], m, memory_order_release); /* publishes hstag, hnext */
 }
 
 /* tab_lock held. */
-static void slot_free_locked(uint32_t slot)
+static void tab_remove(struct uiw_mr *m)
 {
-    struct uiw_mr *mr = slot_mr(slot);
+    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
+    _Atomic(struct uiw_mr *) *link =
+        &t->b[bucket_of(t, atomic_load_explicit(&m->hstag, memory_order_relaxed))];
+    struct uiw_mr *x;
 
-    mr->free_next = NO_SLOT;
-    if (free_tail == NO_SLOT)
-        free_head = slot;
-    else
-        slot_mr(free_tail)->free_next = slot;
-    free_tail = slot;
-    free_count++;
+    while ((x = atomic_load_explicit(link, memory_order_relaxed)) != m) {
+        if (!x)
+            return; /* not linked (cannot happen) */
+        link = &x->hnext;
+    }
+    seq_begin();
+    atomic_store_explicit(link, atomic_load_explicit(&m->hnext, memory_order_relaxed),
+                          memory_order_release);
+    atomic_store_explicit(&m->hstag, 0, memory_order_relaxed);
+    seq_end();
+}
+
+/* tab_lock held: a free MR object, or NULL. */
+static struct uiw_mr *obj_alloc_locked(void)
+{
+    struct uiw_mr *m;
+
+    if (!free_objs) {
+        struct obj_chunk *c = calloc(1, sizeof(*c));
+
+        if (!c)
+            return NULL;
+        c->next = obj_chunks;
+        obj_chunks = c;
+        for (int i = OBJ_CHUNK - 1; i >= 0; i--) {
+            c->mr[i].ibmr.handle = nobjs + (uint32_t)i;
+            c->mr[i].free_next = free_objs;
+            free_objs = &c->mr[i];
+        }
+        nobjs += OBJ_CHUNK;
+    }
+    m = free_objs;
+    free_objs = m->free_next;
+    m->free_next = NULL;
+    return m;
+}
+
+/* tab_lock held: a random STag that no MR holds. */
+static uint32_t stag_draw_locked(void)
+{
+    for (;;) {
+        uint32_t s = rng_u32();
+
+        if (s >= STAG_MIN && !find_locked(s))
+            return s;
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -295,8 +428,6 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
 {
     struct uiw_pd *pd = to_upd(ibpd);
     struct uiw_mr *mr;
-    uint32_t slot;
-    uint8_t key;
     int ret;
 
     access &= ~(unsigned)IBV_ACCESS_OPTIONAL_RANGE; /* optional: may be ignored */
@@ -322,24 +453,32 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
         errno = -ret;
         return NULL;
     }
-    pthread_once(&tab_once, tab_init);
-    random_bytes(&key, 1);
+    pthread_once(&rng_once, rng_register_atfork);
 
     pthread_mutex_lock(&tab_lock);
-    ret = slot_alloc_locked(&slot);
-    if (ret) {
+    if (nlive >= MAX_LIVE || !(mr = obj_alloc_locked())) {
         pthread_mutex_unlock(&tab_lock);
-        errno = -ret;
+        errno = ENOMEM;
         return NULL;
     }
-    mr = slot_mr(slot);
-    mr->stag = perm(slot) << 8 | key;
+    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
+    if (!t || nlive >= (size_t)1 << t->bits)
+        tab_grow();
+    if (!atomic_load_explicit(&tab, memory_order_relaxed)) {
+        mr->free_next = free_objs;
+        free_objs = mr;
+        pthread_mutex_unlock(&tab_lock);
+        errno = ENOMEM;
+        return NULL;
+    }
+    mr->stag = stag_draw_locked();
+    uint32_t handle = mr->ibmr.handle;
     memset(&mr->ibmr, 0, sizeof(mr->ibmr));
     mr->ibmr.context = ibpd->context;
     mr->ibmr.pd = ibpd;
     mr->ibmr.addr = addr;
     mr->ibmr.length = length;
-    mr->ibmr.handle = slot;
+    mr->ibmr.handle = handle;
     mr->ibmr.lkey = mr->stag;
     mr->ibmr.rkey = mr->stag;
     mr->pd = pd;
@@ -347,9 +486,11 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
     mr->base = addr;
     mr->length = length;
     mr->access = access;
-    mr->free_next = NO_SLOT;
     atomic_fetch_add(&pd->refs, 1);
     atomic_store(&mr->valid, true); /* publishes the fields above */
+    atomic_store_explicit(&mr->hstag, mr->stag, memory_order_relaxed);
+    tab_insert(mr);
+    nlive++;
     pthread_mutex_unlock(&tab_lock);
     uiw_dbg(2, "reg_mr stag 0x%08x addr %p len %zu access 0x%x", mr->stag, addr, length, access);
     return &mr->ibmr;
@@ -412,9 +553,12 @@ UIW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     wait_no_users(mr);
     pthread_mutex_lock(&tab_lock);
     uiw_dbg(2, "dereg_mr stag 0x%08x", mr->stag);
+    tab_remove(mr);
     mr->stag = 0;
     mr->pd = NULL;
-    slot_free_locked((uint32_t)ibmr->handle);
+    mr->free_next = free_objs;
+    free_objs = mr;
+    nlive--;
     pthread_mutex_unlock(&tab_lock);
     atomic_fetch_sub(&pd->refs, 1);
     return 0;
@@ -437,7 +581,7 @@ UIW_EXPORT struct uiw_mr *uiw_mr_get(struct uiw_pd *pd, uint32_t stag, uint64_t 
         *err = UIW_MEM_OK;
         return &uiw_mr_zero;
     }
-    mr = stag_slot(stag);
+    mr = tab_find(stag);
     if (!mr) {
         *err = UIW_MEM_INVALID_STAG;
         return NULL;
@@ -488,13 +632,12 @@ UIW_EXPORT struct uiw_mr *uiw_sge_get(struct uiw_pd *pd, const struct ibv_sge *s
 
 UIW_EXPORT int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag)
 {
-    struct uiw_mr *mr = stag_slot(stag);
+    struct uiw_mr *mr;
     int ret = 0;
 
-    if (!mr)
-        return -ENOENT;
     pthread_mutex_lock(&tab_lock);
-    if (mr->stag != stag || !mr->pd)
+    mr = find_locked(stag);
+    if (!mr || mr->stag != stag || !mr->pd)
         ret = -ENOENT;
     else if (mr->pd != pd)
         ret = -EACCES;

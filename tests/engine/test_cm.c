@@ -1314,13 +1314,14 @@ static void t_qp_pair(int fam, bool expect_p2p)
             CHECK_EQ(wc.wr_id, 99);
             CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
         }
-        /* rdma_cm's order: QP first, then the connection */
+        /* the MR before its PD (ibv_dealloc_pd refuses a PD in use);
+         * rdma_cm's order: QP first, then the connection */
+        if (mr)
+            CHECK_EQ(ibv_dereg_mr(mr), 0);
         tqp_free(&a);
         tqp_free(&b);
         uiw_cm_conn_destroy(cc);
         uiw_cm_conn_destroy(sc);
-        if (mr)
-            ibv_dereg_mr(mr);
     } else {
         tqp_free(&a);
         tqp_free(&b);

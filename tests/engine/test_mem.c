@@ -3,8 +3,9 @@
  * Memory registration and the STag table: access flag rules, STag
  * allocation (distinct, unpredictable, never 0 or 1), uiw_mr_get checks
  * (bounds at the exact edges, TO wrap, zero length, access rights, PD,
- * invalidation), ibv_dereg_mr waiting for users, and a concurrent
- * lookup/deregistration stress for the sanitizers.
+ * invalidation), ibv_dereg_mr waiting for users, and concurrent
+ * lookup/deregistration and lookup/table-growth stresses for the
+ * sanitizers.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -150,7 +151,7 @@ static void test_stags(void)
     uint32_t sa = a->lkey;
     CHECK_EQ(ibv_dereg_mr(a), 0);
     struct ibv_mr *b = ibv_reg_mr(pd, buf, 16, LW);
-    CHECK((b->lkey >> 8) != (sa >> 8));
+    CHECK(b->lkey != sa);
     CHECK_EQ(ibv_dereg_mr(b), 0);
 
     for (int i = 0; i < NREG; i++) {
@@ -168,17 +169,16 @@ static void test_stags(void)
         dup += sorted[i] == sorted[i - 1];
     CHECK_EQ(dup, 0);
     CHECK(sorted[0] > 1); /* never STag 0 or 1 (siw's RTR STag) */
-    CHECK(sorted[0] >> 8 != 0);
     for (int i = 2; i < NREG; i++) {
         uint32_t i0 = stag[i - 2] >> 8, i1 = stag[i - 1] >> 8, i2 = stag[i] >> 8;
         seq_idx += i2 == i1 + 1;
         seq_diff += i2 - i1 == i1 - i0;
     }
-    /* a random 24-bit permutation: consecutive or evenly spaced indexes are rare */
+    /* random 32-bit STags: consecutive or evenly spaced upper 24 bits are rare */
     CHECK(seq_idx < 10);
     CHECK(seq_diff < 10);
     CHECK(nkeys > 200); /* keys spread over the 8 bits */
-    /* the indexes spread over the 24-bit space */
+    /* they spread over the 32-bit space (test_stag_guess checks more) */
     CHECK(sorted[0] >> 8 < (1u << 24) / 100);
     CHECK(sorted[NREG - 1] >> 8 > (1u << 24) - (1u << 24) / 100);
     /* every one resolves to its own MR */
@@ -486,6 +486,94 @@ static void test_stress(void)
     CHECK(atomic_load(&misses) > 0); /* lookups of deregistered STags failed */
 }
 
+/* ------------------------------------------------------------------------
+ * The STag hash under change: readers look up STags that stay registered
+ * the whole time while the main thread registers enough MRs to make the
+ * table double (twice) and deregisters them in a shuffled order. A lookup
+ * of a registered STag must never miss (no false negative while chains are
+ * unlinked or rehashed), and a churned STag, when found, is the right MR.
+ * ---------------------------------------------------------------------- */
+
+#define NSTABLE 64
+#define NCHURN  40000
+
+static uint32_t stable_stag[NSTABLE];
+static struct ibv_mr *stable_mr[NSTABLE];
+static _Atomic uint32_t churn_stag[NCHURN];
+static atomic_ulong false_miss, churn_hit, churn_bad, lookups;
+static uint8_t hbuf[64];
+
+static void *hash_reader(void *arg)
+{
+    unsigned seed = (unsigned)(uintptr_t)arg;
+    uint8_t *b = hbuf;
+
+    while (!atomic_load(&stop)) {
+        seed = seed * 1103515245u + 12345u;
+        unsigned k = seed >> 8;
+        uint8_t *addr;
+        enum uiw_mem_err err;
+        struct uiw_mr *m = uiw_mr_get(to_upd(pd), stable_stag[k % NSTABLE], (uintptr_t)b, 8,
+                                      IBV_ACCESS_REMOTE_WRITE, &addr, &err);
+        if (m != to_umr(stable_mr[k % NSTABLE]))
+            atomic_fetch_add(&false_miss, 1);
+        uiw_mr_put(m);
+        uint32_t st = atomic_load(&churn_stag[k % NCHURN]);
+        m = uiw_mr_get(to_upd(pd), st, (uintptr_t)b, 8, IBV_ACCESS_REMOTE_WRITE, &addr, &err);
+        if (m) {
+            atomic_fetch_add(&churn_hit, 1);
+            if (m->stag != st || addr != b)
+                atomic_fetch_add(&churn_bad, 1);
+        } else if (err != UIW_MEM_INVALID_STAG) {
+            atomic_fetch_add(&churn_bad, 1);
+        }
+        uiw_mr_put(m);
+        atomic_fetch_add(&lookups, 1);
+    }
+    return NULL;
+}
+
+static void test_hash_stress(void)
+{
+    uint8_t *b = hbuf;
+    static struct ibv_mr *mrs[NCHURN];
+    pthread_t t[NREADER];
+    unsigned seed = 7;
+
+    for (int i = 0; i < NSTABLE; i++) {
+        stable_mr[i] = ibv_reg_mr(pd, b, sizeof(hbuf), LW | RW);
+        CHECK(stable_mr[i] != NULL);
+        stable_stag[i] = stable_mr[i]->rkey;
+    }
+    atomic_store(&stop, false);
+    for (int i = 0; i < NREADER; i++)
+        pthread_create(&t[i], NULL, hash_reader, (void *)(uintptr_t)(i + 1));
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < NCHURN; i++) {
+            mrs[i] = ibv_reg_mr(pd, b, sizeof(hbuf), LW | RW);
+            CHECK(mrs[i] != NULL);
+            atomic_store(&churn_stag[i], mrs[i] ? mrs[i]->rkey : 0);
+        }
+        for (int i = NCHURN - 1; i > 0; i--) {
+            int j = (int)((seed = seed * 1103515245u + 12345u) >> 8) % (i + 1);
+            struct ibv_mr *x = mrs[i];
+            mrs[i] = mrs[j], mrs[j] = x;
+        }
+        for (int i = 0; i < NCHURN; i++)
+            CHECK_EQ(ibv_dereg_mr(mrs[i]), 0);
+    }
+    atomic_store(&stop, true);
+    for (int i = 0; i < NREADER; i++)
+        pthread_join(t[i], NULL);
+    for (int i = 0; i < NSTABLE; i++)
+        CHECK_EQ(ibv_dereg_mr(stable_mr[i]), 0);
+    printf("hash stress: %lu lookups, %lu churned hits, %lu false misses\n", atomic_load(&lookups),
+           atomic_load(&churn_hit), atomic_load(&false_miss));
+    CHECK(atomic_load(&lookups) > 0);
+    CHECK_EQ(atomic_load(&false_miss), 0);
+    CHECK_EQ(atomic_load(&churn_bad), 0);
+}
+
 int main(void)
 {
     ctx = open_lo();
@@ -500,6 +588,7 @@ int main(void)
     test_checks();
     test_dereg_waits();
     test_stress();
+    test_hash_stress();
     CHECK_EQ(ibv_dealloc_pd(pd2), 0);
     CHECK_EQ(ibv_dealloc_pd(pd), 0);
     CHECK_EQ(ibv_close_device(ctx), 0);
