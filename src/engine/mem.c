@@ -71,7 +71,7 @@
 
 #define OBJ_CHUNK  256        /* MR objects allocated at a time */
 #define TAB_BITS0  8          /* first bucket array: 256 buckets */
-#define MAX_LIVE   (1u << 30) /* keeps a random draw's miss rate <= 1/4 */
+#define MAX_LIVE   ((size_t)UIW_MAX_MR) /* keeps a random draw's miss rate <= 1/4 */
 #define WALK_LIMIT 4096       /* a walk longer than this is retried */
 #define STAG_MIN   2          /* STag 0 and siw's RTR STag 1: never an MR */
 

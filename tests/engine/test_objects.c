@@ -1341,11 +1341,20 @@ static void test_qp_events(void)
     uiw_qp_get(to_uqp(qp));
     struct destroyer d2 = {.qp = qp, .ret = 99};
     pthread_create(&t, NULL, destroy_thread, &d2);
-    msleep(100);
-    CHECK(!atomic_load(&d2.done));
-    pthread_mutex_lock(&to_ucq(cq)->lock);
-    CHECK_EQ(to_ucq(cq)->nqps, 0); /* already off the CQ */
-    pthread_mutex_unlock(&to_ucq(cq)->lock);
+    {
+        /* destroy takes the QP off the CQ first, then waits for our
+         * reference (however slowly the thread gets to run here) */
+        unsigned nqps = 1;
+        for (int i = 0; i < 1000 && nqps; i++) {
+            msleep(10);
+            pthread_mutex_lock(&to_ucq(cq)->lock);
+            nqps = to_ucq(cq)->nqps;
+            pthread_mutex_unlock(&to_ucq(cq)->lock);
+        }
+        CHECK_EQ(nqps, 0); /* off the CQ */
+    }
+    msleep(50);
+    CHECK(!atomic_load(&d2.done)); /* but still waiting */
     uiw_qp_put(to_uqp(qp));
     pthread_join(t, NULL);
     CHECK_EQ(d2.ret, 0);
