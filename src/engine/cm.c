@@ -81,15 +81,19 @@ static uint16_t min_u16(unsigned a, unsigned b)
  * them; Linux also ends a probing connection once T s passed since the
  * last ACK, as TCP_USER_TIMEOUT is set) finds an idle receiver's peer gone
  * in about T s. The kernel then fails the socket with ETIMEDOUT. */
-static void set_sockopts(int fd)
+static void set_dead_peer(int fd, unsigned ms)
 {
-    int one = 1;
-    unsigned t = uiw_config()->peer_timeout_s;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-    if (!t)
+    int one = 1, zero = 0;
+    if (ms == 0)
+        ms = uiw_config()->peer_timeout_s * 1000u; /* at most 86400 s: no overflow */
+    if (ms == 0 || ms == UIW_PEER_TIMEOUT_OFF) {
+        unsigned none = 0;
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &zero, sizeof(zero));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &none, sizeof(none));
         return;
-    unsigned ut = t > UINT32_MAX / 1000u ? UINT32_MAX : t * 1000u;
+    }
+    unsigned ut = ms;
+    unsigned t = ms / 1000u; /* seconds, for keepalive's 1 s granularity */
     int idle = t / 2 ? (int)(t / 2) : 1, intvl = t / 10 ? (int)(t / 10) : 1, cnt = 5;
     if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) < 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
@@ -97,6 +101,14 @@ static void set_sockopts(int fd)
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)) < 0)
         uiw_dbg(1, "cm: dead-peer socket options: %s", strerror(errno));
+}
+
+static void set_sockopts(int fd, unsigned peer_timeout_ms)
+{
+    int one = 1;
+    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    set_dead_peer(fd, peer_timeout_ms);
 }
 
 static void fill_addrs(struct uiw_conn *c)
@@ -979,7 +991,7 @@ static void listener_cb(void *obj, uint32_t events)
             continue;
         }
         c->fd = fd;
-        set_sockopts(fd);
+        set_sockopts(fd, 0);
         fill_addrs(c);
         c->state = UIW_CS_WAIT_REQ;
         pthread_mutex_lock(&cm_list_lock);
@@ -1163,7 +1175,7 @@ UIW_EXPORT int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src,
         rc = -errno;
         goto fail;
     }
-    set_sockopts(c->fd);
+    set_sockopts(c->fd, p ? p->peer_timeout_ms : 0);
     if (src && bind(c->fd, src, sa_len(src)) < 0) {
         rc = -errno;
         goto fail;
@@ -1311,6 +1323,8 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct
     rc = peek_quiet(c->fd);
     if (rc < 0)
         return passive_abort(c, rc, true);
+    if (p && p->peer_timeout_ms)
+        set_dead_peer(c->fd, p->peer_timeout_ms); /* the ULP's, instead of the listener's */
 
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];

@@ -25,6 +25,7 @@
 #define UIWARP_ENGINE_H
 
 #include <infiniband/verbs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -578,7 +579,12 @@ struct uiw_conn_param {
     uint16_t private_data_len; /* <= UIW_CM_MAX_PD(rev): 508 with MPA Rev 2, 512 with Rev 1 */
     uint16_t ird;              /* responder_resources */
     uint16_t ord;              /* initiator_depth */
+    /* Dead-peer timeout of this connection's socket in ms (docs/ENGINE.md
+     * "Dead peers"): 0 = UIWARP_PEER_TIMEOUT, UIW_PEER_TIMEOUT_OFF = none
+     * (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT sets it). */
+    unsigned peer_timeout_ms;
 };
+#define UIW_PEER_TIMEOUT_OFF UINT_MAX
 /* ULP private data that fits an MPA frame of revision rev (RFC 5044 §7.1:
  * 512 bytes, RFC 6581's 4 IRD/ORD bytes included with Rev 2). Linux siw
  * accepts only 256 including those 4 bytes: send it at most 252. */

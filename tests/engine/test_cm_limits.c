@@ -632,6 +632,83 @@ static void t_connect_emfile(void)
     tqp_free(&q);
 }
 
+/* The dead-peer socket options of both sides (docs/ENGINE.md "Dead
+ * peers"): the default (UIWARP_PEER_TIMEOUT unset: 30 s), a connection's
+ * own value (uiw_conn_param.peer_timeout_ms, set by rdma_set_option
+ * RDMA_OPTION_ID_ACK_TIMEOUT) and off. */
+static void check_opts(struct ibv_qp *qp, unsigned ut, int idle, int intvl, const char *what)
+{
+    int fd = to_uqp(qp)->fd, ka = -1, v = -1;
+    unsigned u = 1;
+    socklen_t l = sizeof(int);
+    CHECK(fd >= 0);
+    getsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &ka, &l);
+    l = sizeof(u);
+    getsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &u, &l);
+    printf("test_cm_limits: %s: keepalive %d, TCP_USER_TIMEOUT %u ms\n", what, ka, u);
+    CHECK_EQ(ka, ut ? 1 : 0);
+    CHECK_EQ(u, ut);
+    if (!ut)
+        return;
+    l = sizeof(v);
+    getsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &v, &l);
+    CHECK_EQ(v, idle);
+    getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v, &l);
+    CHECK_EQ(v, intvl);
+    getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &v, &l);
+    CHECK_EQ(v, 5);
+}
+
+static void t_dead_peer_opts(struct srv *s)
+{
+    static const struct {
+        unsigned cli_ms, srv_ms; /* uiw_conn_param.peer_timeout_ms */
+        unsigned cli_ut, srv_ut; /* expected TCP_USER_TIMEOUT */
+        int cli_idle, cli_intvl, srv_idle, srv_intvl;
+    } v[] = {
+        {0, 0, 30000, 30000, 15, 3, 15, 3},
+        {5000, 1000, 5000, 1000, 2, 1, 1, 1},
+        {UIW_PEER_TIMEOUT_OFF, 90000, 0, 90000, 0, 0, 45, 9},
+    };
+    if (!g_ctx)
+        return;
+    for (unsigned i = 0; i < 3; i++) {
+        struct tqp a, b;
+        struct uiw_cm_event ev;
+        struct uiw_conn *cc = NULL;
+        struct uiw_cm_channel *chc = mkchan();
+        struct sockaddr_in dst = loop4(s->port);
+        struct uiw_conn_param pc = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].cli_ms};
+        struct uiw_conn_param ps = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].srv_ms};
+        CHECK(tqp_make(&a) && tqp_make(&b));
+        CHECK_EQ(uiw_cm_connect(to_uqp(a.qp), NULL, (struct sockaddr *)&dst, &pc, chc, NULL, &cc),
+                 0);
+        if (expect_event(s->ch, &ev, UIW_CM_CONNECT_REQUEST, 0, "opts")) {
+            CHECK_EQ(uiw_cm_accept(ev.conn, to_uqp(b.qp), &ps, NULL), 0);
+            struct uiw_conn *sc = ev.conn;
+            if (expect_event(chc, &ev, UIW_CM_ESTABLISHED, 0, "opts")) {
+                check_opts(a.qp, v[i].cli_ut, v[i].cli_idle, v[i].cli_intvl, "initiator");
+                check_opts(b.qp, v[i].srv_ut, v[i].srv_idle, v[i].srv_intvl, "responder");
+                /* P2P: the server's ESTABLISHED comes with the RTR */
+                expect_event(s->ch, &ev, UIW_CM_ESTABLISHED, 0, "opts s");
+                CHECK_EQ(uiw_cm_disconnect(cc), 0);
+                expect_event(chc, &ev, UIW_CM_DISCONNECTED, 0, "opts c");
+                expect_event(s->ch, &ev, UIW_CM_DISCONNECTED, 0, "opts s");
+            }
+            tqp_free(&a);
+            tqp_free(&b);
+            uiw_cm_conn_destroy(sc);
+        } else {
+            tqp_free(&a);
+            tqp_free(&b);
+        }
+        if (cc)
+            uiw_cm_conn_destroy(cc);
+        uiw_cm_channel_destroy(chc);
+    }
+    check_base(s, "dead-peer socket options", s->base_fd);
+}
+
 /* The timer heap: many timers, fired in deadline order, disarm and re-arm. */
 static unsigned long fired_order[64];
 static int fired_n;
@@ -966,6 +1043,7 @@ int main(int argc, char **argv)
         t_app_reject(&s);
         t_accept_fails(&s);
         legit_client(&s, "client after the storms");
+        t_dead_peer_opts(&s);
         check_base(&s, "after the storms", s.base_fd);
         srv_down(&s);
     }
