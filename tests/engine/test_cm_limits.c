@@ -907,17 +907,28 @@ static void c_emfile(void)
         hi.rlim_cur = hi.rlim_max < 4096 ? hi.rlim_max : 4096;
         setrlimit(RLIMIT_NOFILE, &hi);
         struct sockaddr_in a = loop4(s.port);
-        int made = 0;
+        int made = 0, fl[FLOOD];
         for (int i = 0; i < FLOOD; i++) {
             int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
             if (fd < 0)
                 break;
             if (connect(fd, (struct sockaddr *)&a, sizeof(a)) == 0 || errno == EINPROGRESS)
-                made++;
+                fl[made++] = fd;
         }
         char b = (char)(made >= FLOOD ? 1 : 0);
         (void)!write(ready[1], &b, 1);
         (void)!read(go[0], &b, 1);
+        /* how the server treated each: still open (accepted, waiting for
+         * the Request) or reset (shed at EMFILE) */
+        int counts[3] = {0, 0, 0};
+        for (int i = 0; i < made; i++) {
+            char x;
+            ssize_t r = recv(fl[i], &x, 1, MSG_DONTWAIT);
+            counts[r < 0 && (errno == EAGAIN || errno == EWOULDBLOCK) ? 0
+                   : r < 0 && errno == ECONNRESET                     ? 1
+                                                                      : 2]++;
+        }
+        (void)!write(ready[1], counts, sizeof(counts));
         _exit(0); /* closes every flood socket */
     }
     char b = 0;
@@ -933,6 +944,8 @@ static void c_emfile(void)
     double cpu = (double)(c1 - c0) * 1000.0 / (double)sysconf(_SC_CLK_TCK) / (double)(t1 - t0);
     /* the flood ends */
     (void)!write(go[1], &b, 1);
+    int counts[3] = {-1, -1, -1};
+    CHECK_EQ(read(ready[0], counts, sizeof(counts)), (ssize_t)sizeof(counts));
     int st;
     waitpid(pid, &st, 0);
     dup2(saved_err, 2);
@@ -944,6 +957,11 @@ static void c_emfile(void)
     CHECK(fds_full >= 240); /* the limit was reached */
     CHECK(cpu < 0.20);
     CHECK(log_lines >= 1 && log_lines <= 3);
+    printf("test_cm_limits: emfile: the flood's connections: %d open, %d reset, %d other\n",
+           counts[0], counts[1], counts[2]);
+    /* what could not be accepted got a clean failure */
+    CHECK_EQ(counts[0] + counts[1], FLOOD);
+    CHECK(counts[1] >= FLOOD - 256);
     close(logfd);
     close(go[0]);
     close(go[1]);
