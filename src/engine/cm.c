@@ -932,6 +932,7 @@ static bool listener_exhausted(struct uiw_listener *l, int err)
         close(reserve_fd);
         reserve_fd = -1;
         int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int e = fd < 0 ? errno : 0;
         if (fd >= 0) {
             close_abort(fd);
             accept_shed_count++;
@@ -939,7 +940,7 @@ static bool listener_exhausted(struct uiw_listener *l, int err)
         reserve_open();
         if (fd >= 0 && reserve_fd >= 0)
             return true;
-        if (fd < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+        if (e == EAGAIN || e == EWOULDBLOCK)
             return false; /* the backlog is empty */
     } else if (err == EMFILE || err == ENFILE) {
         reserve_open(); /* lost earlier: try to get it back */
