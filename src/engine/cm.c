@@ -13,8 +13,20 @@
  *    negotiation (MPA-level refusals are answered without the ULP); the
  *    real negotiation runs again in uiw_cm_accept / uiw_cm_reject with the
  *    ULP's IRD/ORD and private data, since the Reply depends on them.
- *  - Timeouts use one timerfd per connection registered with the progress
- *    thread: a fired timer is only acted on if the state still matches.
+ *  - Timeouts use one struct uiw_timer per connection in the progress
+ *    thread's timer heap (no fd): a fired timer is only acted on if it is
+ *    still armed (timer_on, not re-armed meanwhile) and the state matches.
+ *  - A connection the ULP never saw (no CONNECT_REQUEST queued: waiting for
+ *    the Request, dropped, or refused by the MPA layer itself) belongs to
+ *    its listener's list and is freed by cm.c on every path that ends it
+ *    (passive_drop); one the ULP was given is the ULP's to destroy.
+ *  - Every connection socket gets TCP keepalive and TCP_USER_TIMEOUT from
+ *    UIWARP_PEER_TIMEOUT (set_sockopts), so a peer that vanished without
+ *    FIN or RST ends in ETIMEDOUT: the data path then flushes the QP
+ *    (IBV_EVENT_QP_FATAL) and reports DISCONNECTED.
+ *  - Listeners survive descriptor exhaustion (listener_cb): a reserve fd
+ *    accepts and resets the pending connection on EMFILE/ENFILE, and the
+ *    listener is disarmed with back-off otherwise; the log is rate-limited.
  *  - `busy` counts operations running with the connection lock dropped
  *    (attach, abort, disconnect); destroy waits for it to reach zero.
  */
@@ -26,13 +38,18 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
-#include <sys/timerfd.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cm_int.h"
 
 #define DEFAULT_TIMEOUT_MS 10000u
 #define BUSY_RETRY_MS      50u
+#define ACCEPT_BACKOFF_MIN 10u   /* ms: listener disarmed after a resource failure */
+#define ACCEPT_BACKOFF_MAX 1000u /* ms */
+#define ACCEPT_LOG_NS      (5ull * 1000000000ull) /* at most one accept-failure line per 5 s */
+
+static atomic_int conn_count; /* live struct uiw_conn objects */
 
 /* Protects every listener's conns list and conn->listener/lnext. */
 static pthread_mutex_t cm_list_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -57,11 +74,41 @@ static uint16_t min_u16(unsigned a, unsigned b)
     return (uint16_t)(a < b ? a : b);
 }
 
-static void set_sockopts(int fd)
+/* Every connection socket, active and passive. Dead peers (docs/ENGINE.md
+ * "Dead peers"): with T = UIWARP_PEER_TIMEOUT seconds (default 30, 0 off),
+ * TCP_USER_TIMEOUT T s bounds how long sent data may stay unacknowledged
+ * (a sender), and keepalive (idle T/2 s, probes every max(1, T/10) s, 5 of
+ * them; Linux also ends a probing connection once T s passed since the
+ * last ACK, as TCP_USER_TIMEOUT is set) finds an idle receiver's peer gone
+ * in about T s. The kernel then fails the socket with ETIMEDOUT. */
+static void set_dead_peer(int fd, unsigned ms)
+{
+    int one = 1, zero = 0;
+    if (ms == 0)
+        ms = uiw_config()->peer_timeout_s * 1000u; /* at most 86400 s: no overflow */
+    if (ms == 0 || ms == UIW_PEER_TIMEOUT_OFF) {
+        unsigned none = 0;
+        (void)setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &zero, sizeof(zero));
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &none, sizeof(none));
+        return;
+    }
+    unsigned ut = ms;
+    unsigned t = ms / 1000u; /* seconds, for keepalive's 1 s granularity */
+    int idle = t / 2 ? (int)(t / 2) : 1, intvl = t / 10 ? (int)(t / 10) : 1, cnt = 5;
+    if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0 ||
+        setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)) < 0)
+        uiw_dbg(1, "cm: dead-peer socket options: %s", strerror(errno));
+}
+
+static void set_sockopts(int fd, unsigned peer_timeout_ms)
 {
     int one = 1;
     (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    set_dead_peer(fd, peer_timeout_ms);
 }
 
 static void fill_addrs(struct uiw_conn *c)
@@ -181,17 +228,23 @@ static size_t frame_want(const struct uiw_conn *c)
  * Connection objects
  * ---------------------------------------------------------------------- */
 
+static void conn_timer_cb(void *obj);
+
+/* NULL with *err set (-ENOMEM, or the progress thread's start error). */
 static struct uiw_conn *conn_new(struct uiw_context *ctx, struct uiw_cm_channel *ch, void *user,
-                                 bool active)
+                                 bool active, int *err)
 {
     struct uiw_conn *c = calloc(1, sizeof(*c));
-    if (!c)
+    if (!c) {
+        *err = -ENOMEM;
         return NULL;
-    c->tfd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
-    if (c->tfd < 0) {
+    }
+    *err = uiw_timer_init(&c->timer, conn_timer_cb, c);
+    if (*err) {
         free(c);
         return NULL;
     }
+    atomic_fetch_add(&conn_count, 1);
     pthread_mutex_init(&c->lock, NULL);
     pthread_cond_init(&c->idle, NULL);
     atomic_init(&c->refs, 1);
@@ -213,12 +266,18 @@ static void conn_put(struct uiw_conn *c)
 {
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
+    uiw_timer_fini(&c->timer); /* no lock held: may wait for its callback */
     if (c->fd >= 0)
         close(c->fd);
-    close(c->tfd);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->lock);
     free(c);
+    atomic_fetch_sub(&conn_count, 1);
+}
+
+UIW_EXPORT int uiw_cm_conn_count(void)
+{
+    return atomic_load(&conn_count);
 }
 
 /* c->lock held. */
@@ -239,22 +298,17 @@ static void wait_idle(struct uiw_conn *c)
         pthread_cond_wait(&c->idle, &c->lock);
 }
 
+/* c->lock held. */
 static void timer_arm(struct uiw_conn *c, unsigned ms)
 {
-    struct itimerspec its;
-    memset(&its, 0, sizeof(its));
-    its.it_value.tv_sec = ms / 1000;
-    its.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
-    if (!ms)
-        its.it_value.tv_nsec = 1;
-    (void)timerfd_settime(c->tfd, 0, &its, NULL);
+    c->timer_on = true;
+    uiw_timer_arm(&c->timer, ms);
 }
 
 static void timer_disarm(struct uiw_conn *c)
 {
-    struct itimerspec its;
-    memset(&its, 0, sizeof(its));
-    (void)timerfd_settime(c->tfd, 0, &its, NULL);
+    c->timer_on = false;
+    uiw_timer_disarm(&c->timer);
 }
 
 /* Give up cm.c's socket: unregister and close. c->lock held; on a user
@@ -330,17 +384,20 @@ static void post(struct uiw_conn *c, enum uiw_cm_event_type type, int status)
     ev->private_data_len = 0;
     if (type == UIW_CM_ESTABLISHED || type == UIW_CM_REJECTED)
         ev_from_result(ev, c);
-    uiw_cm_queue(c->ch, ev);
+    (void)uiw_cm_queue(c->ch, ev);
     free(ev);
 }
 
-static void post_connect_request(struct uiw_conn *c)
+/* 0, or -ENOMEM: nothing was queued (the caller drops the connection,
+ * the initiator sees a reset, the ULP nothing). c->lock held. */
+static int post_connect_request(struct uiw_conn *c)
 {
     struct uiw_cm_event *ev = malloc(sizeof(*ev));
     const uiw_mpa_frame *f = &c->req;
+    int rc;
     if (!ev) {
-        uiw_log("cm: out of memory, CONNECT_REQUEST lost");
-        return;
+        uiw_log("cm: out of memory, incoming connection reset");
+        return -ENOMEM;
     }
     ev_init(ev, c, UIW_CM_CONNECT_REQUEST, 0);
     pthread_mutex_lock(&cm_list_lock);
@@ -355,8 +412,11 @@ static void post_connect_request(struct uiw_conn *c)
     ev->p2p = f->enhanced && f->p2p;
     ev->rtr = ev->p2p ? f->rtr : 0;
     ev_set_pd(ev, f->ulp_pd, f->ulp_pd_len);
-    uiw_cm_queue(c->ch, ev);
+    rc = uiw_cm_queue(c->ch, ev);
     free(ev);
+    if (rc == 0)
+        c->posted = true;
+    return rc;
 }
 
 /* ------------------------------------------------------------------------
@@ -557,18 +617,16 @@ static void active_connected(struct uiw_conn *c)
  * Passive side
  * ---------------------------------------------------------------------- */
 
-/* Drop a connection the ULP never saw. c->lock held, progress thread.
- * Returns true when the caller must drop the listener's reference (after
- * unlocking). */
-static bool passive_drop(struct uiw_conn *c, const char *why)
+/* End a connection the ULP never saw (no CONNECT_REQUEST queued): close
+ * the socket (RST when abortive) and take it off its listener's list.
+ * c->lock held, progress thread. Returns true when the caller must drop
+ * the listener's reference (after unlocking); false when the listener is
+ * being destroyed (it frees c). */
+static bool passive_drop_how(struct uiw_conn *c, const char *why, bool abortive)
 {
     uiw_dbg(1, "cm: dropping incoming connection: %s", why);
     timer_disarm(c);
-    conn_close_fd(c, false);
-    if (c->tfd_reg) {
-        uiw_progress_del(c->tfd);
-        c->tfd_reg = false;
-    }
+    conn_close_fd(c, abortive);
     c->state = UIW_CS_CLOSED;
     bool owned = false;
     pthread_mutex_lock(&cm_list_lock);
@@ -585,6 +643,11 @@ static bool passive_drop(struct uiw_conn *c, const char *why)
     }
     pthread_mutex_unlock(&cm_list_lock);
     return owned;
+}
+
+static bool passive_drop(struct uiw_conn *c, const char *why)
+{
+    return passive_drop_how(c, why, false);
 }
 
 /* The Request is complete. c->lock held, progress thread. */
@@ -621,7 +684,8 @@ static bool passive_request(struct uiw_conn *c)
         c->fd_reg = false;
     }
     c->state = UIW_CS_REQ_RCVD;
-    post_connect_request(c);
+    if (post_connect_request(c) < 0)
+        return passive_drop_how(c, "out of memory for its CONNECT_REQUEST", true);
     return false;
 }
 
@@ -655,8 +719,9 @@ static bool passive_read(struct uiw_conn *c)
  * ---------------------------------------------------------------------- */
 
 /* Read and discard until EAGAIN; on EOF/error finish the close. c->lock
- * held, progress thread. */
-static void drain(struct uiw_conn *c)
+ * held, progress thread. Returns as passive_drop (a connection refused by
+ * the MPA layer itself is freed here). */
+static bool drain(struct uiw_conn *c)
 {
     char buf[4096];
     for (;;) {
@@ -666,9 +731,11 @@ static void drain(struct uiw_conn *c)
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
+            return false;
         int err = n == 0 ? 0 : -errno;
         uint8_t st = c->state;
+        if (!c->active && !c->posted)
+            return passive_drop(c, "initiator closed after our Reject");
         timer_disarm(c);
         if (st == UIW_CS_ESTABLISHED)
             (void)shutdown(c->fd, SHUT_WR); /* answer the peer's FIN */
@@ -676,7 +743,7 @@ static void drain(struct uiw_conn *c)
         c->state = UIW_CS_CLOSED;
         if (st == UIW_CS_ESTABLISHED || st == UIW_CS_DISCONNECTING)
             post(c, UIW_CM_DISCONNECTED, err);
-        return;
+        return false;
     }
 }
 
@@ -700,7 +767,7 @@ static void conn_io_cb(void *obj, uint32_t events)
     case UIW_CS_DISCONNECTING:
     case UIW_CS_REJECTED:
         if (c->fd >= 0 && !c->attached)
-            drain(c);
+            release = drain(c);
         break;
     default:
         break;
@@ -732,15 +799,17 @@ static void abort_attached(struct uiw_conn *c)
     busy_leave(c);
 }
 
-static void conn_timer_cb(void *obj, uint32_t events)
+static void conn_timer_cb(void *obj)
 {
     struct uiw_conn *c = obj;
-    uint64_t ticks;
     bool release = false;
-    (void)events;
-    while (read(c->tfd, &ticks, sizeof(ticks)) < 0 && errno == EINTR)
-        ;
     pthread_mutex_lock(&c->lock);
+    /* disarmed, or re-armed for a later deadline, since it fired */
+    if (!c->timer_on || uiw_timer_pending(&c->timer)) {
+        pthread_mutex_unlock(&c->lock);
+        return;
+    }
+    c->timer_on = false;
     if (c->busy && c->state != UIW_CS_DEAD) {
         /* an attach or abort is running without the lock: look again soon */
         timer_arm(c, BUSY_RETRY_MS);
@@ -775,6 +844,10 @@ static void conn_timer_cb(void *obj, uint32_t events)
             post(c, UIW_CM_DISCONNECTED, -ETIMEDOUT);
         break;
     case UIW_CS_REJECTED:
+        if (!c->active && !c->posted) {
+            release = passive_drop_how(c, "initiator kept the connection after our Reject", true);
+            break;
+        }
         conn_close_fd(c, true);
         c->state = UIW_CS_CLOSED;
         break;
@@ -786,38 +859,140 @@ static void conn_timer_cb(void *obj, uint32_t events)
         conn_put(c);
 }
 
-static int conn_register_timer(struct uiw_conn *c)
-{
-    int rc = uiw_progress_add(c->tfd, EPOLLIN, conn_timer_cb, c);
-    if (rc == 0)
-        c->tfd_reg = true;
-    return rc;
-}
-
 /* ------------------------------------------------------------------------
  * Listeners
  * ---------------------------------------------------------------------- */
+
+/*
+ * Descriptor exhaustion. The listening socket is level-triggered: while a
+ * connection is pending, every epoll_wait returns it, and an accept4 that
+ * fails with EMFILE leaves it pending, so the progress thread would spin
+ * (the issue 12 measurement: 9.4 s of CPU in 10 s). The remedies (as libuv
+ * and nginx do):
+ *  - EMFILE / ENFILE: one reserve descriptor (process-wide, /dev/null) is
+ *    closed, the pending connection accepted and reset (its initiator gets
+ *    a clean connection failure), the reserve reopened; repeated while
+ *    connections are pending, so the backlog empties and the listener goes
+ *    quiet. A later accept succeeds by itself once descriptors are free.
+ *  - ENOBUFS / ENOMEM, or no reserve: the listener is disarmed and re-armed
+ *    by a timer with back-off (10 ms doubling to 1 s, reset by a successful
+ *    accept); pending connections wait in the backlog meanwhile.
+ * The failure is logged at most once per 5 s with the count since.
+ * Only the progress thread touches reserve_fd after uiw_cm_listen opened it.
+ */
+static int reserve_fd = -1;
+static pthread_once_t reserve_once = PTHREAD_ONCE_INIT;
+static uint64_t accept_log_ns;
+static unsigned long accept_fail_count, accept_shed_count;
+
+static void reserve_open(void)
+{
+    reserve_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+static void accept_log(int err)
+{
+    uint64_t now = uiw_now_ns();
+    accept_fail_count++;
+    if (accept_log_ns && now - accept_log_ns < ACCEPT_LOG_NS)
+        return;
+    accept_log_ns = now ? now : 1;
+    uiw_log("cm: accept: %s (%lu failures, %lu connections reset so far; next report in 5 s "
+            "at the earliest)",
+            strerror(err), accept_fail_count, accept_shed_count);
+}
+
+static void listener_cb(void *obj, uint32_t events);
+
+static void listener_rearm(void *obj)
+{
+    struct uiw_listener *l = obj;
+    (void)uiw_progress_mod(l->fd, EPOLLIN, listener_cb, l);
+}
+
+/* Stop watching l->fd for a while (progress thread). */
+static void listener_backoff(struct uiw_listener *l)
+{
+    l->backoff_ms = l->backoff_ms ? l->backoff_ms * 2 : ACCEPT_BACKOFF_MIN;
+    if (l->backoff_ms > ACCEPT_BACKOFF_MAX)
+        l->backoff_ms = ACCEPT_BACKOFF_MAX;
+    if (uiw_progress_mod(l->fd, 0, listener_cb, l) == 0)
+        uiw_timer_arm(&l->timer, l->backoff_ms);
+    else {
+        struct timespec ts = {0, (long)l->backoff_ms * 1000000L};
+        nanosleep(&ts, NULL); /* cannot disarm: at least do not spin */
+    }
+}
+
+/* accept4 failed with err for want of a resource. True: try again now. */
+static bool listener_exhausted(struct uiw_listener *l, int err)
+{
+    accept_log(err);
+    if ((err == EMFILE || err == ENFILE) && reserve_fd >= 0) {
+        close(reserve_fd);
+        reserve_fd = -1;
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int e = fd < 0 ? errno : 0;
+        if (fd >= 0) {
+            close_abort(fd);
+            accept_shed_count++;
+        }
+        reserve_open();
+        if (fd >= 0 && reserve_fd >= 0)
+            return true;
+        if (e == EAGAIN || e == EWOULDBLOCK)
+            return false; /* the backlog is empty */
+    } else if (err == EMFILE || err == ENFILE) {
+        reserve_open(); /* lost earlier: try to get it back */
+    }
+    listener_backoff(l);
+    return false;
+}
 
 static void listener_cb(void *obj, uint32_t events)
 {
     struct uiw_listener *l = obj;
     (void)events;
-    for (;;) {
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0) {
-            if (errno == EINTR || errno == ECONNABORTED)
-                continue;
-            if (errno != EAGAIN && errno != EWOULDBLOCK)
-                uiw_log("cm: accept: %s", strerror(errno));
+    for (unsigned n = 0;; n++) {
+        if (n == 1024) {
+            /* let other sockets and timers run; the level-triggered
+             * listener reports the rest at once */
             return;
         }
-        struct uiw_conn *c = conn_new(l->ctx, l->ch, l->user, false);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0) {
+            int e = errno;
+            if (e == EINTR || e == ECONNABORTED)
+                continue;
+            if (e == EAGAIN || e == EWOULDBLOCK)
+                return;
+            if (e == EMFILE || e == ENFILE || e == ENOBUFS || e == ENOMEM) {
+                if (listener_exhausted(l, e))
+                    continue;
+                return;
+            }
+            /* Linux passes pending network errors of the new connection
+             * (ENETDOWN, EPROTO, EHOSTUNREACH...): that one is gone, the
+             * next may work; anything else: back off rather than spin. */
+            accept_log(e);
+            if (e == ENETDOWN || e == EPROTO || e == ENOPROTOOPT || e == EHOSTDOWN || e == ENONET ||
+                e == EHOSTUNREACH || e == EOPNOTSUPP || e == ENETUNREACH || e == EPERM)
+                continue;
+            listener_backoff(l);
+            return;
+        }
+        l->backoff_ms = 0;
+        int err = 0;
+        struct uiw_conn *c = conn_new(l->ctx, l->ch, l->user, false, &err);
         if (!c) {
+            /* invisible to the ULP; the initiator gets a reset */
+            accept_log(-err);
             close_abort(fd);
+            accept_shed_count++;
             continue;
         }
         c->fd = fd;
-        set_sockopts(fd);
+        set_sockopts(fd, 0);
         fill_addrs(c);
         c->state = UIW_CS_WAIT_REQ;
         pthread_mutex_lock(&cm_list_lock);
@@ -826,13 +1001,15 @@ static void listener_cb(void *obj, uint32_t events)
         l->conns = c;
         pthread_mutex_unlock(&cm_list_lock);
         pthread_mutex_lock(&c->lock);
-        if (conn_register_timer(c) == 0 && uiw_progress_add(fd, EPOLLIN, conn_io_cb, c) == 0) {
+        int rc = uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
+        if (rc == 0) {
             c->fd_reg = true;
             timer_arm(c, c->timeout_ms);
             pthread_mutex_unlock(&c->lock);
             continue;
         }
-        bool owned = passive_drop(c, "cannot register with the progress thread");
+        accept_log(-rc);
+        bool owned = passive_drop_how(c, "cannot register with the progress thread", true);
         pthread_mutex_unlock(&c->lock);
         if (owned)
             conn_put(c);
@@ -866,7 +1043,13 @@ UIW_EXPORT int uiw_cm_listen(struct uiw_context *ctx, const struct sockaddr *add
     l->ctx = ctx;
     l->user = user;
     if (rc == 0)
+        rc = uiw_timer_init(&l->timer, listener_rearm, l);
+    if (rc == 0) {
+        pthread_once(&reserve_once, reserve_open);
         rc = uiw_progress_add(l->fd, EPOLLIN, listener_cb, l);
+        if (rc < 0)
+            uiw_timer_fini(&l->timer);
+    }
     if (rc < 0) {
         close(l->fd);
         free(l);
@@ -891,6 +1074,9 @@ UIW_EXPORT void uiw_cm_listener_destroy(struct uiw_listener *l)
 {
     if (!l)
         return;
+    /* the timer first: its callback re-arms the fd; a listener callback
+     * still running cannot arm it any more (arm after fini is ignored) */
+    uiw_timer_fini(&l->timer);
     if (l->reg)
         uiw_progress_del(l->fd);
     pthread_mutex_lock(&cm_list_lock);
@@ -959,16 +1145,17 @@ UIW_EXPORT int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src,
     if (!qp && cfg->p2p)
         return -EINVAL; /* nobody to send the RTR */
 
-    struct uiw_conn *c = conn_new(qp ? qp->ctx : NULL, ch, user, true);
+    int rc = 0;
+    struct uiw_conn *c = conn_new(qp ? qp->ctx : NULL, ch, user, true, &rc);
     if (!c)
-        return -ENOMEM;
+        return rc;
     if (pd_len)
         memcpy(c->pd, p->private_data, pd_len);
     c->pd_len = pd_len;
     unsigned ird = p ? p->ird : UIW_MPA_DEFAULT_IRD, ord = p ? p->ord : UIW_MPA_DEFAULT_ORD;
     uiw_mpa_policy pol;
     make_policy(&pol, ird, ord, c->pd, pd_len);
-    int rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
     if (rc < 0) {
         conn_put(c);
         return rc;
@@ -989,15 +1176,12 @@ UIW_EXPORT int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src,
         rc = -errno;
         goto fail;
     }
-    set_sockopts(c->fd);
+    set_sockopts(c->fd, p ? p->peer_timeout_ms : 0);
     if (src && bind(c->fd, src, sa_len(src)) < 0) {
         rc = -errno;
         goto fail;
     }
     memcpy(&c->peer, dst, sa_len(dst));
-    rc = conn_register_timer(c);
-    if (rc < 0)
-        goto fail;
 
     pthread_mutex_lock(&c->lock);
     c->state = UIW_CS_CONNECTING;
@@ -1023,10 +1207,6 @@ UIW_EXPORT int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src,
     return 0;
 
 fail:
-    if (c->tfd_reg) {
-        uiw_progress_del(c->tfd);
-        c->tfd_reg = false;
-    }
     if (c->qp)
         conn_drop_qp(c, c->qp);
     c->qp = NULL;
@@ -1144,6 +1324,8 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct
     rc = peek_quiet(c->fd);
     if (rc < 0)
         return passive_abort(c, rc, true);
+    if (p && p->peer_timeout_ms)
+        set_dead_peer(c->fd, p->peer_timeout_ms); /* the ULP's, instead of the listener's */
 
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];
@@ -1308,16 +1490,16 @@ static void conn_kill(struct uiw_conn *c)
     uint8_t prev = c->state;
     c->state = UIW_CS_DEAD; /* callbacks that get the lock from now on do nothing */
     wait_idle(c);
-    bool fd_reg = c->fd_reg, tfd_reg = c->tfd_reg, attached = c->attached;
+    bool fd_reg = c->fd_reg, attached = c->attached;
     struct uiw_qp *qp = c->qp;
-    c->fd_reg = c->tfd_reg = false;
+    c->fd_reg = false;
+    c->timer_on = false;
     c->qp = NULL;
     pthread_mutex_unlock(&c->lock);
 
     if (fd_reg)
         uiw_progress_del(c->fd);
-    if (tfd_reg)
-        uiw_progress_del(c->tfd);
+    uiw_timer_fini(&c->timer); /* waits for a running callback (it finds DEAD) */
 
     pthread_mutex_lock(&cm_list_lock);
     struct uiw_listener *l = c->listener;

@@ -70,12 +70,12 @@ static void wake_clear(struct uiw_cm_channel *ch)
         ;
 }
 
-void uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev)
+int uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev)
 {
     struct uiw_cm_ev_node *n = malloc(sizeof(*n));
     if (!n) {
         uiw_log("cm: out of memory, event %d lost", (int)ev->type);
-        return;
+        return -ENOMEM;
     }
     n->ev = *ev;
     n->next = NULL;
@@ -83,7 +83,7 @@ void uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev)
     if (ev->conn && ev->conn->ev_dead) {
         pthread_mutex_unlock(&ch->lock);
         free(n);
-        return;
+        return 0; /* being destroyed: nobody wants it */
     }
     if (ch->tail)
         ch->tail->next = n;
@@ -93,6 +93,7 @@ void uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev)
     }
     ch->tail = n;
     pthread_mutex_unlock(&ch->lock);
+    return 0;
 }
 
 /* ch->lock held. */

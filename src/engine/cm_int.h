@@ -44,6 +44,8 @@ struct uiw_listener {
     void *user;
     struct sockaddr_storage addr;
     struct uiw_conn *conns; /* passive connections not yet handed to the ULP (cm_list_lock) */
+    struct uiw_timer timer; /* re-arms fd after a resource failure of accept4 */
+    unsigned backoff_ms;    /* progress thread only */
 };
 
 struct uiw_conn {
@@ -53,15 +55,16 @@ struct uiw_conn {
     unsigned busy; /* operations running without the lock (attach, abort...) */
     uint8_t state; /* enum uiw_conn_state */
     bool active;
-    bool fd_reg; /* fd registered with the progress thread by cm.c */
-    bool tfd_reg;
+    bool fd_reg;   /* fd registered with the progress thread by cm.c */
+    bool timer_on; /* timer armed and not yet acted on (c->lock) */
+    bool posted;   /* passive: CONNECT_REQUEST queued: the ULP owns c */
     bool attached; /* fd handed to qp (uiw_qp_attach_socket succeeded) */
     bool had_qp;   /* a QP was given to connect/accept */
     /* channel lock */
-    bool ev_dead; /* no more events may be queued (destroy) */
-    bool popped;  /* its CONNECT_REQUEST was retrieved: the ULP owns it */
-    int fd;       /* the socket while cm.c owns it, else -1 */
-    int tfd;      /* timerfd for the MPA / RTR / disconnect timeouts */
+    bool ev_dead;           /* no more events may be queued (destroy) */
+    bool popped;            /* its CONNECT_REQUEST was retrieved: the ULP owns it */
+    int fd;                 /* the socket while cm.c owns it, else -1 */
+    struct uiw_timer timer; /* MPA / RTR / disconnect timeouts (progress.c's heap) */
     unsigned timeout_ms;
     struct uiw_cm_channel *ch;
     void *user;
@@ -86,8 +89,8 @@ struct uiw_conn {
 
 /* cm_channel.c */
 /* Queue a copy of ev for ev->conn (dropped if the connection is being
- * destroyed). Takes ch->lock. */
-void uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev);
+ * destroyed). 0, or -ENOMEM (nothing queued). Takes ch->lock. */
+int uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev);
 /* Drop every queued event of c and refuse new ones. Returns true when c was
  * already retrieved through a CONNECT_REQUEST (c->popped). Takes ch->lock. */
 bool uiw_cm_purge(struct uiw_cm_channel *ch, struct uiw_conn *c);

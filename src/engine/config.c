@@ -15,6 +15,7 @@
  *   UIWARP_DEBUG           0 .. 3                             default 0
  *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default off
  *   UIWARP_PROGRESS_SPIN_US 0 .. 100000                       default 200
+ *   UIWARP_PEER_TIMEOUT    0 (off) .. 86400 seconds            default 30
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
@@ -221,6 +222,7 @@ static void config_load(void)
     cfg.progress_spin_us = 200;
     cfg.progress_nice = 0;
     cfg.progress_nice_set = false; /* off: docs/ENGINE.md on the trade-off */
+    cfg.peer_timeout_s = 30;       /* docs/ENGINE.md "Dead peers" */
 
     u = cfg.mpa_rev;
     env_uint("UIWARP_MPA_REV", 1, 2, &u);
@@ -253,6 +255,7 @@ static void config_load(void)
     env_uint("UIWARP_FIRST_FPDU_HOLD_MS", 0, 10000, &cfg.first_fpdu_hold_ms);
     env_nice();
     env_uint("UIWARP_PROGRESS_SPIN_US", 0, 100000, &cfg.progress_spin_us);
+    env_uint("UIWARP_PEER_TIMEOUT", 0, 86400, &cfg.peer_timeout_s);
     u = 0;
     env_uint("UIWARP_DEBUG", 0, 3, &u);
     cfg.debug = (int)u;

@@ -25,6 +25,7 @@
 #define UIWARP_ENGINE_H
 
 #include <infiniband/verbs.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -80,6 +81,8 @@ struct uiw_config {
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
     unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: progress.c "Spinning" (default 200) */
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
+    unsigned peer_timeout_s;     /* UIWARP_PEER_TIMEOUT: dead-peer detection through TCP
+                                  * keepalive and TCP_USER_TIMEOUT (default 30; 0 = off) */
 };
 const struct uiw_config *uiw_config(void);
 
@@ -523,6 +526,31 @@ int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj);
  * own included) it returns at once and the callback is not called again.
  * Call it before closing fd. */
 int uiw_progress_del(int fd);
+/* Timers of the progress thread: one min-heap drives epoll_wait's timeout
+ * (no timerfd per object). A struct uiw_timer lives in its object; init
+ * reserves its heap slot (-ENOMEM, or the progress thread's start error),
+ * so arm never allocates and cannot fail. cb(obj) runs once on the progress
+ * thread per expiry, with no progress lock held. arm (re)schedules ms from
+ * now; disarm unqueues without waiting (a callback already started still
+ * runs: check your own state under your lock, uiw_timer_pending tells
+ * whether it was re-armed meanwhile); fini unqueues, waits for a running
+ * callback when called from another thread (same lock rule as
+ * uiw_progress_del), and releases the slot; arm after fini is ignored.
+ * All may be called with object locks held except fini (from a thread
+ * other than the progress thread). */
+struct uiw_timer {
+    uint64_t deadline_ns;
+    unsigned idx;  /* heap position + 1; 0: not queued */
+    bool reserved; /* between init and fini */
+    uint64_t id;   /* uiw_progress_timer's one-shot timers; 0 otherwise */
+    void (*cb)(void *obj);
+    void *obj;
+};
+int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj);
+void uiw_timer_arm(struct uiw_timer *t, unsigned ms);
+void uiw_timer_disarm(struct uiw_timer *t);
+bool uiw_timer_pending(struct uiw_timer *t);
+void uiw_timer_fini(struct uiw_timer *t);
 /* Run cb(obj) once on the progress thread after ms milliseconds. cancel:
  * on return cb will not start; from another thread it also waits for a cb
  * that is running (same lock rule as del). */
@@ -558,8 +586,8 @@ extern _Atomic uint64_t uiw_last_arm_ns;
  * follow its Request before the Reply was sent (siw's strict check).
  *
  * Threads and locks. Handshakes, timeouts and teardown run on the progress
- * thread (uiw_progress_add on the TCP socket and on a per-connection
- * timerfd for the timeouts); accept/reject/disconnect/destroy run in the
+ * thread (uiw_progress_add on the TCP socket, a struct uiw_timer for the
+ * timeouts); accept/reject/disconnect/destroy run in the
  * caller's thread. Lock order: qp->lock -> connection lock -> listener
  * list lock -> channel lock. cm.c never holds a connection lock while it
  * takes qp->lock or calls uiw_qp_attach_socket.
@@ -598,7 +626,12 @@ struct uiw_conn_param {
     uint16_t private_data_len; /* <= UIW_CM_MAX_PD(rev): 508 with MPA Rev 2, 512 with Rev 1 */
     uint16_t ird;              /* responder_resources */
     uint16_t ord;              /* initiator_depth */
+    /* Dead-peer timeout of this connection's socket in ms (docs/ENGINE.md
+     * "Dead peers"): 0 = UIWARP_PEER_TIMEOUT, UIW_PEER_TIMEOUT_OFF = none
+     * (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT sets it). */
+    unsigned peer_timeout_ms;
 };
+#define UIW_PEER_TIMEOUT_OFF UINT_MAX
 /* ULP private data that fits an MPA frame of revision rev (RFC 5044 §7.1:
  * 512 bytes, RFC 6581's 4 IRD/ORD bytes included with Rev 2). Linux siw
  * accepts only 256 including those 4 bytes: send it at most 252. */
@@ -696,6 +729,8 @@ int uiw_cm_disconnect(struct uiw_conn *c);
  * moved to ERR; the QP (if any) is let go (qp->conn cleared; the socket
  * stays the QP's until ibv_destroy_qp). */
 void uiw_cm_conn_destroy(struct uiw_conn *c);
+/* Connection objects alive in the process (tests: nothing leaks). */
+int uiw_cm_conn_count(void);
 /* Local and peer address of the TCP connection (either may be NULL). */
 int uiw_cm_conn_addr(const struct uiw_conn *c, struct sockaddr_storage *local,
                      struct sockaddr_storage *peer);

@@ -6,9 +6,9 @@
  * One thread, started on first use, sleeps in epoll_wait on:
  *   - every registered fd (the data path registers connected sockets with
  *     edge-triggered EPOLLIN, EPOLLOUT only while transmission is blocked;
- *     the CM registers its handshake sockets and timerfds),
+ *     the CM registers its handshake and listening sockets),
  *   - an eventfd that wakes it when a timer is added from another thread,
- * with the timeout of the earliest timer. It never polls: with nothing
+ * with the timeout of the earliest timer (the timer heap, below). It never polls: with nothing
  * registered and no timer it blocks indefinitely.
  *
  * Registrations. Each uiw_progress_add creates a registration object with
@@ -28,9 +28,13 @@
  * Lock order: object locks (qp->lock, connection locks) -> pg.lock; the
  * dispatcher never holds pg.lock while calling out.
  *
- * Timers: a list sorted by deadline (CLOCK_MONOTONIC). uiw_progress_timer_cancel
- * from another thread waits for a running callback of that timer, with the
- * same locking rule as uiw_progress_del.
+ * Timers: one binary min-heap on the deadline (CLOCK_MONOTONIC) drives
+ * epoll_wait's timeout; no timerfd. A timer is a struct uiw_timer embedded
+ * in its object (uiw_timer_init reserves its heap slot, so arming cannot
+ * fail), or a one-shot uiw_progress_timer. uiw_timer_fini and
+ * uiw_progress_timer_cancel from another thread wait for a running
+ * callback of that timer, with the same locking rule as uiw_progress_del.
+ * O(log n) arm/disarm with thousands of connections.
  *
  * uiw_cq_drive: ibv_poll_cq on an empty CQ tries each QP of the CQ with
  * pthread_mutex_trylock and runs its receive (and transmit) processing.
@@ -64,10 +68,9 @@ struct preg {
     bool orphan; /* removed while busy on the progress thread: dispatcher frees */
 };
 
+/* uiw_progress_timer's one-shot timers: allocated, freed after firing */
 struct ptimer {
-    struct ptimer *next;
-    uint64_t id;
-    uint64_t deadline_ns;
+    struct uiw_timer t; /* first */
     void (*cb)(void *);
     void *obj;
 };
@@ -82,9 +85,14 @@ static struct {
     struct preg **regs; /* indexed by fd */
     unsigned nregs;
     uint32_t gen;
-    struct ptimer *timers; /* sorted by deadline */
+    /* Timers: a binary min-heap on deadline_ns. Every initialised timer
+     * has a slot reserved (heap_reserved <= heap_cap), so arming never
+     * allocates and cannot fail. */
+    struct uiw_timer **heap;
+    unsigned heap_n, heap_cap, heap_reserved;
     uint64_t next_timer_id;
-    uint64_t timer_running; /* id of the timer whose callback runs, 0 = none */
+    const struct uiw_timer *timer_running; /* whose callback runs, NULL = none */
+    uint64_t timer_running_id;             /* its id (uiw_progress_timer), else 0 */
 } pg = {
     .once = PTHREAD_ONCE_INIT,
     .lock = PTHREAD_MUTEX_INITIALIZER,
@@ -117,30 +125,88 @@ static int timeout_ms_locked(void)
 {
     uint64_t now, d;
 
-    if (!pg.timers)
+    if (!pg.heap_n)
         return -1;
     now = uiw_now_ns();
-    if (pg.timers->deadline_ns <= now)
+    if (pg.heap[0]->deadline_ns <= now)
         return 0;
-    d = (pg.timers->deadline_ns - now + 999999u) / 1000000u;
+    d = (pg.heap[0]->deadline_ns - now + 999999u) / 1000000u;
     return d > 3600000u ? 3600000 : (int)d;
+}
+
+/* ---- the timer heap (pg.lock held) ---- */
+
+static void heap_set(unsigned i, struct uiw_timer *t)
+{
+    pg.heap[i] = t;
+    t->idx = i + 1;
+}
+
+static void heap_up(unsigned i)
+{
+    struct uiw_timer *t = pg.heap[i];
+
+    while (i > 0) {
+        unsigned p = (i - 1) / 2;
+        if (pg.heap[p]->deadline_ns <= t->deadline_ns)
+            break;
+        heap_set(i, pg.heap[p]);
+        i = p;
+    }
+    heap_set(i, t);
+}
+
+static void heap_down(unsigned i)
+{
+    struct uiw_timer *t = pg.heap[i];
+
+    for (;;) {
+        unsigned c = 2 * i + 1;
+        if (c >= pg.heap_n)
+            break;
+        if (c + 1 < pg.heap_n && pg.heap[c + 1]->deadline_ns < pg.heap[c]->deadline_ns)
+            c++;
+        if (t->deadline_ns <= pg.heap[c]->deadline_ns)
+            break;
+        heap_set(i, pg.heap[c]);
+        i = c;
+    }
+    heap_set(i, t);
+}
+
+static void heap_remove(struct uiw_timer *t)
+{
+    unsigned i = t->idx - 1;
+    struct uiw_timer *last = pg.heap[--pg.heap_n];
+
+    t->idx = 0;
+    if (last == t)
+        return;
+    heap_set(i, last);
+    heap_down(i);
+    heap_up(last->idx - 1);
 }
 
 /* Run every due timer; pg.lock held on entry and exit. */
 static void run_timers_locked(void)
 {
     for (;;) {
-        struct ptimer *t = pg.timers;
+        struct uiw_timer *t = pg.heap_n ? pg.heap[0] : NULL;
+        void (*cb)(void *);
+        void *obj;
 
         if (!t || t->deadline_ns > uiw_now_ns())
             return;
-        pg.timers = t->next;
-        pg.timer_running = t->id;
+        heap_remove(t);
+        pg.timer_running = t;
+        pg.timer_running_id = t->id;
+        cb = t->cb;
+        obj = t->obj;
         pthread_mutex_unlock(&pg.lock);
-        t->cb(t->obj);
-        free(t);
+        cb(obj); /* may free t (uiw_timer_fini on this thread does not wait) */
         pthread_mutex_lock(&pg.lock);
-        pg.timer_running = 0;
+        pg.timer_running = NULL;
+        pg.timer_running_id = 0;
         pthread_cond_broadcast(&pg.idle);
     }
 }
@@ -447,57 +513,157 @@ UIW_EXPORT int uiw_progress_del(int fd)
     return 0;
 }
 
+UIW_EXPORT int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj)
+{
+    int ret;
+
+    if (!t || !cb)
+        return -EINVAL;
+    memset(t, 0, sizeof(*t));
+    ret = progress_start();
+    if (ret)
+        return ret;
+    pthread_mutex_lock(&pg.lock);
+    if (pg.heap_reserved == pg.heap_cap) {
+        unsigned n = pg.heap_cap ? 2 * pg.heap_cap : 64;
+        struct uiw_timer **nh = realloc(pg.heap, n * sizeof(*nh));
+
+        if (!nh) {
+            pthread_mutex_unlock(&pg.lock);
+            return -ENOMEM;
+        }
+        pg.heap = nh;
+        pg.heap_cap = n;
+    }
+    pg.heap_reserved++;
+    t->reserved = true;
+    t->cb = cb;
+    t->obj = obj;
+    pthread_mutex_unlock(&pg.lock);
+    return 0;
+}
+
+UIW_EXPORT void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
+{
+    bool first;
+
+    if (!t)
+        return;
+    pthread_mutex_lock(&pg.lock);
+    if (!t->reserved) { /* never initialised, or finished */
+        pthread_mutex_unlock(&pg.lock);
+        return;
+    }
+    t->deadline_ns = uiw_now_ns() + (uint64_t)ms * 1000000u;
+    if (t->idx) {
+        heap_down(t->idx - 1);
+        heap_up(t->idx - 1);
+    } else {
+        pg.heap[pg.heap_n++] = t; /* room: a slot is reserved for every timer */
+        heap_up(pg.heap_n - 1);
+    }
+    first = pg.heap[0] == t;
+    pthread_mutex_unlock(&pg.lock);
+    if (first)
+        wake();
+}
+
+UIW_EXPORT void uiw_timer_disarm(struct uiw_timer *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&pg.lock);
+    if (t->idx)
+        heap_remove(t);
+    pthread_mutex_unlock(&pg.lock);
+}
+
+UIW_EXPORT bool uiw_timer_pending(struct uiw_timer *t)
+{
+    bool q;
+
+    if (!t)
+        return false;
+    pthread_mutex_lock(&pg.lock);
+    q = t->idx != 0;
+    pthread_mutex_unlock(&pg.lock);
+    return q;
+}
+
+UIW_EXPORT void uiw_timer_fini(struct uiw_timer *t)
+{
+    if (!t)
+        return;
+    pthread_mutex_lock(&pg.lock);
+    if (!t->reserved) {
+        pthread_mutex_unlock(&pg.lock);
+        return;
+    }
+    if (t->idx)
+        heap_remove(t);
+    if (!on_progress_thread)
+        while (pg.timer_running == t)
+            pthread_cond_wait(&pg.idle, &pg.lock);
+    t->reserved = false;
+    pg.heap_reserved--;
+    pthread_mutex_unlock(&pg.lock);
+}
+
+static void ptimer_fire(void *obj)
+{
+    struct ptimer *p = obj;
+
+    p->cb(p->obj);
+    uiw_timer_fini(&p->t); /* on this thread: does not wait */
+    free(p);
+}
+
 UIW_EXPORT int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id)
 {
-    struct ptimer *t, **pp;
-    bool first;
+    struct ptimer *p;
     int ret;
 
     if (!cb)
         return -EINVAL;
-    ret = progress_start();
-    if (ret)
-        return ret;
-    t = calloc(1, sizeof(*t));
-    if (!t)
+    p = calloc(1, sizeof(*p));
+    if (!p)
         return -ENOMEM;
-    t->cb = cb;
-    t->obj = obj;
-    t->deadline_ns = uiw_now_ns() + (uint64_t)ms * 1000000u;
+    ret = uiw_timer_init(&p->t, ptimer_fire, p);
+    if (ret) {
+        free(p);
+        return ret;
+    }
+    p->cb = cb;
+    p->obj = obj;
     pthread_mutex_lock(&pg.lock);
-    t->id = ++pg.next_timer_id;
-    for (pp = &pg.timers; *pp && (*pp)->deadline_ns <= t->deadline_ns; pp = &(*pp)->next)
-        ;
-    t->next = *pp;
-    *pp = t;
+    p->t.id = ++pg.next_timer_id;
     if (id)
-        *id = t->id;
-    first = pg.timers == t;
+        *id = p->t.id;
     pthread_mutex_unlock(&pg.lock);
-    if (first)
-        wake();
+    uiw_timer_arm(&p->t, ms);
     return 0;
 }
 
 UIW_EXPORT void uiw_progress_timer_cancel(uint64_t id)
 {
-    struct ptimer **pp;
-
     if (!id)
         return;
     pthread_mutex_lock(&pg.lock);
-    for (pp = &pg.timers; *pp; pp = &(*pp)->next) {
-        if ((*pp)->id == id) {
-            struct ptimer *t = *pp;
-            *pp = t->next;
-            free(t);
+    for (unsigned i = 0; i < pg.heap_n; i++) {
+        struct uiw_timer *t = pg.heap[i];
+
+        if (t->id == id) {
+            heap_remove(t);
+            t->reserved = false;
+            pg.heap_reserved--;
             pthread_mutex_unlock(&pg.lock);
+            free((struct ptimer *)t);
             return;
         }
     }
     /* not queued: fired already, or firing right now */
     if (!on_progress_thread)
-        while (pg.timer_running == id)
+        while (pg.timer_running_id == id)
             pthread_cond_wait(&pg.idle, &pg.lock);
     pthread_mutex_unlock(&pg.lock);
 }

@@ -412,6 +412,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
                                                                    : p->responder_resources,
         .private_data = pd_len ? x->conn_pd : NULL,
         .private_data_len = pd_len,
+        .peer_timeout_ms = x->peer_timeout_ms,
     };
     x->conn_qp = qp;
     memcpy(&x->conn_src, &x->id.route.addr.src_storage, sizeof(x->conn_src));
@@ -488,6 +489,7 @@ UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
         .ird = (uint16_t)ird,
         .private_data = p ? p->private_data : NULL,
         .private_data_len = p ? p->private_data_len : 0,
+        .peer_timeout_ms = x->peer_timeout_ms,
     };
     struct uiw_conn *c = x->conn;
     x->state = RCM_ACCEPTING;
@@ -622,6 +624,21 @@ UIW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, vo
             return rcm_err(EINVAL);
         /* The default (dual-stack IPv6 wildcard) is what the engine does. */
         return *(const int *)optval ? rcm_err(ENOSYS) : 0;
+    case RDMA_OPTION_ID_ACK_TIMEOUT: {
+        /* InfiniBand's local ACK timeout, 4.096 us * 2^t per try (0:
+         * infinite). The connection's dead-peer timeout (TCP_USER_TIMEOUT
+         * and keepalive, docs/ENGINE.md "Dead peers") becomes that times
+         * the 8 tries of rdma_cm's RC retry count (7), at least 1 s; 0
+         * turns detection off. Applies to the next rdma_connect/accept. */
+        if (optlen != sizeof(uint8_t) || *(const uint8_t *)optval > 31)
+            return rcm_err(EINVAL);
+        uint8_t t = *(const uint8_t *)optval;
+        uint64_t ms = t ? ((4096ull << t) * 8u + 999999u) / 1000000u : 0;
+        pthread_mutex_lock(&x->lock);
+        x->peer_timeout_ms = !t ? UIW_PEER_TIMEOUT_OFF : ms < 1000 ? 1000 : (unsigned)ms;
+        pthread_mutex_unlock(&x->lock);
+        return 0;
+    }
     default:
         return rcm_err(ENOSYS);
     }

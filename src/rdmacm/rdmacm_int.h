@@ -190,6 +190,7 @@ struct rcm_id {
     bool reuseaddr;
     bool tos_set;
     uint8_t tos;
+    unsigned peer_timeout_ms; /* RDMA_OPTION_ID_ACK_TIMEOUT (0: UIWARP_PEER_TIMEOUT) */
     /* active: what rdma_connect asked for, to try again when the first
      * attempts are refused (see rcm_retry_refused) */
     struct uiw_qp *conn_qp;
