@@ -25,7 +25,9 @@
 #include "engine.h"
 
 static pthread_mutex_t st_lock = PTHREAD_MUTEX_INITIALIZER;
-static int st_fd = -1;               /* the file, or -1 (not made yet / none) */
+/* st_fd: 0 once the file exists, -1 if not (yet); the file is opened only
+ * while it is made or grows, so a process keeps no fd for it */
+static int st_fd = -1;
 static bool st_tried;                /* made or failed once in this process */
 static pid_t st_pid;                 /* the process that owns st_fd */
 static char st_path[64];             /* its name, for unlinking at exit */
@@ -101,7 +103,8 @@ static void st_create_locked(void)
     h->comm[sizeof(h->comm) - 1] = '\0';
     __atomic_store_n(&h->magic, UIW_STAT_MAGIC, __ATOMIC_RELEASE); /* last: the file is valid */
     munmap(h, (size_t)page);
-    st_fd = fd;
+    close(fd);
+    st_fd = 0;
     st_pid = getpid();
     st_size = (uint64_t)page;
 }
@@ -119,14 +122,22 @@ static int st_grow_locked(void)
         st_free = n;
         st_free_cap = cap;
     }
-    if (ftruncate(st_fd, (off_t)(st_size + st_chunk_bytes)) != 0)
+    int fd = open(st_path, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0)
         return -errno;
-    c = mmap(NULL, st_chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, st_fd, (off_t)st_size);
-    if (c == MAP_FAILED) {
+    if (ftruncate(fd, (off_t)(st_size + st_chunk_bytes)) != 0) {
         int e = errno;
-        (void)ftruncate(st_fd, (off_t)st_size);
+        close(fd);
         return -e;
     }
+    c = mmap(NULL, st_chunk_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, (off_t)st_size);
+    if (c == MAP_FAILED) {
+        int e = errno;
+        (void)ftruncate(fd, (off_t)st_size);
+        close(fd);
+        return -e;
+    }
+    close(fd);
     st_size += st_chunk_bytes;
     /* pushed last-first, so slots are handed out in file order */
     for (unsigned i = UIW_STAT_CHUNK; i-- > 0;)
