@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "cm_int.h"
+#include "pcap_out.h"
 
 #define DEFAULT_TIMEOUT_MS 10000u
 #define BUSY_RETRY_MS      50u
@@ -145,6 +146,46 @@ static int send_all(int fd, const void *buf, size_t len, unsigned timeout_ms)
         return n < 0 ? -errno : -EIO;
     }
     return 0;
+}
+
+/* UIWARP_PCAP: the connection's capture handle, made on its first bytes
+ * (NULL when capture is off). c->lock held. */
+static struct uiw_cap *conn_cap(struct uiw_conn *c)
+{
+    if (!c->pcap_tried && c->fd >= 0) {
+        c->pcap_tried = true;
+        c->pcap = uiw_cap_conn(c->fd, c->active);
+    }
+    return c->pcap;
+}
+
+/* send_all on c's socket, captured. c->lock held. */
+static int conn_send(struct uiw_conn *c, const void *buf, size_t len)
+{
+    int rc = send_all(c->fd, buf, len, c->timeout_ms);
+    if (rc == 0)
+        uiw_cap_bytes(conn_cap(c), true, buf, len);
+    return rc;
+}
+
+/* The capture handle goes with the socket to qp before uiw_qp_attach_socket
+ * (its data path captures from the first FPDU on: the attach may send the
+ * RTR at once). The QP has no socket yet, so nothing of the data path reads
+ * qp->pcap meanwhile; the attach's qp->lock orders the store before its
+ * use. c->lock held. */
+static void cap_give(struct uiw_conn *c, struct uiw_qp *qp)
+{
+    struct uiw_cap *cap = conn_cap(c);
+    c->pcap = NULL;
+    uiw_cap_close(qp->pcap, false); /* a previous connection's, if any */
+    qp->pcap = cap;
+}
+
+/* The attach failed: the socket (and its capture) stay with c. */
+static void cap_take_back(struct uiw_conn *c, struct uiw_qp *qp)
+{
+    c->pcap = qp->pcap;
+    qp->pcap = NULL;
 }
 
 /* Abortive close without giving up the descriptor (the QP owns it): with
@@ -267,6 +308,7 @@ static void conn_put(struct uiw_conn *c)
     if (atomic_fetch_sub(&c->refs, 1) != 1)
         return;
     uiw_timer_fini(&c->timer); /* no lock held: may wait for its callback */
+    uiw_cap_close(c->pcap, false);
     if (c->fd >= 0)
         close(c->fd);
     pthread_cond_destroy(&c->idle);
@@ -317,6 +359,8 @@ static void conn_close_fd(struct uiw_conn *c, bool abortive)
 {
     if (c->fd < 0)
         return;
+    uiw_cap_close(c->pcap, abortive);
+    c->pcap = NULL;
     if (c->fd_reg) {
         uiw_progress_del(c->fd);
         c->fd_reg = false;
@@ -423,8 +467,9 @@ static int post_connect_request(struct uiw_conn *c)
  * Terminate for a failed Reply check (RFC 6581 §9.1 code 6, §9.2 code 7)
  * ---------------------------------------------------------------------- */
 
-static void send_terminate(int fd, const uiw_mpa_neg *n)
+static void send_terminate(struct uiw_conn *c, const uiw_mpa_neg *n)
 {
+    int fd = c->fd;
     uiw_hdr h;
     uiw_tx tx;
     uiw_tx_msg m;
@@ -448,7 +493,10 @@ static void send_terminate(int fd, const uiw_mpa_neg *n)
         memset(&mh, 0, sizeof(mh));
         mh.msg_iov = f->iov;
         mh.msg_iovlen = (size_t)f->iovcnt;
-        if (sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)f->bytes)
+        ssize_t w = sendmsg(fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+        if (w > 0)
+            uiw_cap_data(conn_cap(c), true, f->iov, f->iovcnt, (size_t)w);
+        if (w != (ssize_t)f->bytes)
             uiw_dbg(1, "cm: Terminate not sent completely");
     }
     free(f);
@@ -493,6 +541,7 @@ static void active_done(struct uiw_conn *c)
         uiw_progress_del(fd); /* our own callback: returns at once */
         c->fd_reg = false;
     }
+    cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
     int rc = uiw_qp_attach_socket(qp, fd, &res);
     pthread_mutex_lock(&c->lock);
@@ -500,6 +549,8 @@ static void active_done(struct uiw_conn *c)
     if (rc == 0) {
         c->attached = true;
         c->fd = -1; /* the QP's now */
+    } else {
+        cap_take_back(c, qp);
     }
     if (c->state == UIW_CS_DEAD)
         return;
@@ -536,6 +587,7 @@ static void active_read(struct uiw_conn *c)
             active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
             return;
         }
+        uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
         size_t olen = 0;
         int rc = uiw_mpa_neg_feed(&c->neg, c->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
         c->rhave = (uint16_t)(c->rhave + n);
@@ -575,7 +627,7 @@ static void active_read(struct uiw_conn *c)
             uiw_dbg(1, "cm: MPA Reply refused: %s (%d)", c->neg.why ? c->neg.why : "",
                     c->neg.error);
             if (c->neg.term_valid && c->neg.term_send)
-                send_terminate(c->fd, &c->neg);
+                send_terminate(c, &c->neg);
             active_fail(c, UIW_CM_CONNECT_ERROR, c->neg.error ? c->neg.error : -EPROTO, false);
             return;
         }
@@ -598,7 +650,7 @@ static void active_connected(struct uiw_conn *c)
     if (getpeername(c->fd, (struct sockaddr *)&ss, &l) < 0)
         return; /* still connecting */
     fill_addrs(c);
-    int rc = send_all(c->fd, c->txframe, c->txframe_len, c->timeout_ms);
+    int rc = conn_send(c, c->txframe, c->txframe_len);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
         return;
@@ -668,7 +720,7 @@ static bool passive_request(struct uiw_conn *c)
     (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
     if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
         uiw_dbg(1, "cm: rejecting incoming connection: %s", c->neg.why ? c->neg.why : "");
-        if (send_all(c->fd, out, olen, c->timeout_ms) < 0)
+        if (conn_send(c, out, olen) < 0)
             return passive_drop(c, "cannot send the Reject");
         (void)shutdown(c->fd, SHUT_WR);
         c->state = UIW_CS_REJECTED;
@@ -704,6 +756,7 @@ static bool passive_read(struct uiw_conn *c)
         }
         if (n == 0)
             return passive_drop(c, "peer closed before its MPA Request");
+        uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
         c->rhave = (uint16_t)(c->rhave + n);
         int rc = uiw_mpa_decode(c->rbuf, c->rhave, UIW_MPA_REQUEST, &c->req);
         if (rc == -EAGAIN)
@@ -726,8 +779,10 @@ static bool drain(struct uiw_conn *c)
     char buf[4096];
     for (;;) {
         ssize_t n = recv(c->fd, buf, sizeof(buf), 0);
-        if (n > 0)
+        if (n > 0) {
+            uiw_cap_bytes(conn_cap(c), false, buf, (size_t)n);
             continue;
+        }
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -1338,12 +1393,12 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct
         /* The ULP's values made the MPA layer refuse (e.g. a Read RTR and
          * IRD 0): the initiator gets the Reject, the caller the reason. */
         uiw_log("cm: accept refused by the MPA negotiation: %s", c->neg.why ? c->neg.why : "");
-        (void)send_all(c->fd, out, olen, c->timeout_ms);
+        (void)conn_send(c, out, olen);
         return passive_abort(c, c->neg.error ? c->neg.error : -ECONNREFUSED, false);
     }
     if (c->neg.state != UIW_MPA_S_DONE)
         return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
-    rc = send_all(c->fd, out, olen, c->timeout_ms);
+    rc = conn_send(c, out, olen);
     if (rc < 0)
         return passive_abort(c, rc, true);
 
@@ -1368,11 +1423,14 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct
     }
     int fd = c->fd;
     uiw_mpa_result res = c->neg.result;
+    cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
 
     rc = uiw_qp_attach_socket(qp, fd, &res);
 
     pthread_mutex_lock(&c->lock);
+    if (rc < 0)
+        cap_take_back(c, qp);
     if (rc < 0) {
         uiw_log("cm: attaching the QP failed: %d", rc);
         timer_disarm(c);
@@ -1412,7 +1470,7 @@ UIW_EXPORT int uiw_cm_reject(struct uiw_conn *c, const void *pd, uint16_t pd_len
     (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
     if (c->neg.state != UIW_MPA_S_REJECTED || !olen)
         return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
-    rc = send_all(c->fd, out, olen, c->timeout_ms);
+    rc = conn_send(c, out, olen);
     if (rc < 0)
         return passive_abort(c, rc, true);
     /* RFC 5044 §7.1.2 rule 2 leaves TCP open for the ULP; we close it as

@@ -60,6 +60,8 @@ struct uiw_conn {
     bool posted;   /* passive: CONNECT_REQUEST queued: the ULP owns c */
     bool attached; /* fd handed to qp (uiw_qp_attach_socket succeeded) */
     bool had_qp;   /* a QP was given to connect/accept */
+    bool pcap_tried;      /* UIWARP_PCAP handle looked for (conn_cap) */
+    struct uiw_cap *pcap; /* UIWARP_PCAP handle until the QP takes the socket */
     /* channel lock */
     bool ev_dead;           /* no more events may be queued (destroy) */
     bool popped;            /* its CONNECT_REQUEST was retrieved: the ULP owns it */

@@ -33,6 +33,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "pcap_out.h"
 
 static atomic_int nqps, nsrqs;
 static atomic_uint next_qpn = 16;
@@ -608,6 +609,8 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_lock(&qp->lock);
     fd = qp->fd;
     qp->fd = -1;
+    uiw_cap_close(qp->pcap, false);
+    qp->pcap = NULL;
     pthread_mutex_unlock(&qp->lock);
     if (fd >= 0)
         close(fd);
@@ -680,6 +683,8 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
             shutdown(qp->fd, SHUT_RDWR);
             release_fd = qp->fd;
             qp->fd = -1;
+            uiw_cap_close(qp->pcap, false);
+            qp->pcap = NULL;
         }
     }
     pthread_mutex_unlock(&qp->lock);

@@ -44,6 +44,7 @@
 #include <unistd.h>
 
 #include "dp_int.h"
+#include "pcap_out.h"
 
 #define RX_BUF (64u * 1024)
 /* With CRC everything comes through staging (rx_read): a larger buffer
@@ -1056,6 +1057,8 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
             iov[k].iov_len = RX_ZC_TAIL < r->cap ? RX_ZC_TAIL : r->cap;
             n = readv(qp->fd, iov, k + 1);
             r->st_reads++;
+            if (n > 0 && qp->pcap) /* before the bytes are used (or overwritten) */
+                uiw_cap_data(qp->pcap, false, iov, k + 1, (size_t)n);
             if (n > 0) {
                 size_t left = (size_t)n < cov ? (size_t)n : cov;
                 r->st_zc += left;
@@ -1085,6 +1088,8 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
         want = (size_t)room + RX_ZC_TAIL;
     n = recv(qp->fd, r->buf, want, MSG_DONTWAIT);
     r->st_reads++;
+    if (n > 0 && qp->pcap)
+        uiw_cap_bytes(qp->pcap, false, r->buf, (size_t)n);
     if (n > 0) {
         r->len = (size_t)n;
         r->off = 0;

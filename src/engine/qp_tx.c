@@ -45,6 +45,7 @@
 #include <unistd.h>
 
 #include "dp_int.h"
+#include "pcap_out.h"
 
 #define TXB_IOV       1024 /* IOV_MAX on Linux */
 #define TXB_FPDUS     256
@@ -421,6 +422,8 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
                 return -EAGAIN;
             return -errno;
         }
+        if (qp->pcap)
+            uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
         t->sent += (size_t)n;
         while (n > 0) {
             struct iovec *v = &t->iov[t->cur];

@@ -10,9 +10,11 @@
  * exit; a forked child starts a file of its own on its first QP.
  */
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,32 @@ static void st_once(void)
     atexit(st_unlink);
 }
 
+/* Remove the files of our user's processes that are gone (killed, or left
+ * through _exit without atexit handlers), so /dev/shm does not fill up. */
+static void st_sweep(void)
+{
+    DIR *d = opendir(UIW_STAT_DIR);
+    struct dirent *e;
+    size_t plen = strlen(UIW_STAT_PREFIX);
+
+    if (!d)
+        return;
+    while ((e = readdir(d))) {
+        char *end;
+        struct stat sb;
+        if (strncmp(e->d_name, UIW_STAT_PREFIX, plen) != 0)
+            continue;
+        long pid = strtol(e->d_name + plen, &end, 10);
+        if (*end || pid <= 0 || pid == (long)getpid())
+            continue;
+        if (fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0 || sb.st_uid != geteuid())
+            continue;
+        if (kill((pid_t)pid, 0) != 0 && errno == ESRCH)
+            (void)unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 /* Make the file: header page only. st_lock held. */
 static void st_create_locked(void)
 {
@@ -67,6 +95,7 @@ static void st_create_locked(void)
     int fd;
 
     st_tried = true;
+    st_sweep();
     if (page <= 0)
         page = 4096;
     snprintf(st_path, sizeof(st_path), "%s/%s%ld", UIW_STAT_DIR, UIW_STAT_PREFIX, (long)getpid());
