@@ -78,6 +78,7 @@ struct rcm_dev *rcm_dev_of_verbs(const struct ibv_context *verbs);
 /* Address helpers */
 socklen_t rcm_sa_len(const struct sockaddr *sa);
 bool rcm_sa_is_any(const struct sockaddr *sa);
+bool rcm_sa_is_loopback(const struct sockaddr *sa);
 /* Turn an IPv4-mapped IPv6 address into AF_INET (in place). */
 void rcm_sa_unmap(struct sockaddr_storage *ss);
 uint16_t rcm_sa_port(const struct sockaddr *sa); /* network order */
