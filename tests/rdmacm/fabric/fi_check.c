@@ -24,7 +24,9 @@
  * Usage: fi_check [provider]. Exit 0 when everything matched, 1 on a
  * mismatch or a libfabric error, 77 when the provider is not available.
  */
+#ifndef _GNU_SOURCE
 #define _GNU_SOURCE
+#endif
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -46,8 +48,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define BUF_SIZE (4u << 20)
-#define GUARD 4096u /* bytes after BUF_SIZE that must stay untouched */
+#define BUF_SIZE  (4u << 20)
+#define GUARD     4096u /* bytes after BUF_SIZE that must stay untouched */
 #define TIMEOUT_S 60
 
 static const char *who = "?";
@@ -200,8 +202,8 @@ static void wait_cq(struct fab *f, size_t n, struct fi_cq_tagged_entry *out, con
             struct fi_cq_err_entry err;
             memset(&err, 0, sizeof(err));
             fi_cq_readerr(f->cq, &err, 0);
-            FAIL("%s: completion error %d (%s), provider %s", what, err.err,
-                 fi_strerror(err.err), fi_cq_strerror(f->cq, err.prov_errno, err.err_data, NULL, 0));
+            FAIL("%s: completion error %d (%s), provider %s", what, err.err, fi_strerror(err.err),
+                 fi_cq_strerror(f->cq, err.prov_errno, err.err_data, NULL, 0));
             exit(1);
         }
         if (r != -FI_EAGAIN) {
@@ -327,7 +329,7 @@ static void make_sizes(void)
  * Tagged messages
  * ---------------------------------------------------------------------- */
 
-#define TAG(i) ((uint64_t)0x5a00000000 | (uint64_t)(i) << 8 | 0x11)
+#define TAG(i)     ((uint64_t)0x5a00000000 | (uint64_t)(i) << 8 | 0x11)
 #define TAG_NOTIFY ((uint64_t)0x7700000000)
 
 /* Each message in its own slice of the buffer: sizes[] sums beyond 4 MiB,
@@ -344,8 +346,8 @@ static void tagged_round(struct fab *f, bool target, unsigned first, unsigned la
         memset(f->buf, 0, o);
         /* receives in reverse order: the tags must pair them */
         for (unsigned i = last; i-- > first;)
-            POST(f, fi_trecv(f->ep, f->buf + off[i], sizes[i], f->desc, f->peer, TAG(i), 0,
-                             &ctx[i]));
+            POST(f,
+                 fi_trecv(f->ep, f->buf + off[i], sizes[i], f->desc, f->peer, TAG(i), 0, &ctx[i]));
         step_send('R');
         struct fi_cq_tagged_entry e[64];
         wait_cq(f, last - first, e, "trecv");
@@ -399,8 +401,8 @@ static void test_tagged(struct fab *f, bool target)
         step_wait(f, 'U'); /* the sends are on their way */
         memset(f->buf, 0, N * 4096);
         for (unsigned i = 0; i < N; i++)
-            POST(f, fi_trecv(f->ep, f->buf + i * 4096, SZ, f->desc, f->peer, TAG(100 + i) & ~0xffull,
-                             0xff, &ctx[i]));
+            POST(f, fi_trecv(f->ep, f->buf + i * 4096, SZ, f->desc, f->peer,
+                             TAG(100 + i) & ~0xffull, 0xff, &ctx[i]));
         struct fi_cq_tagged_entry e[N];
         wait_cq(f, N, e, "trecv unexpected");
         for (unsigned k = 0; k < N; k++) {
@@ -414,7 +416,8 @@ static void test_tagged(struct fab *f, bool target)
     } else {
         for (unsigned i = 0; i < N; i++) {
             fill(f->buf + i * 4096, SZ, 100 + i);
-            POST(f, fi_tsend(f->ep, f->buf + i * 4096, SZ, f->desc, f->peer, TAG(100 + i), &ctx[i]));
+            POST(f,
+                 fi_tsend(f->ep, f->buf + i * 4096, SZ, f->desc, f->peer, TAG(100 + i), &ctx[i]));
         }
         step_send('U');
         wait_cq(f, N, NULL, "tsend unexpected");
@@ -561,8 +564,8 @@ static void test_atomics(struct fab *f, bool target)
             uint64_t want = 1000000007ull * i + 5;
             for (unsigned r = 0; r < ROUNDS; r++)
                 want += (uint64_t)(r + 1) * 0x100000001ull + i; /* fi_atomic SUM */
-            want += 0xdeadbeefull * (i + 1);                     /* fetch SUM */
-            want = ~want ^ i;                                    /* CSWAP */
+            want += 0xdeadbeefull * (i + 1);                    /* fetch SUM */
+            want = ~want ^ i;                                   /* CSWAP */
             if (w[i] != want)
                 FAIL("atomic uint64 word %u is 0x%016" PRIx64 ", expected 0x%016" PRIx64, i, w[i],
                      want);
@@ -648,8 +651,7 @@ static void test_atomics(struct fab *f, bool target)
     wait_cq(f, 1, NULL, "cswap64");
     for (unsigned i = 0; i < n; i++)
         if (res[i] != expect[i])
-            FAIL("CSWAP word %u returned 0x%" PRIx64 ", expected 0x%" PRIx64, i, res[i],
-                 expect[i]);
+            FAIL("CSWAP word %u returned 0x%" PRIx64 ", expected 0x%" PRIx64, i, res[i], expect[i]);
     /* CSWAP uint32: even words match, odd ones do not and stay */
     for (unsigned i = 0; i < n; i++) {
         cmp32[i] = i % 2 == 0 ? expect32[i] : expect32[i] + 1;
