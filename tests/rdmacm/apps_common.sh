@@ -145,5 +145,5 @@ run_one() {
     if [ -n "$bad" ] && grep -Eq "$bad" "$out" 2>/dev/null; then
         ok=0
     fi
-    report "$name" "$kind" "$reason" "$ok" "rc=$rc" "$out"
+    report "$name" "$kind" "$reason" "$ok" "rc=$rc" "$out" ""
 }
