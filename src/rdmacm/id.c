@@ -101,6 +101,7 @@ UIW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
     x->state = RCM_DEAD;
     pthread_mutex_unlock(&x->lock);
     rcm_retry_cancel(x);
+    rcm_held_cancel(x);
     if (l)
         uiw_cm_listener_destroy(l);
     if (c)
