@@ -607,6 +607,95 @@ static void test_connect(int fam, const char *ip, bool wildcard, bool write_firs
     pair_down(&p);
 }
 
+/* The peer's last Send, then its close. DISCONNECTED follows the
+ * completions before it (rdma_cm holds it back, at most 200 ms, while they
+ * are not polled): a program that never polls still gets it, later, and
+ * the completion is still in the CQ; destroying the QP then removes what
+ * the CQ holds of it (the flushed receives). */
+static void test_disconnect_after_completions(void)
+{
+    struct pair p;
+    struct ibv_wc wc;
+    if (!pair_up(&p, AF_INET, "127.0.0.1", false)) {
+        pair_down(&p);
+        return;
+    }
+    struct end *c = &p.c, *s = &p.s;
+    memcpy(c->buf + 1024, "last-words", 11);
+    CHECK_EQ(post_send(c->id->qp, IBV_WR_SEND, c->mr, c->buf + 1024, 11, 0, 0, 21), 0);
+    if (wait_wc(c->scq, &wc))
+        CHECK_EQ(wc.opcode, IBV_WC_SEND);
+    CHECK_EQ(rdma_disconnect(c->id), 0);
+    ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
+    uint64_t t0 = now_ms();
+    struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
+    uint64_t held = now_ms() - t0;
+    if (e)
+        CHECK(e->id == s->id);
+    ack(e);
+    p.up = false;
+    CHECK(held >= 100); /* held back: the Send's completion was not polled */
+    if (wait_wc(s->rcq, &wc)) {
+        CHECK_EQ(wc.opcode, IBV_WC_RECV);
+        CHECK_EQ(wc.wr_id, 200);
+        CHECK_EQ(wc.byte_len, 11);
+        CHECK_STR((char *)s->buf, "last-words");
+    }
+    /* the other three receives were flushed; take one, destroy the QP */
+    CHECK_EQ(ibv_poll_cq(s->rcq, 1, &wc), 1);
+    CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    CHECK_EQ(wc.wr_id, 201);
+    rdma_destroy_qp(s->id);
+    CHECK_EQ(ibv_poll_cq(s->rcq, 1, &wc), 0); /* 202 and 203 went with it */
+    pair_down(&p);
+}
+
+struct poller {
+    struct ibv_cq *cq;
+    atomic_int got; /* 1: the Send's completion was polled */
+    atomic_int stop;
+};
+
+static void *poller_main(void *arg)
+{
+    struct poller *pl = arg;
+    struct ibv_wc wc;
+    while (!atomic_load(&pl->stop)) {
+        if (ibv_poll_cq(pl->cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+            wc.opcode == IBV_WC_RECV)
+            atomic_store(&pl->got, 1);
+    }
+    return NULL;
+}
+
+/* With a thread polling the CQ, the program sees the completion before
+ * DISCONNECTED (libfabric's rxm closes the endpoint on DISCONNECTED). */
+static void test_disconnect_polled_first(void)
+{
+    struct pair p;
+    struct ibv_wc wc;
+    if (!pair_up(&p, AF_INET, "127.0.0.1", false)) {
+        pair_down(&p);
+        return;
+    }
+    struct end *c = &p.c, *s = &p.s;
+    struct poller pl = {.cq = s->rcq};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, poller_main, &pl), 0);
+    CHECK_EQ(post_send(c->id->qp, IBV_WR_SEND, c->mr, c->buf + 1024, 11, 0, 0, 31), 0);
+    if (wait_wc(c->scq, &wc))
+        CHECK_EQ(wc.opcode, IBV_WC_SEND);
+    CHECK_EQ(rdma_disconnect(c->id), 0);
+    ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
+    struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
+    CHECK_EQ(atomic_load(&pl.got), 1);
+    ack(e);
+    p.up = false;
+    atomic_store(&pl.stop, 1);
+    pthread_join(t, NULL);
+    pair_down(&p);
+}
+
 static void test_reject(int fam, const char *ip)
 {
     struct pair p;
@@ -1417,6 +1506,9 @@ int main(void)
     test_signals();
     printf("connect 127.0.0.1 (address listener), data\n");
     test_connect(AF_INET, "127.0.0.1", false, false);
+    printf("DISCONNECTED after the completions before it\n");
+    test_disconnect_after_completions();
+    test_disconnect_polled_first();
     printf("connect 127.0.0.1 (wildcard listener), data\n");
     test_connect(AF_INET, "127.0.0.1", true, false);
     printf("reject 127.0.0.1\n");
