@@ -12,8 +12,8 @@
 #   fi_info        -p verbs lists a uiw_ domain (FI_EP_MSG, iWARP);
 #                  -p "verbs;ofi_rxm" lists FI_EP_RDM on it
 #   fi_pingpong    verbs msg, verbs;ofi_rxm rdm (msg and tagged), all sizes,
-#                  -c: every byte of every message checked; over 127.0.0.1
-#                  and over the host's own address
+#                  -c: every byte of every message checked; over 127.0.0.1,
+#                  ::1 and the host's own address
 #   fi_check       our libfabric program (tests/rdmacm/fabric/fi_check.c,
 #                  built when libfabric-dev is installed): tagged messages,
 #                  RMA write and read, atomics over verbs;ofi_rxm
@@ -101,6 +101,12 @@ if have fi_pingpong; then
     pp fi_pingpong-verbs-msg verbs msg 10 127.0.0.1
     pp fi_pingpong-rxm-rdm "$RXM" rdm 10 127.0.0.1
     pp fi_pingpong-rxm-rdm-tagged "$RXM" rdm 5 127.0.0.1 -m tagged
+    if have_ipv6; then
+        pp fi_pingpong-verbs-msg-ipv6 verbs msg 3 ::1 -6
+        pp fi_pingpong-rxm-rdm-ipv6 "$RXM" rdm 3 ::1 -6
+    else
+        skip_case fi_pingpong-ipv6 "no ::1"
+    fi
     if [ -n "$host_addr" ]; then
         pp fi_pingpong-verbs-msg-hostaddr verbs msg 5 "$host_addr"
         pp fi_pingpong-rxm-rdm-hostaddr "$RXM" rdm 5 "$host_addr"
