@@ -18,6 +18,10 @@ elif [ "$want" != build ]; then
     pkgs+=(clang libclang-rt-14-dev tshark python3)
     # The unmodified RDMA programs the drop-in libraries are tested with.
     pkgs+=(rdmacm-utils perftest ibverbs-utils qperf fio)
+    # libfabric and Open MPI over uiwarp (tests/rdmacm/test_libfabric_apps.sh):
+    # fi_info/fi_pingpong, libfabric's headers for fabric/fi_check.c, mpirun
+    # and mpicc; iproute2 (ip) finds the host's address.
+    pkgs+=(libfabric1 libfabric-bin libfabric-dev openmpi-bin libopenmpi-dev iproute2)
 fi
 
 missing=()

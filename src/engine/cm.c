@@ -1731,3 +1731,21 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
     pthread_mutex_unlock(&c->lock);
     conn_put(c);
 }
+
+UIW_EXPORT bool uiw_cm_conn_unpolled(struct uiw_conn *c)
+{
+    struct uiw_qp *qp;
+    bool r;
+
+    pthread_mutex_lock(&c->lock);
+    qp = c->qp; /* attached: alive (ibv_destroy_qp detaches it first) */
+    if (qp)
+        uiw_qp_get(qp);
+    pthread_mutex_unlock(&c->lock);
+    if (!qp)
+        return false;
+    r = uiw_cq_holds_success(qp->scq, qp->ibqp.qp_num) ||
+        (qp->rcq != qp->scq && uiw_cq_holds_success(qp->rcq, qp->ibqp.qp_num));
+    uiw_qp_put(qp);
+    return r;
+}

@@ -362,6 +362,42 @@ UIW_EXPORT void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool sol
     pthread_mutex_unlock(&cq->lock);
 }
 
+void uiw_cq_clean(struct uiw_cq *cq, uint32_t qp_num, bool keep_recv)
+{
+    unsigned kept = 0, dropped = 0;
+
+    pthread_mutex_lock(&cq->lock);
+    for (unsigned i = 0; i < cq->count; i++) {
+        const struct ibv_wc *wc = &cq->ring[(cq->head + i) % cq->cap];
+
+        if (wc->qp_num == qp_num && !(keep_recv && (wc->opcode & IBV_WC_RECV))) {
+            dropped++;
+            continue;
+        }
+        if (dropped) /* compact towards the head, keeping the order */
+            cq->ring[(cq->head + kept) % cq->cap] = *wc;
+        kept++;
+    }
+    cq->count = kept;
+    pthread_mutex_unlock(&cq->lock);
+    if (dropped)
+        uiw_dbg(2, "cq %p: %u completions of destroyed qp %u removed", (void *)cq, dropped, qp_num);
+}
+
+bool uiw_cq_holds_success(struct uiw_cq *cq, uint32_t qp_num)
+{
+    bool found = false;
+
+    pthread_mutex_lock(&cq->lock);
+    for (unsigned i = 0; i < cq->count && !found; i++) {
+        const struct ibv_wc *wc = &cq->ring[(cq->head + i) % cq->cap];
+
+        found = wc->qp_num == qp_num && wc->status == IBV_WC_SUCCESS;
+    }
+    pthread_mutex_unlock(&cq->lock);
+    return found;
+}
+
 /* *drive: the CQ is empty, and the previous poll returned nothing either */
 static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow, bool *drive)
 {

@@ -7,6 +7,15 @@
  * never freed: ibv_get_device_list rescans and reuses them by name, so a
  * pointer an application holds stays valid for the life of the process.
  *
+ * The first device of the list is the one that serves loopback traffic
+ * (127/8, ::1: src/rdmacm/dev.c attaches such connections to it), as the
+ * kernel's rdma_cm binds a loopback connection to the first device with
+ * an active port (cma_bind_loopback). It is the first non-loopback
+ * interface that is running and has an IP address, else uiw_lo: libfabric's
+ * verbs provider and other programs that list interfaces skip "lo", and a
+ * connection to 127.0.0.1 must land on a device they know (docs/APPS.md).
+ * The other devices follow in interface index order.
+ *
  * Async events: a queue per context plus a pipe whose read end is
  * context->async_fd. The pipe holds exactly one byte while the queue is
  * non-empty, so poll() on async_fd works and a reader never blocks on a
@@ -16,6 +25,8 @@
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <limits.h>
 #include <net/if.h>
 #include <net/if_arp.h>
 #include <poll.h>
@@ -148,6 +159,37 @@ static struct uiw_device *dev_add_locked(const char *ifname, unsigned ifindex,
     return d;
 }
 
+/* Interfaces that have an IPv4 or IPv6 address: a bitmap by interface
+ * index (indexes beyond it count as addressed: never a reason to skip). */
+struct addressed {
+    uint64_t bits[16];
+};
+
+static void addressed_scan(struct addressed *a)
+{
+    struct ifaddrs *ifa0 = NULL;
+
+    memset(a, 0, sizeof(*a));
+    if (getifaddrs(&ifa0) < 0)
+        return;
+    for (struct ifaddrs *ifa = ifa0; ifa; ifa = ifa->ifa_next) {
+        unsigned idx;
+
+        if (!ifa->ifa_addr ||
+            (ifa->ifa_addr->sa_family != AF_INET && ifa->ifa_addr->sa_family != AF_INET6))
+            continue;
+        idx = if_nametoindex(ifa->ifa_name);
+        if (idx && idx < 64 * 16)
+            a->bits[idx / 64] |= 1ull << (idx % 64);
+    }
+    freeifaddrs(ifa0);
+}
+
+static bool addressed_has(const struct addressed *a, unsigned idx)
+{
+    return idx >= 64 * 16 || (a->bits[idx / 64] >> (idx % 64) & 1);
+}
+
 static bool is_our_device(struct ibv_device *ibdev)
 {
     bool found = false;
@@ -190,6 +232,10 @@ UIW_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
         err = ENOMEM;
         goto out;
     }
+    struct addressed addr;
+    unsigned lo_serving = UINT_MAX; /* index in list of the loopback-serving device */
+
+    addressed_scan(&addr);
     pthread_mutex_lock(&dev_lock);
     for (unsigned i = 0; i < cap; i++) {
         struct if_info info;
@@ -202,9 +248,19 @@ UIW_EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
             err = ENOMEM;
             break;
         }
+        if (lo_serving == UINT_MAX && !info.loopback && (info.flags & IFF_RUNNING) &&
+            addressed_has(&addr, names[i].if_index))
+            lo_serving = n;
         list[n++] = &d->ibdev;
     }
     pthread_mutex_unlock(&dev_lock);
+    if (!err && lo_serving != UINT_MAX && lo_serving > 0) {
+        /* to the front; the others keep their order */
+        struct ibv_device *first = list[lo_serving];
+
+        memmove(&list[1], &list[0], lo_serving * sizeof(*list));
+        list[0] = first;
+    }
     if (err) {
         free(list);
         list = NULL;

@@ -261,6 +261,14 @@ struct uiw_cq {
 /* Add a completion; signals the channel if armed (solicited: only when
  * `solicited`). Called with the producing QP's lock held; takes cq->lock. */
 void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* Remove the completions of QP qp_num (destroyed) from the CQ, as RNIC
+ * providers clean their CQs in ibv_destroy_qp (rdma-core's mlx4/mlx5):
+ * programs free a QP's contexts with it (libfabric's rxm reposts receive
+ * buffers on the endpoint a completion names). keep_recv: leave receive
+ * completions (their WQEs came from an SRQ, which outlives the QP). */
+void uiw_cq_clean(struct uiw_cq *cq, uint32_t qp_num, bool keep_recv);
+/* Whether the CQ holds a successful completion of QP qp_num not polled yet. */
+bool uiw_cq_holds_success(struct uiw_cq *cq, uint32_t qp_num);
 
 /* ------------------------------------------------------------------------
  * Queue pairs (qp.c, qp_tx.c, qp_rx.c)
@@ -757,6 +765,10 @@ void uiw_cm_llp_closed(struct uiw_conn *c, int err);
  * close then sends RST; DISCONNECTED is reported) or fails a pending setup
  * (CONNECT_ERROR -ENODEV), and drops its uiw_qp_get reference. */
 void uiw_cm_qp_destroyed(struct uiw_qp *qp);
+/* Whether the connection's QP (if still attached) has successful
+ * completions its application has not polled yet (src/rdmacm/event.c holds
+ * DISCONNECTED back for them). */
+bool uiw_cm_conn_unpolled(struct uiw_conn *c);
 
 /* --- What cm.c needs from the data path (qp_tx.c / qp_rx.c / progress.c),
  * in addition to uiw_qp_attach_socket and uiw_qp_llp_closed_locked. ---

@@ -614,6 +614,10 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_unlock(&qp->lock);
     if (fd >= 0)
         close(fd);
+    /* 4b. no completion of this QP is polled after it is gone */
+    uiw_cq_clean(qp->scq, ibqp->qp_num, qp->scq == qp->rcq && qp->srq);
+    if (qp->rcq != qp->scq)
+        uiw_cq_clean(qp->rcq, ibqp->qp_num, qp->srq != NULL);
     /* 5. rdma-core: wait until every async event handed out was acked */
     uiw_async_purge(qp->ctx, ibqp);
     pthread_mutex_lock(&qp->ctx->async_lock);

@@ -2,6 +2,12 @@
 /*
  * Devices: an IP address maps to the interface that owns it, and the
  * interface to the uiwarp device "uiw_<ifname>" (src/engine/device.c).
+ * Loopback addresses (127/8, ::1) map to the first device of
+ * ibv_get_device_list, the one the engine puts there to serve loopback, as
+ * the kernel's rdma_cm binds a loopback connection to its first active
+ * device (cma_bind_loopback); binding an id to a loopback address attaches
+ * no device, as binding to the wildcard (the kernel's cma_any_addr counts
+ * loopback as "any"). docs/APPS.md explains why libfabric needs both.
  * Each device is opened once per process and its context kept, with a
  * default PD, as rdma-core does for the devices its ids use; every id on
  * the device shares that ibv_context.
@@ -33,6 +39,17 @@ socklen_t rcm_sa_len(const struct sockaddr *sa)
     default:
         return 0;
     }
+}
+
+bool rcm_sa_is_loopback(const struct sockaddr *sa)
+{
+    if (sa->sa_family == AF_INET)
+        return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+    if (sa->sa_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+    }
+    return false;
 }
 
 bool rcm_sa_is_any(const struct sockaddr *sa)
@@ -222,9 +239,29 @@ static int dev_by_name(const char *name, struct rcm_dev **out)
     return rc;
 }
 
+/* The device serving loopback: the first one listed. */
+static int dev_loopback(struct rcm_dev **out)
+{
+    int n = 0, rc = -ENODEV;
+    struct ibv_device **list = ibv_get_device_list(&n);
+    if (!list)
+        return errno ? -errno : -ENODEV;
+    if (n > 0) {
+        pthread_mutex_lock(&dev_lock);
+        *out = dev_get_locked(list[0], &rc);
+        if (*out)
+            rc = 0;
+        pthread_mutex_unlock(&dev_lock);
+    }
+    ibv_free_device_list(list);
+    return rc;
+}
+
 int rcm_dev_for_addr(const struct sockaddr *sa, struct rcm_dev **out)
 {
     char ifname[IF_NAMESIZE + 1], name[IF_NAMESIZE + 8];
+    if (rcm_sa_is_loopback(sa))
+        return dev_loopback(out);
     int rc = addr_ifname(sa, ifname, sizeof(ifname));
     if (rc < 0)
         return rc;

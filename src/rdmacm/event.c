@@ -360,6 +360,81 @@ static int run_retries(void)
 }
 
 /* ------------------------------------------------------------------------
+ * DISCONNECTED after the completions it follows
+ *
+ * The data path reports the peer's close right after it completed what the
+ * peer sent before it: the completions are in the CQ, DISCONNECTED follows
+ * at once. On an RNIC the event takes the kernel's CM path and reaches the
+ * program long after a CQ poller saw the completions, and programs rely on
+ * that order: libfabric's rxm closes an endpoint when its connection
+ * reports shutdown, and a message completed but not yet polled is lost (or,
+ * where destroyed QPs leave completions in the CQ, handled with freed
+ * state). So DISCONNECTED waits while the QP still has successful
+ * completions nobody polled, for at most HOLD_MS: a program that polls
+ * only after DISCONNECTED gets it that much later, once per connection.
+ * ---------------------------------------------------------------------- */
+
+#define HOLD_MS         200
+#define HOLD_RECHECK_MS 1
+
+static struct rcm_qev *held_head; /* rcm_route_lock */
+
+/* rcm_route_lock held. Consumes q when it is held back. */
+static bool hold_disconnected(struct rcm_qev *q)
+{
+    if (q->uev.type != UIW_CM_DISCONNECTED || !q->uev.conn || !uiw_cm_conn_unpolled(q->uev.conn))
+        return false;
+    q->due_ms = rcm_now_ms() + HOLD_MS;
+    q->next = held_head;
+    held_head = q;
+    uiw_dbg(2, "rdmacm: DISCONNECTED held until the completions before it are polled");
+    return true;
+}
+
+void rcm_held_cancel(struct rcm_id *x)
+{
+    for (struct rcm_qev **pp = &held_head; *pp;) {
+        struct rcm_qev *q = *pp;
+        if (q->id == x) {
+            *pp = q->next;
+            free(q);
+        } else {
+            pp = &q->next;
+        }
+    }
+}
+
+/* rcm_route_lock held. Delivers the held events that may go; returns the
+ * poll timeout until the next check (-1: none held). */
+static int run_held(void)
+{
+    uint64_t now = rcm_now_ms();
+    bool left = false;
+    for (struct rcm_qev **pp = &held_head; *pp;) {
+        struct rcm_qev *q = *pp;
+        struct rcm_id *x = q->id;
+        pthread_mutex_lock(&x->lock);
+        bool mine = x->conn == q->uev.conn;
+        pthread_mutex_unlock(&x->lock);
+        if (mine && now < q->due_ms && uiw_cm_conn_unpolled(q->uev.conn)) {
+            left = true;
+            pp = &q->next;
+            continue;
+        }
+        *pp = q->next;
+        if (!mine) {
+            free(q);
+            continue;
+        }
+        struct rcm_channel *ch = x->ch;
+        pthread_mutex_lock(&ch->lock);
+        push_locked(ch, q);
+        pthread_mutex_unlock(&ch->lock);
+    }
+    return left ? HOLD_RECHECK_MS : -1;
+}
+
+/* ------------------------------------------------------------------------
  * The router: engine channel -> the channel of the event's id
  * ---------------------------------------------------------------------- */
 
@@ -387,6 +462,8 @@ static void route(struct rcm_qev *q)
             return;
         }
     }
+    if (hold_disconnected(q))
+        return;
     struct rcm_channel *ch = x->ch;
     pthread_mutex_lock(&ch->lock);
     push_locked(ch, q);
@@ -413,6 +490,9 @@ static void *router_main(void *arg)
             route(q);
         }
         timeout = run_retries();
+        int held = run_held();
+        if (held >= 0 && (timeout < 0 || held < timeout))
+            timeout = held;
         pthread_mutex_unlock(&rcm_route_lock);
     }
     return NULL;

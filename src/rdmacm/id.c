@@ -101,6 +101,7 @@ UIW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
     x->state = RCM_DEAD;
     pthread_mutex_unlock(&x->lock);
     rcm_retry_cancel(x);
+    rcm_held_cancel(x);
     if (l)
         uiw_cm_listener_destroy(l);
     if (c)
@@ -170,7 +171,9 @@ static int do_bind(struct rcm_id *x, const struct sockaddr *addr)
     if (x->state != RCM_IDLE)
         return -EINVAL;
     struct rcm_dev *dev = NULL;
-    if (!rcm_sa_is_any(addr)) {
+    /* As the kernel (cma_any_addr): a loopback address is bound like the
+     * wildcard, without a device; the connection's id gets one. */
+    if (!rcm_sa_is_any(addr) && !rcm_sa_is_loopback(addr)) {
         int rc = rcm_dev_for_addr(addr, &dev);
         if (rc < 0)
             return rc;

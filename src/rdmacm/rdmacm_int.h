@@ -78,6 +78,7 @@ struct rcm_dev *rcm_dev_of_verbs(const struct ibv_context *verbs);
 /* Address helpers */
 socklen_t rcm_sa_len(const struct sockaddr *sa);
 bool rcm_sa_is_any(const struct sockaddr *sa);
+bool rcm_sa_is_loopback(const struct sockaddr *sa);
 /* Turn an IPv4-mapped IPv6 address into AF_INET (in place). */
 void rcm_sa_unmap(struct sockaddr_storage *ss);
 uint16_t rcm_sa_port(const struct sockaddr *sa); /* network order */
@@ -96,6 +97,7 @@ struct rcm_qev {
     enum rdma_cm_event_type type; /* !engine */
     int status;                   /* !engine */
     struct uiw_cm_event uev;      /* engine */
+    uint64_t due_ms;              /* a held-back DISCONNECTED: deliver by then */
 };
 
 struct rcm_channel {
@@ -143,6 +145,8 @@ void rcm_move_events(struct rcm_id *id, struct rcm_channel *to);
  * within UIWARP_RDMACM_RETRY_MS (default 100, 0 = never) of rdma_connect
  * is tried again after 1, 2, 4 ... 16 ms before UNREACHABLE is reported.
  * Both under rcm_route_lock: */
+/* Drop the DISCONNECTED events held back for x (destroy; rcm_route_lock). */
+void rcm_held_cancel(struct rcm_id *x);
 /* Forget a pending retry of x (destroy); drops the QP reference. */
 void rcm_retry_cancel(struct rcm_id *x);
 uint64_t rcm_now_ms(void);

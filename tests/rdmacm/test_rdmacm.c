@@ -19,6 +19,8 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
@@ -35,6 +37,41 @@
 #include <unistd.h>
 
 #include "testutil.h"
+
+/* The device serving loopback connections: the first listed (docs/APPS.md).
+ * Empty string if there is none. */
+static const char *lo_dev_name(void)
+{
+    static char name[64];
+    int n = 0;
+    struct ibv_device **l = ibv_get_device_list(&n);
+    name[0] = 0;
+    if (l && n > 0)
+        snprintf(name, sizeof(name), "%s", ibv_get_device_name(l[0]));
+    if (l)
+        ibv_free_device_list(l);
+    return name;
+}
+
+/* The first IPv4 address of a running non-loopback interface, and the
+ * interface's name; false if there is none. */
+static bool host_ipv4(char *ip, size_t iplen, char *ifname, size_t iflen)
+{
+    struct ifaddrs *ifa0 = NULL;
+    bool found = false;
+    if (getifaddrs(&ifa0) < 0)
+        return false;
+    for (struct ifaddrs *ifa = ifa0; ifa && !found; ifa = ifa->ifa_next) {
+        if (!ifa->ifa_addr || ifa->ifa_addr->sa_family != AF_INET ||
+            (ifa->ifa_flags & IFF_LOOPBACK) || !(ifa->ifa_flags & IFF_RUNNING))
+            continue;
+        inet_ntop(AF_INET, &((struct sockaddr_in *)ifa->ifa_addr)->sin_addr, ip, (socklen_t)iplen);
+        snprintf(ifname, iflen, "%s", ifa->ifa_name);
+        found = true;
+    }
+    freeifaddrs(ifa0);
+    return found;
+}
 
 #define EV_MS    5000 /* an event that must come */
 #define QUIET_MS 100  /* proves that nothing is there */
@@ -238,10 +275,9 @@ static bool listen_on(struct pair *p, int fam, const char *ip, bool wildcard)
     struct sockaddr_storage ss;
     mkaddr(&ss, fam, wildcard ? (fam == AF_INET6 ? "::" : "0.0.0.0") : ip, 0);
     CHECK_EQ(rdma_bind_addr(p->lid, (struct sockaddr *)&ss), 0);
-    if (wildcard)
-        CHECK(p->lid->verbs == NULL); /* as rdma-core: no device yet */
-    else
-        CHECK(p->lid->verbs != NULL);
+    /* as the kernel: the wildcard and loopback addresses (cma_any_addr)
+     * bind without a device; the connections' ids get one */
+    CHECK(p->lid->verbs == NULL);
     CHECK(rdma_get_src_port(p->lid) != 0); /* port 0 got a real port at bind */
     CHECK_EQ(rdma_listen(p->lid, 8), 0);
     p->port = ntohs(rdma_get_src_port(p->lid));
@@ -269,7 +305,8 @@ static bool client_connect(struct pair *p, uint16_t port, uint8_t init_depth, ui
     CHECK(c->id->verbs != NULL);
     if (!c->id->verbs)
         return false;
-    CHECK_STR(ibv_get_device_name(c->id->verbs->device), "uiw_lo");
+    /* loopback: the first device, a non-loopback interface's when one runs */
+    CHECK_STR(ibv_get_device_name(c->id->verbs->device), lo_dev_name());
     CHECK_EQ(c->id->verbs->device->transport_type, IBV_TRANSPORT_IWARP);
     CHECK(c->id->pd != NULL);
     CHECK_EQ(c->id->port_num, 1);
@@ -332,6 +369,8 @@ static bool server_accept(struct pair *p, uint8_t want_init_depth, uint8_t want_
     CHECK(s->id->channel == p->lch);
     CHECK(s->id->context == p->lid->context);
     CHECK(s->id->verbs != NULL);
+    if (s->id->verbs) /* both ends of a loopback connection: the same device */
+        CHECK_STR(ibv_get_device_name(s->id->verbs->device), lo_dev_name());
     CHECK_EQ(s->id->ps, RDMA_PS_TCP);
     CHECK_EQ(e->status, 0);
     CHECK_EQ(e->param.conn.private_data_len, sizeof(struct adv));
@@ -568,6 +607,95 @@ static void test_connect(int fam, const char *ip, bool wildcard, bool write_firs
     pair_down(&p);
 }
 
+/* The peer's last Send, then its close. DISCONNECTED follows the
+ * completions before it (rdma_cm holds it back, at most 200 ms, while they
+ * are not polled): a program that never polls still gets it, later, and
+ * the completion is still in the CQ; destroying the QP then removes what
+ * the CQ holds of it (the flushed receives). */
+static void test_disconnect_after_completions(void)
+{
+    struct pair p;
+    struct ibv_wc wc;
+    if (!pair_up(&p, AF_INET, "127.0.0.1", false)) {
+        pair_down(&p);
+        return;
+    }
+    struct end *c = &p.c, *s = &p.s;
+    memcpy(c->buf + 1024, "last-words", 11);
+    CHECK_EQ(post_send(c->id->qp, IBV_WR_SEND, c->mr, c->buf + 1024, 11, 0, 0, 21), 0);
+    if (wait_wc(c->scq, &wc))
+        CHECK_EQ(wc.opcode, IBV_WC_SEND);
+    CHECK_EQ(rdma_disconnect(c->id), 0);
+    ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
+    uint64_t t0 = now_ms();
+    struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
+    uint64_t held = now_ms() - t0;
+    if (e)
+        CHECK(e->id == s->id);
+    ack(e);
+    p.up = false;
+    CHECK(held >= 100); /* held back: the Send's completion was not polled */
+    if (wait_wc(s->rcq, &wc)) {
+        CHECK_EQ(wc.opcode, IBV_WC_RECV);
+        CHECK_EQ(wc.wr_id, 200);
+        CHECK_EQ(wc.byte_len, 11);
+        CHECK_STR((char *)s->buf, "last-words");
+    }
+    /* the other three receives were flushed; take one, destroy the QP */
+    CHECK_EQ(ibv_poll_cq(s->rcq, 1, &wc), 1);
+    CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    CHECK_EQ(wc.wr_id, 201);
+    rdma_destroy_qp(s->id);
+    CHECK_EQ(ibv_poll_cq(s->rcq, 1, &wc), 0); /* 202 and 203 went with it */
+    pair_down(&p);
+}
+
+struct poller {
+    struct ibv_cq *cq;
+    atomic_int got; /* 1: the Send's completion was polled */
+    atomic_int stop;
+};
+
+static void *poller_main(void *arg)
+{
+    struct poller *pl = arg;
+    struct ibv_wc wc;
+    while (!atomic_load(&pl->stop)) {
+        if (ibv_poll_cq(pl->cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
+            wc.opcode == IBV_WC_RECV)
+            atomic_store(&pl->got, 1);
+    }
+    return NULL;
+}
+
+/* With a thread polling the CQ, the program sees the completion before
+ * DISCONNECTED (libfabric's rxm closes the endpoint on DISCONNECTED). */
+static void test_disconnect_polled_first(void)
+{
+    struct pair p;
+    struct ibv_wc wc;
+    if (!pair_up(&p, AF_INET, "127.0.0.1", false)) {
+        pair_down(&p);
+        return;
+    }
+    struct end *c = &p.c, *s = &p.s;
+    struct poller pl = {.cq = s->rcq};
+    pthread_t t;
+    CHECK_EQ(pthread_create(&t, NULL, poller_main, &pl), 0);
+    CHECK_EQ(post_send(c->id->qp, IBV_WR_SEND, c->mr, c->buf + 1024, 11, 0, 0, 31), 0);
+    if (wait_wc(c->scq, &wc))
+        CHECK_EQ(wc.opcode, IBV_WC_SEND);
+    CHECK_EQ(rdma_disconnect(c->id), 0);
+    ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
+    struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
+    CHECK_EQ(atomic_load(&pl.got), 1);
+    ack(e);
+    p.up = false;
+    atomic_store(&pl.stop, 1);
+    pthread_join(t, NULL);
+    pair_down(&p);
+}
+
 static void test_reject(int fam, const char *ip)
 {
     struct pair p;
@@ -741,9 +869,8 @@ static void test_bind(void)
     CHECK_EQ(rdma_bind_addr(a, (struct sockaddr *)&ss), 0);
     uint16_t port = ntohs(rdma_get_src_port(a));
     CHECK(port != 0);
-    CHECK(a->verbs != NULL);
-    CHECK_EQ(a->port_num, 1);
-    CHECK(a->pd != NULL);                                    /* the device's default PD */
+    CHECK(a->verbs == NULL); /* as the kernel: loopback binds as the wildcard */
+    CHECK(a->pd == NULL);
     CHECK_EQ(rdma_bind_addr(a, (struct sockaddr *)&ss), -1); /* bound already */
     CHECK_EQ(errno, EINVAL);
     CHECK_EQ(rdma_listen(a, 1), 0);
@@ -767,7 +894,32 @@ static void test_bind(void)
 
     mkaddr(&ss, AF_INET, "127.0.0.2", 0); /* all of 127/8 is loopback */
     CHECK_EQ(rdma_bind_addr(e, (struct sockaddr *)&ss), 0);
-    CHECK(e->verbs != NULL && e->verbs == a->verbs); /* one context per device */
+    CHECK(e->verbs == NULL);
+
+    /* A host address binds to its interface's device, with the device's
+     * default PD; one context per device. */
+    char hip[64], hif[IF_NAMESIZE + 1], want[IF_NAMESIZE + 8];
+    if (host_ipv4(hip, sizeof(hip), hif, sizeof(hif))) {
+        struct rdma_cm_id *g = NULL, *h = NULL;
+        CHECK_EQ(rdma_create_id(ch, &g, NULL, RDMA_PS_TCP), 0);
+        CHECK_EQ(rdma_create_id(ch, &h, NULL, RDMA_PS_TCP), 0);
+        mkaddr(&ss, AF_INET, hip, 0);
+        CHECK_EQ(rdma_bind_addr(g, (struct sockaddr *)&ss), 0);
+        CHECK_EQ(rdma_bind_addr(h, (struct sockaddr *)&ss), 0);
+        CHECK(g->verbs != NULL && g->verbs == h->verbs);
+        snprintf(want, sizeof(want), "uiw_%s", hif);
+        if (g->verbs)
+            CHECK_STR(ibv_get_device_name(g->verbs->device), want);
+        CHECK_EQ(g->port_num, 1);
+        CHECK(g->pd != NULL);
+        /* that interface serves loopback unless an earlier one does */
+        CHECK(strcmp(lo_dev_name(), "uiw_lo") != 0);
+        rdma_destroy_id(g);
+        rdma_destroy_id(h);
+    } else {
+        printf("  (no running non-loopback IPv4 interface: host address bind not tested)\n");
+        CHECK_STR(lo_dev_name(), "uiw_lo");
+    }
 
     memset(&ss, 0, sizeof(ss));
     ss.ss_family = 27; /* AF_IB */
@@ -891,8 +1043,8 @@ static void test_options_and_misc(void)
     CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)), -1);
     CHECK_EQ(errno, ENOSYS);
     /* the connection's dead-peer timeout (docs/ENGINE.md "Dead peers") */
-    uint8_t ack = 18, big = 32;
-    CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ack, 1), 0);
+    uint8_t ackt = 18, big = 32;
+    CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ackt, 1), 0);
     CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &big, 1), -1);
     CHECK_EQ(errno, EINVAL);
     CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &one, sizeof(one)),
@@ -908,9 +1060,18 @@ static void test_options_and_misc(void)
     qa.qp_state = IBV_QPS_INIT;
     CHECK_EQ(rdma_init_qp_attr(id, &qa, &mask), -1);
     CHECK_EQ(rdma_notify(id, IBV_EVENT_COMM_EST), -1);
+    /* a bind to 127.0.0.1 attaches none (as the kernel); resolving an
+     * address does */
     struct sockaddr_storage ss;
     mkaddr(&ss, AF_INET, "127.0.0.1", 0);
     CHECK_EQ(rdma_bind_addr(id, (struct sockaddr *)&ss), 0);
+    CHECK_EQ(rdma_init_qp_attr(id, &qa, &mask), -1);
+    mkaddr(&ss, AF_INET, "127.0.0.1", 9);
+    CHECK_EQ(rdma_resolve_addr(id, NULL, (struct sockaddr *)&ss, 100), 0);
+    struct rdma_cm_event *rev = get_ev(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+    if (rev)
+        ack(rev);
+    CHECK(id->verbs != NULL);
     CHECK_EQ(rdma_init_qp_attr(id, &qa, &mask), 0);
     CHECK_EQ(mask, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_PORT | IBV_QP_PKEY_INDEX);
     CHECK(qa.qp_access_flags & IBV_ACCESS_REMOTE_WRITE);
@@ -1351,6 +1512,9 @@ int main(void)
     test_signals();
     printf("connect 127.0.0.1 (address listener), data\n");
     test_connect(AF_INET, "127.0.0.1", false, false);
+    printf("DISCONNECTED after the completions before it\n");
+    test_disconnect_after_completions();
+    test_disconnect_polled_first();
     printf("connect 127.0.0.1 (wildcard listener), data\n");
     test_connect(AF_INET, "127.0.0.1", true, false);
     printf("reject 127.0.0.1\n");

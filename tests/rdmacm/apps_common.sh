@@ -1,0 +1,149 @@
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# Helpers shared by the scripts that run unmodified Debian programs over
+# uiwarp (test_rdmacm_apps.sh, test_libfabric_apps.sh); sourced, not run.
+# Before sourcing, set APPS_NAME (the temporary directory's name).
+#
+# Cases are REQUIRED (must pass) or KNOWN (fail today for a reason given
+# with them: XFAIL, or XPASS once fixed). run_case runs a server and a
+# client, run_one a single command; both count into pass/fail/xfail/xpass,
+# skip_case into skip, and print a PASS/FAIL/XFAIL/XPASS/SKIP line.
+
+tmp=$(mktemp -d "/tmp/uiwarp-${APPS_NAME:-apps}.XXXXXX")
+servers=()
+# Kill what is left of the programs started (their process groups).
+reap() {
+    local pid
+    for pid in "${servers[@]}"; do
+        kill -KILL -- "-$pid" 2>/dev/null
+    done
+    servers=()
+}
+cleanup() {
+    reap
+    wait 2>/dev/null
+    rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+pass=0 fail=0 xfail=0 xpass=0 skip=0
+failed_names=()
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# A TCP port free right now on the loopback address of the family.
+free_port() { # [4|6]
+    python3 - "$1" <<'EOF'
+import socket, sys
+fam, host = (socket.AF_INET6, "::1") if sys.argv[1] == "6" else (socket.AF_INET, "127.0.0.1")
+s = socket.socket(fam, socket.SOCK_STREAM)
+s.bind((host, 0))
+print(s.getsockname()[1])
+EOF
+}
+
+have_ipv6() {
+    python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0))' 2>/dev/null
+}
+
+# Wait until something listens on TCP port $1 (IPv4 or IPv6), up to $2 s.
+wait_listen() {
+    local hex deadline
+    hex=$(printf '%04X' "$1")
+    deadline=$((SECONDS + ${2:-10}))
+    while [ $SECONDS -lt $deadline ]; do
+        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    return 1
+}
+
+# run_case NAME KIND REASON TIMEOUT SERVER_CMD CLIENT_CMD [CHECK_REGEX_BAD]
+# The case passes when both programs exit 0 and neither output matches the
+# (optional) regular expression of failure messages.
+run_case() {
+    local name=$1 kind=$2 reason=$3 t=$4 scmd=$5 ccmd=$6 bad=${7:-}
+    local sout=$tmp/$name.server cout=$tmp/$name.client spid cpid src=0 crc=0 ok=1
+    # Each program runs in its own session (setsid in place: the process
+    # keeps its pid, which is then its process group), so whatever it
+    # forked is killed with it afterwards.
+    setsid bash -c "exec timeout -k 3 $t $scmd" >"$sout" 2>&1 &
+    spid=$!
+    servers+=("$spid")
+    if ! wait_listen "$port" 10; then
+        echo "server did not listen on port $port" >>"$sout"
+        ok=0
+    else
+        setsid bash -c "exec timeout -k 3 $t $ccmd" >"$cout" 2>&1 &
+        cpid=$!
+        servers+=("$cpid")
+        wait "$cpid" 2>/dev/null || crc=$?
+    fi
+    [ $ok = 0 ] && kill -TERM "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null || src=$?
+    reap
+    [ "$crc" = 0 ] && [ "$src" = 0 ] || ok=0
+    if [ -n "$bad" ] && grep -Eq "$bad" "$sout" "$cout" 2>/dev/null; then
+        ok=0
+    fi
+    report "$name" "$kind" "$reason" "$ok" "server rc=$src client rc=$crc" "$sout" "$cout"
+}
+
+report() { # NAME KIND REASON OK DETAIL SERVER_OUT CLIENT_OUT
+    local name=$1 kind=$2 reason=$3 ok=$4 detail=$5
+    if [ "$kind" = REQUIRED ]; then
+        if [ "$ok" = 1 ]; then
+            pass=$((pass + 1))
+            echo "PASS   $name"
+        else
+            fail=$((fail + 1))
+            failed_names+=("$name")
+            echo "FAIL   $name ($detail)"
+            show "$6" "$7"
+        fi
+    else
+        if [ "$ok" = 1 ]; then
+            xpass=$((xpass + 1))
+            echo "XPASS  $name (was known to fail: $reason)"
+        else
+            xfail=$((xfail + 1))
+            echo "XFAIL  $name ($detail) -- $reason"
+            [ "${RDMACM_APPS_VERBOSE:-0}" = 1 ] && show "$6" "$7"
+        fi
+    fi
+}
+
+show() {
+    local f
+    for f in "$@"; do
+        [ -s "$f" ] || continue
+        echo "    --- $(basename "$f")"
+        tail -n 15 "$f" | sed 's/^/    | /'
+    done
+}
+
+skip_case() {
+    skip=$((skip + 1))
+    echo "SKIP   $1 ($2)"
+}
+
+# run_one NAME KIND REASON TIMEOUT CMD [CHECK_REGEX_BAD]
+# The case passes when the command exits 0 and its output does not match
+# the (optional) regular expression of failure messages.
+run_one() {
+    local name=$1 kind=$2 reason=$3 t=$4 cmd=$5 bad=${6:-}
+    local out=$tmp/$name.out pid rc=0 ok=1
+    setsid bash -c "exec timeout -k 3 $t $cmd" >"$out" 2>&1 &
+    pid=$!
+    servers+=("$pid")
+    wait "$pid" 2>/dev/null || rc=$?
+    reap
+    [ "$rc" = 0 ] || ok=0
+    if [ -n "$bad" ] && grep -Eq "$bad" "$out" 2>/dev/null; then
+        ok=0
+    fi
+    report "$name" "$kind" "$reason" "$ok" "rc=$rc" "$out" ""
+}
