@@ -231,7 +231,10 @@ static inline void fl_say(int ctl, const char *fmt, ...)
     va_end(ap);
     if (n > (int)sizeof(buf) - 1)
         n = (int)sizeof(buf) - 1;
-    (void)send(ctl, buf, (size_t)n, MSG_NOSIGNAL);
+    /* bounded: a test that stopped reading must not block its server */
+    struct pollfd pf = {.fd = ctl, .events = POLLOUT};
+    if (poll(&pf, 1, 2000) == 1)
+        (void)send(ctl, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 }
 
 /* Next message within ms: its length (buf NUL-terminated), 0 on timeout,
@@ -610,7 +613,8 @@ static inline int fl_server(int ctl, void *argp)
                 int i = 0;
                 while (i < FL_SRV_MAXC && conns[i].id)
                     i++;
-                fl_say(ctl, "REQ t=%llu", (unsigned long long)fl_ms());
+                fl_say(ctl, "REQ t=%llu port=%u", (unsigned long long)fl_ms(),
+                       ntohs(rdma_get_dst_port(id)));
                 if (i == FL_SRV_MAXC) {
                     rdma_reject(id, NULL, 0);
                     rdma_destroy_id(id);
@@ -635,8 +639,8 @@ static inline int fl_server(int ctl, void *argp)
             /* DISCONNECTED, CONNECT_ERROR, UNREACHABLE, REJECTED, ...: the
              * connection is over; release everything. */
             fl_sconn_poll(ctl, c);
-            fl_say(ctl, "DISC %s st=%d t=%llu", rdma_event_str(t), st,
-                   (unsigned long long)fl_ms());
+            fl_say(ctl, "DISC %s st=%d t=%llu port=%u", rdma_event_str(t), st,
+                   (unsigned long long)fl_ms(), ntohs(rdma_get_dst_port(id)));
             fl_sconn_free(c);
         }
         for (int i = 0; i < FL_SRV_MAXC; i++)
@@ -978,7 +982,8 @@ static inline int fl_client(int ctl, void *argp)
             goto out;
         }
         if (i == 0)
-            fl_say(ctl, "OP1 t=%llu", (unsigned long long)fl_ms());
+            fl_say(ctl, "OP1 t=%llu port=%u", (unsigned long long)fl_ms(),
+                   ntohs(rdma_get_src_port(c->id)));
     }
     fl_say(ctl, "DONE t=%llu", (unsigned long long)fl_ms());
     rdma_disconnect(c->id);

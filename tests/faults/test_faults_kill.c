@@ -45,15 +45,27 @@ static void warmup(void)
     fl_drain(&srv);
 }
 
-/* The server's next DISC within ms after t0; the delay or -1. */
-static long srv_disc_after(uint64_t t0, unsigned ms)
+/* The server's DISC of the connection from client port `port` within ms
+ * after t0; the delay or -1. */
+static long srv_disc_after(uint64_t t0, unsigned port, unsigned ms)
 {
-    char buf[512];
-    if (fl_expect(&srv, "DISC", buf, sizeof(buf), ms) <= 0)
-        return -1;
-    const char *t = strstr(buf, "t=");
-    uint64_t at = t ? strtoull(t + 2, NULL, 10) : fl_ms();
-    return at > t0 ? (long)(at - t0) : 0;
+    char buf[512], want[32];
+    uint64_t end = fl_ms() + ms;
+    snprintf(want, sizeof(want), " port=%u", port);
+    while (fl_ms() < end) {
+        if (fl_expect(&srv, "DISC", buf, sizeof(buf), (unsigned)(end - fl_ms())) <= 0)
+            return -1;
+        const char *p = strstr(buf, want);
+        if (!p || p[strlen(want)] != 0) {
+            if (getenv("FL_VERBOSE"))
+                fprintf(stderr, "  (want%s) %s\n", want, buf);
+            continue; /* another (earlier) connection */
+        }
+        const char *t = strstr(buf, " t=");
+        uint64_t at = t ? strtoull(t + 3, NULL, 10) : fl_ms();
+        return at > t0 ? (long)(at - t0) : 0;
+    }
+    return -1;
 }
 
 static void kill_client_during(enum fl_op op, int rounds, bool quiet)
@@ -69,11 +81,13 @@ static void kill_client_during(enum fl_op op, int rounds, bool quiet)
             fl_kill(&c);
             continue;
         }
+        const char *pp = strstr(buf, "port=");
+        unsigned port = pp ? (unsigned)atoi(pp + 5) : 0;
         fl_sleep_ms((unsigned)(fl_rand() % 60));
         uint64_t t0 = fl_ms();
         kill(c.pid, SIGKILL);
         CHECK_EQ(fl_reap(&c, 5000), 128 + SIGKILL);
-        long d = srv_disc_after(t0, FL_GONE_MS);
+        long d = srv_disc_after(t0, port, FL_GONE_MS);
         CHECK(d >= 0);
         if (d < 0)
             fprintf(stderr, "kill client during %s: server saw no DISCONNECTED in %d ms\n",
@@ -140,6 +154,7 @@ static void kill_client_connecting(int rounds)
         nanosleep(&ts, NULL);
         kill(c.pid, SIGKILL);
         CHECK_EQ(fl_reap(&c, 5000), 128 + SIGKILL);
+        fl_drain(&srv); /* the server's reports must not pile up */
     }
 }
 
