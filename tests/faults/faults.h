@@ -890,6 +890,9 @@ static inline int fl_client(int ctl, void *argp)
             (w = fl_cli_wait(c, c->id->send_cq, 1, op_ms)))
             goto out;
     }
+    if (a->op == FL_IDLE)
+        fl_say(ctl, "OP1 t=%llu port=%u", (unsigned long long)fl_ms(),
+               ntohs(rdma_get_src_port(c->id)));
     for (unsigned i = 0; !a->nops || i < a->nops; i++) {
         uint32_t seed = i * 7919u + 1;
         uint64_t lo = (uintptr_t)c->buf;
