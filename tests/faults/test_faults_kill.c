@@ -25,7 +25,10 @@ static uint64_t worst_gone_ms;
 
 static struct fl_client_arg cli_arg(enum fl_op op, unsigned nops)
 {
-    struct fl_client_arg a = {.ip = FL_A_IP, .port = srv_port, .op = op, .nops = nops,
+    struct fl_client_arg a = {.ip = FL_A_IP,
+                              .port = srv_port,
+                              .op = op,
+                              .nops = nops,
                               .size = op == FL_SEND ? 4096 : 65536};
     return a;
 }
@@ -95,8 +98,8 @@ static void kill_client_during(enum fl_op op, int rounds, bool quiet)
         else if ((uint64_t)d > worst_gone_ms)
             worst_gone_ms = (uint64_t)d;
         if (!quiet && r == 0)
-            printf("  client killed during %s: server DISCONNECTED after %ld ms\n",
-                   fl_op_name[op], d);
+            printf("  client killed during %s: server DISCONNECTED after %ld ms\n", fl_op_name[op],
+                   d);
     }
     fl_drain(&srv);
 }

@@ -32,8 +32,12 @@ static uint64_t worst_dead_ms;
 
 static struct fl_client_arg cli_arg(enum fl_op op, unsigned nops, unsigned port)
 {
-    struct fl_client_arg a = {.ip = FL_A_IP, .port = port, .op = op, .nops = nops,
-                              .size = op == FL_SEND ? 4096 : 65536, .op_ms = 20000};
+    struct fl_client_arg a = {.ip = FL_A_IP,
+                              .port = port,
+                              .op = op,
+                              .nops = nops,
+                              .size = op == FL_SEND ? 4096 : 65536,
+                              .op_ms = 20000};
     return a;
 }
 
@@ -250,8 +254,7 @@ static void half_open(enum fl_op op)
         if (t - t0 > worst_dead_ms)
             worst_dead_ms = t - t0;
     } else {
-        fprintf(stderr, "%s: no DISCONNECTED on the server within %d ms\n", what,
-                FL_DEAD_BOUND_MS);
+        fprintf(stderr, "%s: no DISCONNECTED on the server within %d ms\n", what, FL_DEAD_BOUND_MS);
     }
     CHECK_EQ(fl_nft_flush(net.b), 0);
 }
