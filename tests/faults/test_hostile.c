@@ -373,9 +373,11 @@ static void silent_flood(void)
         fds[i] = tcp_connect(true);
         opened += fds[i] >= 0;
     }
-    /* A legitimate client started in the middle of it: served once the MPA
+    /* A legitimate client started in the middle of it: it retries after a
+     * clean error (as a real one would) and must be served once the MPA
      * timeout sheds the silent connections that hold the fds. */
-    struct fl_proc c = legit_start((MPA_TMO_S + 20) * 1000);
+    uint64_t tl = fl_ms();
+    struct fl_proc c = legit_start(FL_EV_MS);
     fl_sleep_ms(HOLD_MS);
     long cpu1 = fl_cpu_ms(srv.pid), log1 = file_size(log_path);
     int sfd = fl_fd_count(srv.pid);
@@ -385,11 +387,19 @@ static void silent_flood(void)
     CHECK(opened > 1500);
     CHECK(cpu1 - cpu0 < HOLD_MS / 5); /* not spinning */
     CHECK(log1 - log0 < 64 * 1024);   /* rate-limited log */
-    long d = legit_end(&c, (MPA_TMO_S + 25) * 1000);
-    printf("  silent flood: legitimate client started during the flood served in %ld ms (bound "
-           "%d ms)\n",
-           d, (MPA_TMO_S + 20) * 1000);
-    CHECK(d >= 0 && d <= (MPA_TMO_S + 20) * 1000);
+    int tries = 1;
+    long d = legit_end(&c, FL_EV_MS * 3);
+    while (d < 0 && fl_ms() - tl < (MPA_TMO_S + 20) * 1000) {
+        fl_sleep_ms(500);
+        c = legit_start(FL_EV_MS);
+        tries++;
+        d = legit_end(&c, FL_EV_MS * 3);
+    }
+    long total = (long)(fl_ms() - tl);
+    printf("  silent flood: legitimate client started during the flood served after %ld ms, "
+           "%d attempt(s) (bound %d ms)\n",
+           d >= 0 ? total : -1, tries, (MPA_TMO_S + 20) * 1000);
+    CHECK(d >= 0 && total <= (MPA_TMO_S + 20) * 1000);
     for (int i = 0; i < N; i++)
         if (fds[i] >= 0)
             close(fds[i]);
