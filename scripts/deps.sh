@@ -15,6 +15,8 @@ if [ "$want" != build ]; then
     # librdmacm-dev: the rdma_cm ABI; the rest are the unmodified RDMA
     # programs the drop-in libraries are tested with.
     pkgs+=(librdmacm-dev rdmacm-utils perftest ibverbs-utils qperf fio)
+    # the fault suites (tests/faults): network namespaces, veth, nftables.
+    pkgs+=(iproute2 nftables)
 fi
 
 missing=()
