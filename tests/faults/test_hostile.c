@@ -13,8 +13,10 @@
  *                UIWARP_MPA_TIMEOUT_MS (default 10 s) + 2 s
  *   oversized    private data length 1000 (RFC 5044 §7.1: 512 at most):
  *                refused (Reject or close), never reported to the server
- *   reject storm 300 Requests asking for markers and 100 with no common RTR
- *                type: each refused, fds back to the baseline
+ *   reject storm 400 Requests asking for markers: each refused (MPA
+ *                Reject), fds back to the baseline
+ *   bad FPDU     an accepted connection whose first FPDU is a Write to an
+ *                unknown STag: Terminate, close, everything released (100x)
  *   silent flood 2000 connections that send nothing against the 1024-fd
  *                limit: no spinning (CPU), a bounded log, the legitimate
  *                client served once the MPA timeout sheds them, everything
@@ -371,6 +373,107 @@ static void reject_storm(void)
     no_req_from(ports, N, "reject storm");
 }
 
+/* After a complete, accepted MPA exchange, the first FPDU is an RDMA Write
+ * to an STag that does not exist: the server must answer with a Terminate
+ * (RFC 5040 §7: DDP tagged, invalid STag), close, and release the
+ * connection; 100 rounds. */
+static void bad_fpdu(void)
+{
+    enum { N = 100 };
+    int before = fl_fd_count(srv.pid);
+    int terms = 0, eofs = 0, replies = 0;
+    uint8_t req[UIW_MPA_MAX_FRAME];
+    int len = mpa_request(req, false, UIW_RTR_WRITE);
+    struct fl_proc c = legit_start(FL_EV_MS);
+    uint64_t t0 = fl_ms();
+    for (int i = 0; i < N; i++) {
+        int fd = tcp_connect(false);
+        if (fd < 0)
+            continue;
+        (void)!write(fd, req, (size_t)len);
+        /* the Reply (exactly its bytes: nothing else comes before our FPDU) */
+        uint8_t rb[UIW_MPA_MAX_FRAME];
+        size_t rl = 0;
+        uiw_mpa_frame f;
+        int r = -EAGAIN;
+        uint64_t end = fl_ms() + CLOSE_MS;
+        while (r == -EAGAIN && fl_ms() < end) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            pump();
+            if (poll(&pf, 1, 50) != 1)
+                continue;
+            ssize_t n = recv(fd, rb + rl, 1, 0); /* byte by byte: stop at its end */
+            if (n <= 0)
+                break;
+            rl += (size_t)n;
+            r = uiw_mpa_decode(rb, rl, UIW_MPA_REPLY, &f);
+        }
+        if (r <= 0 || f.reject) {
+            close(fd);
+            continue;
+        }
+        replies++;
+        uiw_tx tx;
+        uiw_tx_cfg tc = {.crc = f.crc, .max_fpdu = 1024};
+        uiw_tx_init(&tx, &tc);
+        uiw_hdr h;
+        memset(&h, 0, sizeof(h));
+        h.tagged = true;
+        h.last = true;
+        h.ddp_version = UIW_DDP_VERSION;
+        h.rdmap_version = UIW_RDMAP_VERSION;
+        h.opcode = UIW_OP_WRITE;
+        h.stag = (uint32_t)fl_rand() | 0x80000000u;
+        h.to = fl_rand();
+        uint8_t pay[64];
+        memset(pay, 0xEE, sizeof(pay));
+        struct iovec v = {pay, sizeof(pay)};
+        uiw_tx_msg m;
+        static uiw_fpdu fp;
+        if (uiw_tx_msg_init(&m, &h, &v, 1, sizeof(pay)) == 0 && uiw_tx_next(&tx, &m, &fp) == 1)
+            (void)!writev(fd, fp.iov, fp.iovcnt);
+        /* parse what comes back until EOF: a Terminate must be among it */
+        uiw_rx rx;
+        uiw_rx_cfg rc = {.crc = f.crc};
+        uiw_rx_init(&rx, &rc);
+        bool term = false, eof = false;
+        end = fl_ms() + CLOSE_MS;
+        while (!eof && fl_ms() < end) {
+            struct pollfd pf = {.fd = fd, .events = POLLIN};
+            pump();
+            if (poll(&pf, 1, 50) != 1)
+                continue;
+            uint8_t buf[4096];
+            ssize_t n = recv(fd, buf, sizeof(buf), 0);
+            if (n <= 0) {
+                eof = true;
+                break;
+            }
+            size_t off = 0;
+            while (off < (size_t)n) {
+                uiw_rx_event ev;
+                size_t used = uiw_rx_feed(&rx, buf + off, (size_t)n - off, &ev);
+                off += used;
+                if (ev.kind == UIW_RX_HDR && !ev.hdr->tagged && ev.hdr->opcode == UIW_OP_TERMINATE)
+                    term = true;
+                if (ev.kind == UIW_RX_ERROR || (!used && ev.kind == UIW_RX_NONE))
+                    break;
+            }
+        }
+        terms += term;
+        eofs += eof;
+        close(fd);
+    }
+    printf("  bad first FPDU: %d connections accepted, %d Terminates received, %d closed by the "
+           "server (%llu ms)\n",
+           replies, terms, eofs, (unsigned long long)(fl_ms() - t0));
+    CHECK_EQ(replies, N);
+    CHECK_EQ(terms, N);
+    CHECK_EQ(eofs, N);
+    legit_check(&c, LEGIT_MS, "bad first FPDU");
+    fds_back("bad first FPDU", before, CLOSE_MS);
+}
+
 static void silent_flood(void)
 {
     int before = fl_fd_count(srv.pid);
@@ -459,6 +562,8 @@ int main(void)
         oversized();
     if (want("reject"))
         reject_storm();
+    if (want("fpdu"))
+        bad_fpdu();
     if (want("incomplete"))
         incomplete();
     if (want("flood")) {
