@@ -809,8 +809,16 @@ static inline void fl_cli_report_err(int ctl, struct fl_cli *c, const char *what
 {
     /* After the first sign, wait (bounded) for the others: the completion,
      * the rdma_cm event and the async event. */
-    uint64_t end = fl_ms() + FL_EV_MS;
+    uint64_t end = fl_ms() + FL_EV_MS, grace = 0;
     while ((!c->t_wc || !c->t_cm || !c->t_async) && fl_ms() < end) {
+        /* the async event (not raised for every kind of end) gets 300 ms
+         * more once the completion and the rdma_cm event are in */
+        if (c->t_wc && c->t_cm) {
+            if (!grace)
+                grace = fl_ms() + 300;
+            else if (fl_ms() >= grace)
+                break;
+        }
         struct ibv_wc wc;
         if (c->id && c->id->qp) {
             if (ibv_poll_cq(c->id->send_cq, 1, &wc) == 1 ||
