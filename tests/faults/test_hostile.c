@@ -575,15 +575,30 @@ int main(void)
     }
     long rss1 = fl_rss_kb(srv.pid);
     /* 20 slowloris connections were accepted at once (20 x 320 KiB of
-     * buffers); malloc may keep such a peak: 8 MiB of margin (ASan keeps
-     * freed memory in quarantine: 64 MiB). */
-    long margin = FL_ASAN ? 64 * 1024 : 8 * 1024;
+     * buffers); malloc may keep such a peak: 8 MiB of margin (not checked
+     * under ASan, whose allocator keeps freed memory in quarantine). */
+    long margin = 8 * 1024;
     int fd1 = fl_fd_count(srv.pid);
     printf("server at the end: %d fds (baseline %d), RSS %ld KiB (baseline %ld), log %ld bytes\n",
            fd1, fd0, rss1, rss0, file_size(log_path));
     CHECK_EQ(fd1, fd0);
-    CHECK(rss1 - rss0 <= margin);
+    if (FL_ASAN)
+        printf("(ASan build: RSS not checked, the allocator keeps freed memory)\n");
+    else
+        CHECK(rss1 - rss0 <= margin);
     fl_server_stop(&srv);
+    /* sanitizer reports of the server went to its log */
+    FILE *lf = fopen(log_path, "r");
+    char line[512];
+    int san = 0;
+    while (lf && fgets(line, sizeof(line), lf))
+        if (strstr(line, "Sanitizer") || strstr(line, "runtime error")) {
+            if (san++ < 20)
+                fputs(line, stderr);
+        }
+    if (lf)
+        fclose(lf);
+    CHECK_EQ(san, 0);
     unlink(log_path);
     TEST_MAIN_END();
 }
