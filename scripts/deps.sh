@@ -22,6 +22,8 @@ elif [ "$want" != build ]; then
     # fi_info/fi_pingpong, libfabric's headers for fabric/fi_check.c, mpirun
     # and mpicc; iproute2 (ip) finds the host's address.
     pkgs+=(libfabric1 libfabric-bin libfabric-dev openmpi-bin libopenmpi-dev iproute2)
+    # the fault suites (tests/faults): network namespaces, veth, nftables.
+    pkgs+=(nftables)
 fi
 
 missing=()
