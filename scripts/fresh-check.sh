@@ -124,8 +124,14 @@ mnt() { # type|bind source target [opts]
 new_root() {
     drop_root
     root=$(mktemp -d /var/tmp/uiwarp-fresh.XXXXXX)
-    chmod 0755 "$root" # mktemp's 0700 would make "/" untraversable for other users
     tar -C "$root" -xf "$tarball"
+    # after tar (whose "." entry carries the build dir's mode): a 0700 "/"
+    # would be untraversable for every user but root
+    chmod 0755 "$root"
+    # "/" must be a mount point, as on a real system: ip netns and unshare
+    # change its propagation
+    mount --bind "$root" "$root"
+    mounted+=("$root")
     # The machine's own apt configuration: same mirror, same suites.
     rm -f "$root/etc/apt/sources.list"
     local f

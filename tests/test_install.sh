@@ -116,7 +116,7 @@ if command -v rping >/dev/null; then
     if run_installed "$script"; then
         ok "installed uiwarp run rping -C 20 -V (build hidden: $hidden)"
     else
-        tail -5 "$tmp/c.log" "$tmp/s.log"
+        tail -n 5 "$tmp/c.log" "$tmp/s.log"
         bad "installed uiwarp run rping"
     fi
 fi

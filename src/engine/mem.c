@@ -213,11 +213,13 @@ static struct uiw_mr *tab_find(uint32_t stag)
                  atomic_load_explicit(&t->b[bucket_of(t, stag)], memory_order_acquire);
              m && steps < WALK_LIMIT;
              m = atomic_load_explicit(&m->hnext, memory_order_acquire), steps++)
-            if (atomic_load_explicit(&m->hstag, memory_order_relaxed) == stag)
+            if (atomic_load_explicit(&m->hstag, memory_order_acquire) == stag)
                 return m;
-        atomic_thread_fence(memory_order_acquire);
+        /* the walk's last load was an acquire load: this one comes after
+         * it, and sees the increment of any writer whose (release) store
+         * the walk saw */
         if (!(s0 & 1) && steps < WALK_LIMIT &&
-            atomic_load_explicit(&tab_seq, memory_order_relaxed) == s0)
+            atomic_load_explicit(&tab_seq, memory_order_acquire) == s0)
             return NULL; /* nothing changed during the walk: a true miss */
     }
     pthread_mutex_lock(&tab_lock);
@@ -229,9 +231,10 @@ static struct uiw_mr *tab_find(uint32_t stag)
 /* tab_lock held. Writers announce unlinks and rehashes to readers. */
 static void seq_begin(void)
 {
+    /* the stores that follow are release stores, which order this one
+     * before them */
     atomic_store_explicit(&tab_seq, atomic_load_explicit(&tab_seq, memory_order_relaxed) + 1,
                           memory_order_relaxed);
-    atomic_thread_fence(memory_order_release);
 }
 
 static void seq_end(void)
@@ -266,9 +269,11 @@ static void tab_grow(void)
             size_t j = bucket_of(t, atomic_load_explicit(&m->hstag, memory_order_relaxed));
 
             next = atomic_load_explicit(&m->hnext, memory_order_relaxed);
+            /* release: a reader whose acquire load sees this store sees
+             * seq_begin's increment too (no fences: TSan models these) */
             atomic_store_explicit(&m->hnext, atomic_load_explicit(&t->b[j], memory_order_relaxed),
-                                  memory_order_relaxed);
-            atomic_store_explicit(&t->b[j], m, memory_order_relaxed);
+                                  memory_order_release);
+            atomic_store_explicit(&t->b[j], m, memory_order_release);
         }
     }
     atomic_store_explicit(&tab, t, memory_order_release);
@@ -306,7 +311,7 @@ static void tab_remove(struct uiw_mr *m)
     seq_begin();
     atomic_store_explicit(link, atomic_load_explicit(&m->hnext, memory_order_relaxed),
                           memory_order_release);
-    atomic_store_explicit(&m->hstag, 0, memory_order_relaxed);
+    atomic_store_explicit(&m->hstag, 0, memory_order_release);
     seq_end();
 }
 
