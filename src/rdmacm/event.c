@@ -133,6 +133,48 @@ static void channel_release(struct rcm_channel *ch)
     free(ch);
 }
 
+/* Destroyed channels are freed only after GRAVE_KEEP more were destroyed:
+ * a program's event thread that loops back into rdma_get_cm_event while
+ * main destroys the channel (rping does) finds it dead instead of freed
+ * memory. */
+#define GRAVE_KEEP 64
+static pthread_mutex_t grave_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct rcm_channel *grave_head;
+static unsigned grave_n;
+
+static void channel_bury(struct rcm_channel *ch)
+{
+    struct rcm_channel *old = NULL;
+    pthread_mutex_lock(&grave_lock);
+    ch->grave = grave_head;
+    grave_head = ch;
+    if (++grave_n > GRAVE_KEEP) {
+        struct rcm_channel **pp = &grave_head;
+        while ((*pp)->grave)
+            pp = &(*pp)->grave;
+        old = *pp; /* the oldest */
+        *pp = NULL;
+        grave_n--;
+    }
+    pthread_mutex_unlock(&grave_lock);
+    if (old)
+        channel_release(old);
+}
+
+/* rdma_get_cm_event on a destroyed channel: what rdma-core's read() on the
+ * closed fd amounts to for the threads that race with the destroy (rping's
+ * event thread): a blocking channel stays blocked (a signal interrupts it:
+ * EINTR), a non-blocking one fails with EBADF. ch->lock held; released. */
+static int dead_channel_wait(struct rcm_channel *ch)
+{
+    bool nb = ch->dead_nonblock;
+    pthread_mutex_unlock(&ch->lock);
+    if (nb)
+        return rcm_err(EBADF);
+    pause();
+    return rcm_err(EINTR);
+}
+
 void rcm_channel_free(struct rcm_channel *ch)
 {
     if (!ch)
@@ -141,19 +183,17 @@ void rcm_channel_free(struct rcm_channel *ch)
     struct rcm_qev *q;
     while ((q = pop_locked(ch)))
         qev_discard(q);
+    int fl = fcntl(ch->pub.fd, F_GETFL);
+    ch->dead_nonblock = fl >= 0 && (fl & O_NONBLOCK);
     close(ch->pub.fd);
-    if (ch->waiters) {
-        /* A thread still waits in rdma_get_cm_event (rping's event thread
-         * when main tears down). With rdma-core it stays blocked on the
-         * closed channel; so does ours: its read() keeps the socket, whose
-         * other end stays open and silent. Should a signal wake it, it
-         * finds the channel dead and frees it. */
-        ch->dead = true;
-        pthread_mutex_unlock(&ch->lock);
-        return;
-    }
+    ch->dead = true;
+    /* A thread still waiting in rdma_get_cm_event (rping's event thread
+     * when main tears down) stays blocked, as with rdma-core on its closed
+     * channel: its read() keeps the socket, whose other end stays open and
+     * silent; a thread that comes back later finds the channel dead
+     * (dead_channel_wait). The memory is kept a while (channel_bury). */
     pthread_mutex_unlock(&ch->lock);
-    channel_release(ch);
+    channel_bury(ch);
 }
 
 /* rcm_route_lock held (id->ch is stable under it). */
@@ -734,6 +774,8 @@ UIW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
     struct rcm_channel *ch = to_rch(channel);
     for (;;) {
         pthread_mutex_lock(&ch->lock);
+        if (ch->dead)
+            return dead_channel_wait(ch);
         struct rcm_qev *q;
         struct rcm_event *e = NULL;
         while (!e && (q = pop_locked(ch)))
@@ -753,6 +795,15 @@ UIW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
             pthread_mutex_unlock(&ch->lock);
             return rcm_err(EAGAIN);
         }
+        /* Our own descriptor of the socket: a destroy that closes the
+         * channel's fd right now neither makes our read() fail nor lets it
+         * read whatever file gets that number next. */
+        int wfd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (wfd < 0) {
+            int e = errno;
+            pthread_mutex_unlock(&ch->lock);
+            return rcm_err(e);
+        }
         ch->waiters++;
         pthread_mutex_unlock(&ch->lock);
         /* Block in read() as rdma-core does on its channel fd, so a signal
@@ -760,17 +811,13 @@ UIW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
          * has SA_RESTART. The byte read is put back at once (the queue
          * decides, under the lock, who gets which event). */
         char b;
-        ssize_t n = read(fd, &b, 1);
+        ssize_t n = read(wfd, &b, 1);
         int err = errno;
+        close(wfd);
         pthread_mutex_lock(&ch->lock);
         ch->waiters--;
-        if (ch->dead) {
-            bool last = ch->waiters == 0;
-            pthread_mutex_unlock(&ch->lock);
-            if (last)
-                channel_release(ch);
-            return rcm_err(EBADF);
-        }
+        if (ch->dead) /* destroyed while we waited (a signal woke us) */
+            return dead_channel_wait(ch);
         if (n == 1) {
             /* We took the byte: what is left decides (writers hold the
              * lock, so there is at most one). */

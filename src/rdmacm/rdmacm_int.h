@@ -105,9 +105,11 @@ struct rcm_channel {
     int wr;                        /* the other end of pub.fd's socket pair */
     pthread_mutex_t lock;
     struct rcm_qev *head, *tail;
-    bool armed;       /* the wake-up byte is in the socket */
-    unsigned waiters; /* threads blocked in rdma_get_cm_event */
-    bool dead;        /* destroyed while waited on: the last waiter frees it */
+    bool armed;                /* the wake-up byte is in the socket */
+    unsigned waiters;          /* threads blocked in rdma_get_cm_event */
+    bool dead;                 /* destroyed (rdma_destroy_event_channel) */
+    bool dead_nonblock;        /* O_NONBLOCK was set on fd when it was destroyed */
+    struct rcm_channel *grave; /* the list of destroyed channels kept (event.c) */
 };
 
 static inline struct rcm_channel *to_rch(struct rdma_event_channel *c)
