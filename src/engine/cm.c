@@ -938,7 +938,7 @@ static void conn_timer_cb(void *obj)
 static int reserve_fd = -1;
 static pthread_once_t reserve_once = PTHREAD_ONCE_INIT;
 static uint64_t accept_log_ns;
-static unsigned long accept_fail_count, accept_shed_count;
+static unsigned long accept_fail_count, accept_shed_count, accept_evict_count;
 
 static void reserve_open(void)
 {
@@ -952,9 +952,9 @@ static void accept_log(int err)
     if (accept_log_ns && now - accept_log_ns < ACCEPT_LOG_NS)
         return;
     accept_log_ns = now ? now : 1;
-    uiw_log("cm: accept: %s (%lu failures, %lu connections reset so far; next report in 5 s "
-            "at the earliest)",
-            strerror(err), accept_fail_count, accept_shed_count);
+    uiw_log("cm: accept: %s (%lu failures, %lu new connections reset, %lu waiting for their MPA "
+            "Request closed to make room so far; next report in 5 s at the earliest)",
+            strerror(err), accept_fail_count, accept_shed_count, accept_evict_count);
 }
 
 static void listener_cb(void *obj, uint32_t events);
@@ -979,10 +979,50 @@ static void listener_backoff(struct uiw_listener *l)
     }
 }
 
+/* At the descriptor limit, the oldest connection of this listener still
+ * waiting for its MPA Request (silent or trickling: what a flood is made
+ * of; a legitimate initiator sends its Request at once) is closed to make
+ * room for the new one, so that silent connections cannot keep clients out
+ * until the MPA timeout frees them. Progress thread, no lock held. True if
+ * one was closed. Lock order elsewhere is c->lock -> cm_list_lock, hence
+ * the trylock. */
+static bool evict_waiting(struct uiw_listener *l)
+{
+    struct uiw_conn *victim = NULL;
+    pthread_mutex_lock(&cm_list_lock);
+    for (struct uiw_conn *c = l->conns; c; c = c->lnext) {
+        /* the list is newest first: the last candidate is the oldest */
+        if (pthread_mutex_trylock(&c->lock) != 0)
+            continue;
+        if (c->state == UIW_CS_WAIT_REQ && !c->busy && c->fd >= 0) {
+            if (victim)
+                pthread_mutex_unlock(&victim->lock);
+            victim = c;
+        } else {
+            pthread_mutex_unlock(&c->lock);
+        }
+    }
+    if (victim)
+        conn_get(victim);
+    pthread_mutex_unlock(&cm_list_lock);
+    if (!victim)
+        return false;
+    bool release = passive_drop_how(
+        victim, "descriptor limit: the oldest connection without an MPA Request makes room", true);
+    pthread_mutex_unlock(&victim->lock);
+    if (release)
+        conn_put(victim);
+    conn_put(victim);
+    accept_evict_count++;
+    return true;
+}
+
 /* accept4 failed with err for want of a resource. True: try again now. */
 static bool listener_exhausted(struct uiw_listener *l, int err)
 {
     accept_log(err);
+    if ((err == EMFILE || err == ENFILE) && evict_waiting(l))
+        return true;
     if ((err == EMFILE || err == ENFILE) && reserve_fd >= 0) {
         close(reserve_fd);
         reserve_fd = -1;
