@@ -825,9 +825,10 @@ int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
     }
     /* Usual case: append under rq_lock only. The receive path holds
      * qp->lock while it drains the socket; a poster waiting for it would
-     * see its receive arrive after the peer's next Send, which iWARP
-     * answers with a fatal Terminate (no RNR retry: RFC 5041 §7.1 check 2,
-     * error type 0x2 code 0x02, "Invalid MSN - no buffer available"). */
+     * see its receive arrive after the peer's next Send, which then has to
+     * wait for it (receiver not ready, qp_rx.c) or, in strict mode, gets
+     * a fatal Terminate (RFC 5041 §7.1 check 2, error type 0x2 code 0x02,
+     * "Invalid MSN - no buffer available"). */
     pthread_mutex_lock(&qp->rq_lock);
     if (qp->rq_open) {
         ret = -uiw_qp_post_recv_locked(qp, wr, bad);
