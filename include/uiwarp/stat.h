@@ -74,7 +74,10 @@ struct uiw_stat_qp {
     uint64_t crc_errors;    /* FPDUs received with a bad CRC */
     uint64_t term_sent;     /* Terminates sent */
     uint64_t term_received; /* Terminates received */
-    uint64_t reserved[8];
+    uint64_t rnr_holds;     /* times an untagged message found no posted receive
+                             * and the QP stopped reading its socket until one
+                             * was posted (receiver not ready, docs/ENGINE.md) */
+    uint64_t reserved[7];
 };
 
 #endif

@@ -16,6 +16,8 @@
  *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default off
  *   UIWARP_PROGRESS_SPIN_US 0 .. 100000                       default 200
  *   UIWARP_PEER_TIMEOUT    0 (off) .. 86400 seconds            default 30
+ *   UIWARP_RNR_HOLD_MS     0 (Terminate at once) .. 86400000,  default 5000
+ *                          or unlimited (receiver not ready, qp_rx.c)
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
@@ -223,6 +225,7 @@ static void config_load(void)
     cfg.progress_nice = 0;
     cfg.progress_nice_set = false; /* off: docs/ENGINE.md on the trade-off */
     cfg.peer_timeout_s = 30;       /* docs/ENGINE.md "Dead peers" */
+    cfg.rnr_hold_ms = 5000;        /* docs/ENGINE.md "Receiver not ready" */
 
     u = cfg.mpa_rev;
     env_uint("UIWARP_MPA_REV", 1, 2, &u);
@@ -256,6 +259,19 @@ static void config_load(void)
     env_nice();
     env_uint("UIWARP_PROGRESS_SPIN_US", 0, 100000, &cfg.progress_spin_us);
     env_uint("UIWARP_PEER_TIMEOUT", 0, 86400, &cfg.peer_timeout_s);
+    {
+        const char *v = getenv("UIWARP_RNR_HOLD_MS");
+        unsigned long x;
+
+        if (v) {
+            if (!strcasecmp(v, "unlimited") || !strcasecmp(v, "inf"))
+                cfg.rnr_hold_ms = UIW_RNR_UNLIMITED;
+            else if (parse_uint(v, 0, 86400000, &x))
+                cfg.rnr_hold_ms = (unsigned)x;
+            else
+                bad_value("UIWARP_RNR_HOLD_MS", v, "0..86400000 or unlimited");
+        }
+    }
     u = 0;
     env_uint("UIWARP_DEBUG", 0, 3, &u);
     cfg.debug = (int)u;

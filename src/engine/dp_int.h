@@ -76,5 +76,7 @@ void dp_rx_free(struct uiw_qp *qp);
  * otherwise. */
 void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st);
 void dp_event_cb(void *obj, uint32_t events);
+/* The receiver-not-ready timers' callback (qp->rnr_kick, qp->rnr_limit). */
+void dp_rnr_timer_cb(void *obj);
 
 #endif

@@ -83,7 +83,12 @@ struct uiw_config {
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
     unsigned peer_timeout_s;     /* UIWARP_PEER_TIMEOUT: dead-peer detection through TCP
                                   * keepalive and TCP_USER_TIMEOUT (default 30; 0 = off) */
+    unsigned rnr_hold_ms;        /* UIWARP_RNR_HOLD_MS: how long an untagged message may
+                                  * wait for a posted receive (qp_rx.c "Receiver not
+                                  * ready"; default 5000, 0 = Terminate at once,
+                                  * UIW_RNR_UNLIMITED = no limit) */
 };
+#define UIW_RNR_UNLIMITED UINT_MAX
 const struct uiw_config *uiw_config(void);
 
 static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
@@ -181,8 +186,8 @@ struct uiw_mr {
     uint64_t length;
     unsigned access; /* IBV_ACCESS_* */
     uint32_t stag;
-    atomic_bool valid;  /* cleared by invalidation / deregistration */
-    atomic_int users;   /* placements in progress (see uiw_mr_get) */
+    atomic_bool valid; /* cleared by invalidation / deregistration */
+    atomic_int users;  /* placements in progress (see uiw_mr_get) */
     /* mem.c: the STag hash (chains walked without a lock) and free list */
     _Atomic(struct uiw_mr *) hnext;
     _Atomic uint32_t hstag; /* the STag this object is linked under, 0: none */
@@ -335,6 +340,16 @@ struct uiw_irqe {
     uint64_t sent;
 };
 
+/* A progress-thread timer (progress.c; the API is under "Progress"). */
+struct uiw_timer {
+    uint64_t deadline_ns;
+    unsigned idx;  /* heap position + 1; 0: not queued */
+    bool reserved; /* between init and fini */
+    uint64_t id;   /* uiw_progress_timer's one-shot timers; 0 otherwise */
+    void (*cb)(void *obj);
+    void *obj;
+};
+
 struct uiw_srq {
     struct ibv_srq ibsrq;
     struct uiw_pd *pd;
@@ -343,6 +358,9 @@ struct uiw_srq {
     unsigned cap, head, count;
     unsigned max_sge;
     unsigned limit; /* 0 = not armed */
+    /* QPs whose receive path waits for a receive (receiver not ready,
+     * qp_rx.c): a post kicks each and empties the list (under lock) */
+    struct uiw_qp *hold_head;
     struct uiw_context *ctx;
     atomic_int refs;         /* QPs using it */
     uint32_t async_reported; /* async events handed out (ctx->async_lock) */
@@ -350,8 +368,13 @@ struct uiw_srq {
 
 /* Take the next receive from an SRQ (data path, qp->lock held; takes
  * srq->lock). Raises IBV_EVENT_SRQ_LIMIT_REACHED (and disarms) when the
- * count drops below an armed limit. False when the SRQ is empty. */
-bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out);
+ * count drops below an armed limit. False when the SRQ is empty; then, if
+ * waiter is given, it is put on the SRQ's hold list: the next
+ * ibv_post_srq_recv kicks it (uiw_qp_rnr_kick). */
+bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out, struct uiw_qp *waiter);
+/* Take qp off its SRQ's hold list (qp->lock held, or the QP being
+ * destroyed); no-op if it is not on it. */
+void uiw_srq_unhold(struct uiw_qp *qp);
 
 struct uiw_conn; /* cm.c */
 
@@ -394,6 +417,20 @@ struct uiw_qp {
     unsigned rq_cap, rq_head, rq_count;
     pthread_mutex_t rq_lock;
     bool rq_open; /* state is INIT..SQE: ibv_post_recv appends under rq_lock */
+
+    /* Receiver not ready (qp_rx.c): an untagged message that found no
+     * posted receive is held (the socket is not read) until one is posted
+     * or the limit expires. rq_hold (under rq_lock) / srq_holding and the
+     * srq_hold links (under srq->lock): the receive path waits, the next
+     * post arms rnr_kick (0 ms), whose callback resumes the receive path;
+     * rnr_limit fires at the limit. Both timers are initialised when the
+     * socket is attached (rnr_timers) and finished by ibv_destroy_qp. */
+    bool rq_hold;
+    bool srq_holding;
+    struct uiw_qp *srq_hold_prev, *srq_hold_next;
+    bool rnr_timers;
+    struct uiw_timer rnr_kick, rnr_limit;
+    bool rnr_retry_set; /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
 
     /* negotiated connection parameters */
     struct uiw_conn *conn;
@@ -546,14 +583,7 @@ int uiw_progress_del(int fd);
  * uiw_progress_del), and releases the slot; arm after fini is ignored.
  * All may be called with object locks held except fini (from a thread
  * other than the progress thread). */
-struct uiw_timer {
-    uint64_t deadline_ns;
-    unsigned idx;  /* heap position + 1; 0: not queued */
-    bool reserved; /* between init and fini */
-    uint64_t id;   /* uiw_progress_timer's one-shot timers; 0 otherwise */
-    void (*cb)(void *obj);
-    void *obj;
-};
+/* struct uiw_timer: defined above (embedded in struct uiw_qp) */
 int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj);
 void uiw_timer_arm(struct uiw_timer *t, unsigned ms);
 void uiw_timer_disarm(struct uiw_timer *t);

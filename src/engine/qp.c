@@ -188,7 +188,10 @@ static void reset_locked(struct uiw_qp *qp)
     pthread_mutex_lock(&qp->rq_lock);
     qp->rq_open = false;
     qp->rq_head = qp->rq_count = 0;
+    qp->rq_hold = false;
     pthread_mutex_unlock(&qp->rq_lock);
+    if (qp->srq)
+        uiw_srq_unhold(qp);
     qp->orq_head = qp->orq_count = 0;
     qp->irq_head = qp->irq_count = 0;
     memset(qp->tx_msn, 0, sizeof(qp->tx_msn));
@@ -198,6 +201,7 @@ static void reset_locked(struct uiw_qp *qp)
     memset(&qp->term, 0, sizeof(qp->term));
     qp->attr.qp_access_flags = 0;
     qp->attr.en_sqd_async_notify = 0;
+    qp->rnr_retry_set = false;
     qp->state = IBV_QPS_RESET;
     qp->ibqp.state = IBV_QPS_RESET;
     qp->st->qp_state = IBV_QPS_RESET;
@@ -228,6 +232,11 @@ static const char *state_str(enum ibv_qp_state s)
      A(RQ_PSN) | A(MAX_QP_RD_ATOMIC) | A(ALT_PATH) | A(MIN_RNR_TIMER) | A(SQ_PSN) |                \
      A(MAX_DEST_RD_ATOMIC) | A(PATH_MIG_STATE) | A(CAP) | A(DEST_QPN) | A(RATE_LIMIT))
 
+/* iWARP: the CM moves a QP into RTS (RTR -> RTS carries RNR_RETRY in IB),
+ * so a program could never set the receiver-not-ready limit (qp_rx.c)
+ * after connecting; INIT -> INIT and RTS -> RTS also take both values */
+#define IWARP_RNR (A(RNR_RETRY) | A(MIN_RNR_TIMER))
+
 struct transition {
     bool valid;
     unsigned allowed; /* attributes besides IBV_QP_STATE; none is required */
@@ -245,7 +254,7 @@ static const struct transition qp_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] =
             {
                 [IBV_QPS_RESET] = {true, 0},
                 [IBV_QPS_ERR] = {true, 0},
-                [IBV_QPS_INIT] = {true, A(PKEY_INDEX) | A(PORT) | A(ACCESS_FLAGS)},
+                [IBV_QPS_INIT] = {true, A(PKEY_INDEX) | A(PORT) | A(ACCESS_FLAGS) | IWARP_RNR},
                 [IBV_QPS_RTR] = {true, PATH_RTR},
                 [IBV_QPS_RTS] = {true, (PATH_RTR | PATH_RTS) & ~A(CUR_STATE)},
             },
@@ -260,7 +269,7 @@ static const struct transition qp_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] =
                 [IBV_QPS_RESET] = {true, 0},
                 [IBV_QPS_ERR] = {true, 0},
                 [IBV_QPS_RTS] = {true, A(CUR_STATE) | A(ACCESS_FLAGS) | A(ALT_PATH) |
-                                           A(PATH_MIG_STATE) | A(MIN_RNR_TIMER)},
+                                           A(PATH_MIG_STATE) | A(MIN_RNR_TIMER) | IWARP_RNR},
                 [IBV_QPS_SQD] = {true, A(EN_SQD_ASYNC_NOTIFY)},
             },
         [IBV_QPS_SQD] =
@@ -355,8 +364,10 @@ UIW_EXPORT int uiw_qp_modify_locked(struct uiw_qp *qp, struct ibv_qp_attr *attr,
         qp->attr.timeout = attr->timeout;
     if (mask & A(RETRY_CNT))
         qp->attr.retry_cnt = attr->retry_cnt;
-    if (mask & A(RNR_RETRY))
+    if (mask & A(RNR_RETRY)) {
         qp->attr.rnr_retry = attr->rnr_retry;
+        qp->rnr_retry_set = true; /* qp_rx.c: the receiver-not-ready limit */
+    }
     if (mask & A(MIN_RNR_TIMER))
         qp->attr.min_rnr_timer = attr->min_rnr_timer;
     if (mask & A(MAX_QP_RD_ATOMIC)) {
@@ -582,6 +593,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
     uint32_t reported;
+    bool rnr_timers;
     int fd;
 
     if (!qp)
@@ -595,9 +607,18 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     /* 2. no progress-thread callbacks */
     pthread_mutex_lock(&qp->lock);
     fd = qp->fd;
+    rnr_timers = qp->rnr_timers;
     pthread_mutex_unlock(&qp->lock);
     if (fd >= 0)
         uiw_progress_del(fd);
+    /* 2b. no receiver-not-ready kicks: off the SRQ's hold list, timers
+     * finished (waits for a running callback; no lock held) */
+    if (qp->srq)
+        uiw_srq_unhold(qp);
+    if (rnr_timers) {
+        uiw_timer_fini(&qp->rnr_kick);
+        uiw_timer_fini(&qp->rnr_limit);
+    }
     /* 3. every other holder is gone */
     pthread_mutex_lock(&ibqp->mutex);
     while (atomic_load(&qp->refs) > 1)
@@ -783,6 +804,17 @@ int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struc
     return ret;
 }
 
+/* Receiver not ready (qp_rx.c): the receive path waits for a receive and
+ * one was just posted (or a post failed: kicking costs one wake-up).
+ * rq_lock held. */
+static void rq_kick_locked(struct uiw_qp *qp)
+{
+    if (qp->rq_hold && qp->rq_count) {
+        qp->rq_hold = false;
+        uiw_timer_arm(&qp->rnr_kick, 0);
+    }
+}
+
 int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
@@ -797,12 +829,14 @@ int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
     }
     /* Usual case: append under rq_lock only. The receive path holds
      * qp->lock while it drains the socket; a poster waiting for it would
-     * see its receive arrive after the peer's next Send, which iWARP
-     * answers with a fatal Terminate (no RNR retry: RFC 5041 §7.1 check 2,
-     * error type 0x2 code 0x02, "Invalid MSN - no buffer available"). */
+     * see its receive arrive after the peer's next Send, which then has to
+     * wait for it (receiver not ready, qp_rx.c) or, in strict mode, gets
+     * a fatal Terminate (RFC 5041 §7.1 check 2, error type 0x2 code 0x02,
+     * "Invalid MSN - no buffer available"). */
     pthread_mutex_lock(&qp->rq_lock);
     if (qp->rq_open) {
         ret = -uiw_qp_post_recv_locked(qp, wr, bad);
+        rq_kick_locked(qp);
         pthread_mutex_unlock(&qp->rq_lock);
         return ret;
     }
@@ -820,6 +854,7 @@ int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
     default:
         pthread_mutex_lock(&qp->rq_lock);
         ret = -uiw_qp_post_recv_locked(qp, wr, bad);
+        rq_kick_locked(qp);
         pthread_mutex_unlock(&qp->rq_lock);
         break;
     }
@@ -988,15 +1023,54 @@ int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
     }
     if (ret && bad)
         *bad = wr;
+    /* receiver not ready: every QP waiting for a receive gets a look */
+    while (srq->count && srq->hold_head) {
+        struct uiw_qp *q = srq->hold_head;
+
+        srq->hold_head = q->srq_hold_next;
+        if (srq->hold_head)
+            srq->hold_head->srq_hold_prev = NULL;
+        q->srq_hold_next = q->srq_hold_prev = NULL;
+        q->srq_holding = false;
+        uiw_timer_arm(&q->rnr_kick, 0);
+    }
     pthread_mutex_unlock(&srq->lock);
     return ret;
 }
 
-UIW_EXPORT bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out)
+UIW_EXPORT void uiw_srq_unhold(struct uiw_qp *qp)
+{
+    struct uiw_srq *srq = qp->srq;
+
+    if (!srq)
+        return;
+    pthread_mutex_lock(&srq->lock);
+    if (qp->srq_holding) {
+        if (qp->srq_hold_prev)
+            qp->srq_hold_prev->srq_hold_next = qp->srq_hold_next;
+        else
+            srq->hold_head = qp->srq_hold_next;
+        if (qp->srq_hold_next)
+            qp->srq_hold_next->srq_hold_prev = qp->srq_hold_prev;
+        qp->srq_hold_next = qp->srq_hold_prev = NULL;
+        qp->srq_holding = false;
+    }
+    pthread_mutex_unlock(&srq->lock);
+}
+
+UIW_EXPORT bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out, struct uiw_qp *waiter)
 {
     bool got = false;
 
     pthread_mutex_lock(&srq->lock);
+    if (!srq->count && waiter && !waiter->srq_holding) {
+        waiter->srq_holding = true;
+        waiter->srq_hold_prev = NULL;
+        waiter->srq_hold_next = srq->hold_head;
+        if (srq->hold_head)
+            srq->hold_head->srq_hold_prev = waiter;
+        srq->hold_head = waiter;
+    }
     if (srq->count) {
         *out = srq->ring[srq->head];
         srq->head = (srq->head + 1) % srq->cap;

@@ -30,7 +30,22 @@
  *   - errors: a check that fails dooms the segment (nothing more of it is
  *     placed, RFC 5041 §7.1) and the Terminate goes out at its END, so that
  *     with CRC on a corrupted header is reported as a CRC error (RFC 5044
- *     §4.4 checks the CRC first); parser errors go out at once.
+ *     §4.4 checks the CRC first); parser errors go out at once;
+ *   - receiver not ready (docs/ENGINE.md): a QN 0 message (Send, Send with
+ *     Invalidate / SE, Immediate Data) whose first segment finds no posted
+ *     receive (RFC 5041 §7.1 check 2) is held: the parser stops right
+ *     after its header (the bytes that follow stay in staging, r->off), the
+ *     socket is no longer read, so TCP flow control holds the peer, which
+ *     sees nothing but backpressure. ibv_post_recv / ibv_post_srq_recv
+ *     arm qp->rnr_kick; its callback (or ibv_poll_cq's poll-driven
+ *     progress) takes the receive and resumes exactly where the parser
+ *     stopped. When the limit expires (rnr_limit_ms: the QP's
+ *     rnr_retry x min_rnr_timer, else UIWARP_RNR_HOLD_MS, default 5 s;
+ *     0 = at once) the segment is doomed with the Terminate RFC 5041 §7.2
+ *     prescribes (DDP, untagged buffer, 0x02 invalid MSN - no buffer),
+ *     sent at its END as before. Everything behind the held message on
+ *     the stream (Writes, Read Requests and Responses, Terminates) waits
+ *     with it.
  * Every offset is computed in 64 bits from 32-bit (MO, lengths) or checked
  * 64-bit (TO) quantities; nothing is written outside a region that
  * uiw_mr_get / uiw_sge_get returned for exactly that range and right.
@@ -91,6 +106,10 @@ struct dp_rx {
     uint32_t msg_msn;
     uint64_t msg_len;
     uint8_t msg_op;
+
+    /* receiver not ready: the header in r->hdr waits for a receive */
+    bool held;
+    uint64_t hold_deadline_ns; /* UINT64_MAX: no limit */
 
     uint64_t rr_placed; /* Read Response bytes of the ORQ head so far */
     bool last_write;    /* the last QN 0-relevant message was a Write */
@@ -456,10 +475,13 @@ static void hdr_rresp(struct uiw_qp *qp, struct dp_rx *r)
         doom(r, UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_BASE_BOUNDS);
 }
 
-static bool take_rqe(struct uiw_qp *qp, struct dp_rx *r)
+/* The next posted receive. wait: if there is none, ask the next post to
+ * kick us (qp->rq_hold / the SRQ's hold list, set under the lock the
+ * poster takes, so no post can slip in between unnoticed). */
+static bool take_rqe(struct uiw_qp *qp, struct dp_rx *r, bool wait)
 {
     if (qp->srq) {
-        if (!uiw_srq_take(qp->srq, &r->rqe))
+        if (!uiw_srq_take(qp->srq, &r->rqe, wait ? qp : NULL))
             return false;
         r->msg_srq = true;
         return true;
@@ -467,12 +489,108 @@ static bool take_rqe(struct uiw_qp *qp, struct dp_rx *r)
     /* rq_lock: ibv_post_recv appends without qp->lock */
     pthread_mutex_lock(&qp->rq_lock);
     if (!qp->rq_count) {
+        if (wait)
+            qp->rq_hold = true;
         pthread_mutex_unlock(&qp->rq_lock);
         return false;
     }
     r->rqe = qp->rq[qp->rq_head]; /* stays queued until it completes */
     pthread_mutex_unlock(&qp->rq_lock);
     r->msg_srq = false;
+    return true;
+}
+
+/* ------------------------------------------------------------------------
+ * Receiver not ready
+ * ---------------------------------------------------------------------- */
+
+/* IB's RNR NAK timer field (IBTA Vol. 1 Table 45, the encoding of
+ * min_rnr_timer), in microseconds: 0 is the longest, 655.36 ms. */
+static const uint32_t rnr_timer_us[32] = {
+    655360, 10,    20,    30,    40,    60,     80,     120,    160,    240,   320,
+    480,    640,   960,   1280,  1920,  2560,   3840,   5120,   7680,   10240, 15360,
+    20480,  30720, 40960, 61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+/* How long a message may wait for a receive, in ms (UIW_RNR_UNLIMITED: no
+ * limit, 0: Terminate at once). A program that set rnr_retry with
+ * ibv_modify_qp gets IB's meaning: 7 retries forever, else the time an IB
+ * requester keeps retrying, rnr_retry waits of min_rnr_timer each (so
+ * rnr_retry 0 is the strict RFC behaviour); otherwise UIWARP_RNR_HOLD_MS. */
+static unsigned rnr_limit_ms(const struct uiw_qp *qp)
+{
+    uint64_t us;
+
+    if (!qp->rnr_retry_set)
+        return uiw_config()->rnr_hold_ms;
+    if (qp->attr.rnr_retry >= 7)
+        return UIW_RNR_UNLIMITED;
+    us = (uint64_t)qp->attr.rnr_retry * rnr_timer_us[qp->attr.min_rnr_timer & 31];
+    return (unsigned)((us + 999) / 1000);
+}
+
+/* Not (or no longer) waiting: drop the kick requests and the limit. */
+static void rnr_unhold(struct uiw_qp *qp, struct dp_rx *r)
+{
+    r->held = false;
+    if (qp->srq) {
+        uiw_srq_unhold(qp);
+    } else {
+        pthread_mutex_lock(&qp->rq_lock);
+        qp->rq_hold = false;
+        pthread_mutex_unlock(&qp->rq_lock);
+    }
+    uiw_timer_disarm(&qp->rnr_limit);
+}
+
+/* The header of a new QN 0 message found no receive: hold it, or doom it
+ * (limit 0). */
+static void rnr_hold(struct uiw_qp *qp, struct dp_rx *r)
+{
+    unsigned ms = rnr_limit_ms(qp);
+
+    if (!ms) {
+        rnr_unhold(qp, r);
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_NOBUF);
+        return;
+    }
+    r->held = true;
+    qp->st->rnr_holds++;
+    if (ms == UIW_RNR_UNLIMITED) {
+        r->hold_deadline_ns = UINT64_MAX;
+    } else {
+        r->hold_deadline_ns = uiw_now_ns() + (uint64_t)ms * 1000000u;
+        uiw_timer_arm(&qp->rnr_limit, ms);
+    }
+    uiw_dbg(2, "qp %u: MSN %u finds no receive: holding (limit %d ms)", qp->ibqp.qp_num, r->hdr.msn,
+            ms == UIW_RNR_UNLIMITED ? -1 : (int)ms);
+}
+
+/* RFC 5041 §7.1 check 4: MO + length within the buffer */
+static void send_check_len(struct dp_rx *r)
+{
+    if (!r->msg_rtr && r->payload_len > r->rqe.length - r->msg_len) {
+        r->rqe_status = IBV_WC_LOC_LEN_ERR;
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG);
+    }
+}
+
+/* A held message: continue if a receive was posted, or with the
+ * Terminate once the limit expired. False: still held. */
+static bool rnr_resume(struct uiw_qp *qp, struct dp_rx *r)
+{
+    if (take_rqe(qp, r, true)) {
+        rnr_unhold(qp, r);
+        r->msg_active = true;
+        send_check_len(r);
+        return true;
+    }
+    if (uiw_now_ns() < r->hold_deadline_ns)
+        return false;
+    rnr_unhold(qp, r);
+    uiw_log("qp %u: MSN %u found no posted receive within the receiver-not-ready limit",
+            qp->ibqp.qp_num, r->hdr.msn);
+    /* RFC 5041 §7.1 check 2, §7.2: Terminate at the segment's END */
+    doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_NOBUF);
     return true;
 }
 
@@ -504,9 +622,10 @@ static void hdr_send(struct uiw_qp *qp, struct dp_rx *r)
             r->msg_rtr = true;
             return;
         }
-        /* RFC 5041 §7.1 check 2: a buffer for this QN/MSN */
-        if (!take_rqe(qp, r)) {
-            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_NOBUF);
+        /* RFC 5041 §7.1 check 2: a buffer for this QN/MSN (none: wait
+         * for one, "Receiver not ready" above) */
+        if (!take_rqe(qp, r, true)) {
+            rnr_hold(qp, r);
             return;
         }
         r->msg_active = true;
@@ -524,11 +643,7 @@ static void hdr_send(struct uiw_qp *qp, struct dp_rx *r)
             return;
         }
     }
-    /* RFC 5041 §7.1 check 4: MO + length within the buffer */
-    if (!r->msg_rtr && r->payload_len > r->rqe.length - r->msg_len) {
-        r->rqe_status = IBV_WC_LOC_LEN_ERR;
-        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG);
-    }
+    send_check_len(r);
 }
 
 static void on_hdr(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
@@ -538,6 +653,7 @@ static void on_hdr(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
     r->payload_len = ev->payload_len;
     r->active = true;
     r->doomed = false;
+    r->held = false;
     r->cause_rreq = false;
     r->rqe_status = 0;
     r->sqe_status = 0;
@@ -1011,20 +1127,25 @@ static void on_event(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
     }
 }
 
-/* Feed bytes to the parser and act on every event. */
-static void feed(struct uiw_qp *qp, struct dp_rx *r, const uint8_t *p, size_t n)
+/* Feed bytes to the parser and act on every event; stops after a header
+ * that is held (receiver not ready). Returns the bytes consumed. */
+static size_t feed(struct uiw_qp *qp, struct dp_rx *r, const uint8_t *p, size_t n)
 {
-    while (n && !r->dead) {
+    size_t total = 0;
+
+    while (n && !r->dead && !r->held) {
         uiw_rx_event ev;
         size_t used = uiw_rx_feed(&qp->rx, p, n, &ev);
 
         p += used;
         n -= used;
+        total += used;
         if (ev.kind != UIW_RX_NONE)
             on_event(qp, r, &ev);
         else if (!used)
             break;
     }
+    return total;
 }
 
 /* ------------------------------------------------------------------------
@@ -1104,6 +1225,8 @@ void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st)
     if (!r || r->err_done)
         return;
     r->err_done = true;
+    if (r->held)
+        rnr_unhold(qp, r);
     r->dead = true;
     r->active = false;
     /* a receive taken from the SRQ is ours to complete; an RQ entry is
@@ -1132,11 +1255,19 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
     while (!r->eof && qp->fd >= 0) {
         ssize_t n;
 
+        /* receiver not ready: the socket stays unread (TCP holds the peer)
+         * until a receive is posted or the limit expires */
+        if (r->held && !rnr_resume(qp, r))
+            break;
         if (r->off < r->len) {
-            size_t off = r->off, len = r->len;
+            size_t off = r->off, len = r->len, used = 0;
             r->off = r->len = 0;
             if (!r->dead)
-                feed(qp, r, r->buf + off, len - off);
+                used = feed(qp, r, r->buf + off, len - off);
+            if (r->held) { /* the rest waits in staging, exactly as it was */
+                r->off = off + used;
+                r->len = len;
+            }
             continue;
         }
         if (!budget) {
@@ -1213,6 +1344,11 @@ UIW_EXPORT void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err)
         uiw_cm_llp_closed(qp->conn, err);
     else if (qp->fd >= 0)
         (void)shutdown(qp->fd, SHUT_WR); /* no CM: answer the FIN ourselves */
+}
+
+void dp_rnr_timer_cb(void *obj)
+{
+    dp_event_cb(obj, 0);
 }
 
 void dp_event_cb(void *obj, uint32_t events)

@@ -1524,6 +1524,16 @@ UIW_EXPORT int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_res
     r = dp_tx_attach(qp, max_fpdu);
     if (!r)
         r = dp_rx_attach(qp);
+    if (!r && !qp->rnr_timers) {
+        /* receiver not ready (qp_rx.c): the kick and the limit */
+        r = uiw_timer_init(&qp->rnr_kick, dp_rnr_timer_cb, qp);
+        if (!r) {
+            r = uiw_timer_init(&qp->rnr_limit, dp_rnr_timer_cb, qp);
+            if (r)
+                uiw_timer_fini(&qp->rnr_kick);
+        }
+        qp->rnr_timers = !r;
+    }
     if (r)
         goto out;
 

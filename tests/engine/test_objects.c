@@ -1214,15 +1214,15 @@ static void test_srq(void)
     CHECK_EQ(ibv_query_srq(srq, &sa), 0);
     CHECK_EQ(sa.srq_limit, 6);
     struct uiw_rqe e;
-    CHECK(uiw_srq_take(to_usrq(srq), &e)); /* 7 left */
+    CHECK(uiw_srq_take(to_usrq(srq), &e, NULL)); /* 7 left */
     CHECK_EQ(e.wr_id, 500);
     CHECK_EQ(e.num_sge, 2);
     CHECK_EQ(e.length, 30);
     CHECK(!fd_readable(ctx->async_fd));
-    CHECK(uiw_srq_take(to_usrq(srq), &e)); /* 6 left: not below */
+    CHECK(uiw_srq_take(to_usrq(srq), &e, NULL)); /* 6 left: not below */
     CHECK_EQ(e.wr_id, 501);
     CHECK(!fd_readable(ctx->async_fd));
-    CHECK(uiw_srq_take(to_usrq(srq), &e)); /* 5 left: below */
+    CHECK(uiw_srq_take(to_usrq(srq), &e, NULL)); /* 5 left: below */
     CHECK_EQ(e.wr_id, 502);
     CHECK(fd_readable(ctx->async_fd));
     CHECK_EQ(ibv_get_async_event(ctx, &ev), 0);
@@ -1231,7 +1231,7 @@ static void test_srq(void)
     ibv_ack_async_event(&ev);
     CHECK_EQ(ibv_query_srq(srq, &sa), 0);
     CHECK_EQ(sa.srq_limit, 0); /* disarmed */
-    CHECK(uiw_srq_take(to_usrq(srq), &e));
+    CHECK(uiw_srq_take(to_usrq(srq), &e, NULL));
     CHECK_EQ(e.wr_id, 503);
     CHECK_EQ(e.length, 10);
     CHECK(!fd_readable(ctx->async_fd));
@@ -1245,10 +1245,10 @@ static void test_srq(void)
     CHECK_EQ(sa.max_wr, 32);
     CHECK_EQ(ibv_modify_srq(srq, &sa, 1 << 5), EINVAL);
     for (int i = 4; i < 8; i++) {
-        CHECK(uiw_srq_take(to_usrq(srq), &e));
+        CHECK(uiw_srq_take(to_usrq(srq), &e, NULL));
         CHECK_EQ(e.wr_id, 500 + i);
     }
-    CHECK(!uiw_srq_take(to_usrq(srq), &e));
+    CHECK(!uiw_srq_take(to_usrq(srq), &e, NULL));
 
     /* a QP on the SRQ */
     struct ibv_qp *qp = make_qp(pd, cq, cq, srq);
@@ -1279,7 +1279,7 @@ static void test_srq(void)
     /* SRQ destroy waits for the ack of a delivered event */
     sa.srq_limit = 1;
     CHECK_EQ(ibv_modify_srq(srq, &sa, IBV_SRQ_LIMIT), 0);
-    CHECK(uiw_srq_take(to_usrq(srq), &e));
+    CHECK(uiw_srq_take(to_usrq(srq), &e, NULL));
     CHECK_EQ(ibv_get_async_event(ctx, &ev), 0);
     CHECK_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
     struct destroyer d = {.srq = srq, .ret = 99};

@@ -164,8 +164,9 @@ int main(void)
     struct ibv_mr *mb_mr = ibv_reg_mr(B.pd, rbuf, 4 * 1000 + 2 * big + 3 * 3000, ENG_ACCESS_ALL);
     CHECK(ma_mr && mb_mr);
 
-    /* 4 Sends of 1000 B */
-    for (unsigned i = 0; i < 4; i++) {
+    /* 4 Sends of 1000 B; the 4th finds no receive posted yet: B holds it
+     * (receiver not ready, counted in rnr_holds) until the receive comes */
+    for (unsigned i = 0; i < 3; i++) {
         struct ibv_sge rs = {(uintptr_t)(rbuf + i * 1000), 1000, mb_mr->lkey};
         struct ibv_recv_wr rw = {.wr_id = i, .sg_list = &rs, .num_sge = 1}, *rbad;
         CHECK_EQ(ibv_post_recv(B.qp, &rw, &rbad), 0);
@@ -178,6 +179,19 @@ int main(void)
                                 .opcode = IBV_WR_SEND,
                                 .send_flags = IBV_SEND_SIGNALED};
         post_wait(&A, &w);
+    }
+    {
+        struct ibv_sge rs = {(uintptr_t)(rbuf + 3 * 1000), 1000, mb_mr->lkey};
+        struct ibv_recv_wr rw = {.wr_id = 3, .sg_list = &rs, .num_sge = 1}, *rbad;
+        uint64_t holds = 0;
+        for (uint64_t end = dp_now_ms() + DP_TIMEOUT_MS; !holds && dp_now_ms() < end;) {
+            pthread_mutex_lock(&to_uqp(B.qp)->lock);
+            holds = to_uqp(B.qp)->st->rnr_holds;
+            pthread_mutex_unlock(&to_uqp(B.qp)->lock);
+            dp_msleep(1);
+        }
+        CHECK_EQ(holds, 1);
+        CHECK_EQ(ibv_post_recv(B.qp, &rw, &rbad), 0);
     }
     for (unsigned i = 0; i < 4; i++) {
         struct ibv_wc wc;
@@ -270,6 +284,8 @@ int main(void)
     CHECK_EQ(Q(flat, qa, "crc_errors"), 0);
     CHECK_EQ(Q(flat, qa, "terminates_sent"), 0);
     CHECK_EQ(Q(flat, qb, "terminates_received"), 0);
+    CHECK_EQ(Q(flat, qb, "rnr_holds"), 1);
+    CHECK_EQ(Q(flat, qa, "rnr_holds"), 0);
 
     /* the text output names both QPs */
     {
@@ -281,9 +297,10 @@ int main(void)
         snprintf(qa_s, sizeof(qa_s), "QP %u ", qa);
         snprintf(qb_s, sizeof(qb_s), "QP %u ", qb);
         while (p && fgets(line, sizeof(line), p))
-            seen |= (strstr(line, qa_s) ? 1 : 0) | (strstr(line, qb_s) ? 2 : 0);
+            seen |= (strstr(line, qa_s) ? 1 : 0) | (strstr(line, qb_s) ? 2 : 0) |
+                    (strstr(line, "receive-not-ready holds 1\n") ? 4 : 0);
         CHECK(p && pclose(p) == 0);
-        CHECK_EQ(seen, 3);
+        CHECK_EQ(seen, 7);
     }
 
     /* a destroyed QP is no longer listed */
