@@ -980,21 +980,24 @@ static void listener_backoff(struct uiw_listener *l)
 }
 
 /* At the descriptor limit, the oldest connection of this listener still
- * waiting for its MPA Request (silent or trickling: what a flood is made
- * of; a legitimate initiator sends its Request at once) is closed to make
- * room for the new one, so that silent connections cannot keep clients out
- * until the MPA timeout frees them. Progress thread, no lock held. True if
- * one was closed. Lock order elsewhere is c->lock -> cm_list_lock, hence
- * the trylock. */
+ * waiting for its MPA Request after 200 ms (silent or trickling: what a
+ * flood is made of; a legitimate initiator sends its Request at once, and
+ * the age keeps a busy progress thread from evicting one whose Request it
+ * has not read yet) is closed to make room for the new one, so that silent connections cannot keep
+ * clients out until the MPA timeout frees them. Progress thread, no lock held. True if one was
+ * closed. Lock order elsewhere is c->lock -> cm_list_lock, hence the trylock. */
+#define EVICT_MIN_AGE_NS (200ull * 1000 * 1000)
 static bool evict_waiting(struct uiw_listener *l)
 {
     struct uiw_conn *victim = NULL;
+    uint64_t now = uiw_now_ns();
     pthread_mutex_lock(&cm_list_lock);
     for (struct uiw_conn *c = l->conns; c; c = c->lnext) {
         /* the list is newest first: the last candidate is the oldest */
         if (pthread_mutex_trylock(&c->lock) != 0)
             continue;
-        if (c->state == UIW_CS_WAIT_REQ && !c->busy && c->fd >= 0) {
+        if (c->state == UIW_CS_WAIT_REQ && !c->busy && c->fd >= 0 &&
+            now - c->born_ns >= EVICT_MIN_AGE_NS) {
             if (victim)
                 pthread_mutex_unlock(&victim->lock);
             victim = c;
@@ -1087,6 +1090,7 @@ static void listener_cb(void *obj, uint32_t events)
             continue;
         }
         c->fd = fd;
+        c->born_ns = uiw_now_ns();
         set_sockopts(fd, 0);
         fill_addrs(c);
         c->state = UIW_CS_WAIT_REQ;

@@ -61,6 +61,7 @@ struct uiw_conn {
     bool attached; /* fd handed to qp (uiw_qp_attach_socket succeeded) */
     bool had_qp;   /* a QP was given to connect/accept */
     bool pcap_tried;      /* UIWARP_PCAP handle looked for (conn_cap) */
+    uint64_t born_ns;     /* passive: accepted at (uiw_now_ns; evict_waiting) */
     struct uiw_cap *pcap; /* UIWARP_PCAP handle until the QP takes the socket */
     /* channel lock */
     bool ev_dead;           /* no more events may be queued (destroy) */

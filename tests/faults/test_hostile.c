@@ -498,38 +498,39 @@ static void silent_flood(void)
     }
     /* A legitimate client started in the middle of it: the server, at its
      * descriptor limit, closes the oldest connections still waiting for
-     * their MPA Request to make room (docs/ENGINE.md), so the client is
-     * served on its first attempt within LEGIT_MS (its own connect + verified
-     * transfer time). */
+     * their MPA Request (after 200 ms) to make room (docs/ENGINE.md). The
+     * client may be refused while every silent connection is younger than
+     * that; it retries after a clean error (as a real one would) and must be
+     * served while the flood holds on (5 s), its own connect + verified
+     * transfer within LEGIT_MS. */
     uint64_t tl = fl_ms();
-    struct fl_proc c = legit_start(FL_EV_MS);
-    fl_sleep_ms(HOLD_MS);
+    int tries = 0;
+    long d = -1;
+    while (d < 0 && fl_ms() - tl < HOLD_MS) {
+        struct fl_proc c = legit_start(FL_EV_MS);
+        tries++;
+        d = legit_end(&c, FL_EV_MS * 3);
+        if (d < 0)
+            fl_sleep_ms(200);
+    }
+    long total = (long)(fl_ms() - tl);
+    if (fl_ms() - tl < HOLD_MS) /* the flood holds on */
+        fl_sleep_ms((unsigned)(HOLD_MS - (fl_ms() - tl)));
     long cpu1 = fl_cpu_ms(srv.pid), log1 = file_size(log_path);
     int sfd = fl_fd_count(srv.pid);
-    printf("  silent flood: %d connections opened; in %d ms the server used %ld ms of CPU, wrote "
+    printf("  silent flood: %d connections opened; in %llu ms the server used %ld ms of CPU, wrote "
            "%ld bytes of log, holds %d fds (limit 1024)\n",
-           opened, HOLD_MS, cpu1 - cpu0, log1 - log0, sfd);
+           opened, (unsigned long long)(fl_ms() - t0), cpu1 - cpu0, log1 - log0, sfd);
     CHECK(opened > 1500);
     CHECK(cpu1 - cpu0 < HOLD_MS / 5); /* not spinning */
     CHECK(log1 - log0 < 64 * 1024);   /* rate-limited log */
-    int tries = 1;
-    long d = legit_end(&c, FL_EV_MS * 3);
-    while (d < 0 && fl_ms() - tl < (MPA_TMO_S + 20) * 1000) {
-        fl_sleep_ms(500);
-        c = legit_start(FL_EV_MS);
-        tries++;
-        d = legit_end(&c, FL_EV_MS * 3);
-    }
-    long total = (long)(fl_ms() - tl);
     printf("  silent flood: legitimate client started during the flood: connected and verified in "
-           "%ld ms on attempt %d (bound %d ms on the first)\n",
-           d, tries, LEGIT_MS);
-    CHECK(d >= 0 && tries == 1 && d <= LEGIT_MS);
-    CHECK(d >= 0 && total <= (MPA_TMO_S + 20) * 1000);
+           "%ld ms on attempt %d, %ld ms after its first attempt (bounds %d ms, %d ms)\n",
+           d, tries, total, LEGIT_MS, HOLD_MS);
+    CHECK(d >= 0 && d <= LEGIT_MS && total < HOLD_MS);
     for (int i = 0; i < N; i++)
         if (fds[i] >= 0)
             close(fds[i]);
-    (void)t0;
     fds_back("silent flood", before, (MPA_TMO_S + 5) * 1000);
     struct fl_proc c2 = legit_start(FL_EV_MS);
     legit_check(&c2, LEGIT_MS, "after the silent flood");
