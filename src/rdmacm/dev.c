@@ -257,7 +257,36 @@ static int dev_loopback(struct rcm_dev **out)
     return rc;
 }
 
-int rcm_dev_for_addr(const struct sockaddr *sa, struct rcm_dev **out)
+/* The last addresses resolved, used only when resolving again fails for
+ * want of a resource (the interface scan needs a descriptor: a server at
+ * its descriptor limit would otherwise drop every incoming connection).
+ * Devices are never freed, so the pointers stay valid. Under dev_lock. */
+#define ADDR_CACHE 16
+static struct {
+    struct sockaddr_storage addr; /* ss_family 0: empty; port zeroed */
+    struct rcm_dev *dev;
+} addr_cache[ADDR_CACHE];
+static unsigned addr_cache_next;
+static struct rcm_dev *loopback_cache;
+
+static void addr_key(const struct sockaddr *sa, struct sockaddr_storage *k)
+{
+    memset(k, 0, sizeof(*k));
+    socklen_t len = rcm_sa_len(sa);
+    if (len && len <= sizeof(*k))
+        memcpy(k, sa, len);
+    if (k->ss_family == AF_INET)
+        ((struct sockaddr_in *)k)->sin_port = 0;
+    else if (k->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)k)->sin6_port = 0;
+}
+
+static bool resource_err(int rc)
+{
+    return rc == -EMFILE || rc == -ENFILE || rc == -ENOMEM || rc == -ENOBUFS;
+}
+
+static int dev_for_addr_scan(const struct sockaddr *sa, struct rcm_dev **out)
 {
     char ifname[IF_NAMESIZE + 1], name[IF_NAMESIZE + 8];
     if (rcm_sa_is_loopback(sa))
@@ -267,6 +296,47 @@ int rcm_dev_for_addr(const struct sockaddr *sa, struct rcm_dev **out)
         return rc;
     snprintf(name, sizeof(name), "uiw_%s", ifname);
     return dev_by_name(name, out);
+}
+
+int rcm_dev_for_addr(const struct sockaddr *sa, struct rcm_dev **out)
+{
+    bool lo = rcm_sa_is_loopback(sa);
+    struct sockaddr_storage k;
+    int rc = dev_for_addr_scan(sa, out);
+
+    addr_key(sa, &k);
+    pthread_mutex_lock(&dev_lock);
+    if (rc == 0) {
+        if (lo) {
+            loopback_cache = *out;
+        } else {
+            bool have = false;
+            for (unsigned i = 0; i < ADDR_CACHE && !have; i++)
+                if (memcmp(&addr_cache[i].addr, &k, sizeof(k)) == 0) {
+                    addr_cache[i].dev = *out;
+                    have = true;
+                }
+            if (!have) {
+                addr_cache[addr_cache_next].addr = k;
+                addr_cache[addr_cache_next].dev = *out;
+                addr_cache_next = (addr_cache_next + 1) % ADDR_CACHE;
+            }
+        }
+    } else if (resource_err(rc)) {
+        struct rcm_dev *d = NULL;
+        if (lo)
+            d = loopback_cache;
+        else
+            for (unsigned i = 0; i < ADDR_CACHE && !d; i++)
+                if (addr_cache[i].dev && memcmp(&addr_cache[i].addr, &k, sizeof(k)) == 0)
+                    d = addr_cache[i].dev;
+        if (d) {
+            *out = d;
+            rc = 0;
+        }
+    }
+    pthread_mutex_unlock(&dev_lock);
+    return rc;
 }
 
 struct rcm_dev *rcm_dev_of_verbs(const struct ibv_context *verbs)

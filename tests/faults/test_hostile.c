@@ -500,10 +500,11 @@ static void silent_flood(void)
      * descriptor limit, closes the oldest connections still waiting for
      * their MPA Request (after 200 ms) to make room (docs/ENGINE.md). The
      * client may be refused while every silent connection is younger than
-     * that; it retries after a clean error (as a real one would). Served
-     * while the flood holds on (5 s) on an idle machine; under load it may
-     * only be served once the flood's connections are gone, within the MPA
-     * timeout + 20 s; its own connect + verified transfer within LEGIT_MS. */
+     * that; it retries after a clean error (as a real one would) and must be
+     * served while the flood holds on (5 s), its own connect + verified
+     * transfer within LEGIT_MS. (The server's librdmacm maps the incoming
+     * address to its device without a new descriptor then: src/rdmacm/dev.c
+     * keeps the last mappings for resource failures.) */
     uint64_t tl = fl_ms();
     int tries = 0;
     long d = -1;
@@ -528,22 +529,7 @@ static void silent_flood(void)
     printf("  silent flood: legitimate client started during the flood: connected and verified in "
            "%ld ms on attempt %d, %ld ms after its first attempt (bounds %d ms, %d ms)\n",
            d, tries, total, LEGIT_MS, HOLD_MS);
-    if (d < 0) {
-        /* not served while the flood holds on (seen under load): it must be
-         * once the flood's connections go (the bound the issue set: the MPA
-         * timeout sheds silent connections), retrying after clean errors */
-        while (d < 0 && fl_ms() - tl < (MPA_TMO_S + 20) * 1000) {
-            fl_sleep_ms(500);
-            struct fl_proc c = legit_start(FL_EV_MS);
-            tries++;
-            d = legit_end(&c, FL_EV_MS * 3);
-        }
-        total = (long)(fl_ms() - tl);
-        printf("  silent flood: legitimate client served after the flood: %ld ms after its first "
-               "attempt, attempt %d (bound %d ms)\n",
-               total, tries, (MPA_TMO_S + 20) * 1000);
-    }
-    CHECK(d >= 0 && d <= LEGIT_MS && total <= (MPA_TMO_S + 20) * 1000);
+    CHECK(d >= 0 && d <= LEGIT_MS && total < HOLD_MS);
     for (int i = 0; i < N; i++)
         if (fds[i] >= 0)
             close(fds[i]);
@@ -630,6 +616,7 @@ int main(void)
     if (lf)
         fclose(lf);
     CHECK_EQ(san, 0);
-    unlink(log_path);
+    if (!getenv("FL_KEEP_LOG"))
+        unlink(log_path);
     TEST_MAIN_END();
 }
