@@ -76,29 +76,8 @@ trap 'exit 130' INT TERM
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
-free_port() {
-    python3 - <<'EOF'
-import socket
-s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-s.bind(("127.0.0.1", 0))
-print(s.getsockname()[1])
-EOF
-}
-
-# Wait until something listens on TCP port $1, up to $2 s.
-wait_listen() {
-    local hex deadline
-    hex=$(printf '%04X' "$1")
-    deadline=$((SECONDS + ${2:-10}))
-    while [ $SECONDS -lt $deadline ]; do
-        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.05
-    done
-    return 1
-}
+# free_port [4|6], wait_listen PORT [SECONDS]
+source "$here/../tests/lib_net.sh"
 
 # pair NAME TIMEOUT LD SERVER_CMD CLIENT_CMD: run a server and a client, each
 # in its own session under timeout -k (what either forks dies with it).

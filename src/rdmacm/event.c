@@ -816,8 +816,10 @@ UIW_EXPORT int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma
         close(wfd);
         pthread_mutex_lock(&ch->lock);
         ch->waiters--;
-        if (ch->dead) /* destroyed while we waited (a signal woke us) */
-            return dead_channel_wait(ch);
+        if (ch->dead) { /* destroyed while we waited: a signal woke us */
+            pthread_mutex_unlock(&ch->lock);
+            return rcm_err(n < 0 && err == EINTR ? EINTR : EBADF);
+        }
         if (n == 1) {
             /* We took the byte: what is left decides (writers hold the
              * lock, so there is at most one). */

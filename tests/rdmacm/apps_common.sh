@@ -31,34 +31,11 @@ failed_names=()
 
 have() { command -v "$1" >/dev/null 2>&1; }
 
-# A TCP port free right now on the loopback address of the family.
-free_port() { # [4|6]
-    python3 - "$1" <<'EOF'
-import socket, sys
-fam, host = (socket.AF_INET6, "::1") if sys.argv[1] == "6" else (socket.AF_INET, "127.0.0.1")
-s = socket.socket(fam, socket.SOCK_STREAM)
-s.bind((host, 0))
-print(s.getsockname()[1])
-EOF
-}
+# free_port [4|6], wait_listen PORT [SECONDS]
+source "$(dirname "${BASH_SOURCE[0]}")/../lib_net.sh"
 
 have_ipv6() {
     python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0))' 2>/dev/null
-}
-
-# Wait until something listens on TCP port $1 (IPv4 or IPv6), up to $2 s.
-wait_listen() {
-    local hex deadline
-    hex=$(printf '%04X' "$1")
-    deadline=$((SECONDS + ${2:-10}))
-    while [ $SECONDS -lt $deadline ]; do
-        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
-            return 0
-        fi
-        sleep 0.05
-    done
-    return 1
 }
 
 # run_case NAME KIND REASON TIMEOUT SERVER_CMD CLIENT_CMD [CHECK_REGEX_BAD]

@@ -1494,6 +1494,39 @@ static void test_signals(void)
     }
 }
 
+/* A channel destroyed while (or before) a thread waits on it, as rping's
+ * event thread does at exit: the waiter stays blocked, as on rdma-core's
+ * closed fd, until a signal (EINTR); a non-blocking channel says EBADF.
+ * (The memory is kept a while by the library, so the late call is safe.) */
+static void test_destroyed_channel(void)
+{
+    struct sigaction sa, old;
+    memset(&sa, 0, sizeof(sa));
+    sa.sa_handler = on_sig;
+    sigaction(SIGUSR1, &sa, &old);
+    struct waiter w = {.ch = rdma_create_event_channel()};
+    pthread_t t;
+    atomic_store(&got_sig, 0);
+    CHECK_EQ(pthread_create(&t, NULL, waiter_main, &w), 0);
+    usleep(QUIET_MS * 1000);
+    rdma_destroy_event_channel(w.ch);
+    usleep(QUIET_MS * 1000);
+    CHECK_EQ(atomic_load(&w.done), 0); /* still blocked, no EBADF */
+    pthread_kill(t, SIGUSR1);
+    CHECK(wait_flag(&w.done));
+    pthread_join(t, NULL);
+    CHECK_EQ(w.rc, -1);
+    CHECK_EQ(w.err, EINTR);
+    sigaction(SIGUSR1, &old, NULL);
+
+    struct rdma_event_channel *ch = rdma_create_event_channel();
+    CHECK_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+    rdma_destroy_event_channel(ch);
+    struct rdma_cm_event *e = NULL;
+    CHECK_EQ(rdma_get_cm_event(ch, &e), -1);
+    CHECK_EQ(errno, EBADF);
+}
+
 int main(void)
 {
     setvbuf(stdout, NULL, _IOLBF, 0);
@@ -1510,6 +1543,8 @@ int main(void)
     test_migrate();
     printf("signals during a blocking rdma_get_cm_event\n");
     test_signals();
+    printf("a channel destroyed under a waiting thread\n");
+    test_destroyed_channel();
     printf("connect 127.0.0.1 (address listener), data\n");
     test_connect(AF_INET, "127.0.0.1", false, false);
     printf("DISCONNECTED after the completions before it\n");
