@@ -14,12 +14,6 @@ cd "$(dirname "$0")/.."
 dir=${1:-build}
 bash scripts/deps.sh build
 bash scripts/build.sh "$dir"
-# The demo needs the engine, which stays out of ALL until it is integrated:
-# build its target explicitly (a no-op once it is part of ALL).
-if ! cmake --build "$dir" --target uiwarp-demo -j"$(nproc)"; then
-    echo "demo: could not build uiwarp-demo (is the engine, src/engine, complete?)" >&2
-    exit 1
-fi
 
 echo
 echo "=== 1. RDMA over uiwarp: $dir/bin/uiwarp-demo ==="

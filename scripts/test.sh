@@ -86,11 +86,12 @@ fi
 
 if [ "$fuzz_secs" -gt 0 ]; then
     stage "fuzz targets (${fuzz_secs}s each)"
-    # The fuzz targets need the wire core and, for fuzz_engine_*, the engine
-    # library (built for them; its tests are left out of this build).
+    # Only the fuzz targets (the wire core and, for fuzz_engine_*, the
+    # engine's static build) are built in this folder.
     # fuzz/regress/NAME/ holds inputs that once crashed NAME: run first.
-    if CC=clang bash scripts/build.sh build-fuzz -DCMAKE_BUILD_TYPE=Debug -DUIWARP_FUZZ=ON -DUIWARP_ENGINE_IN_ALL=OFF \
-        -DUIWARP_SANITIZE=address,undefined "${dev[@]}"; then
+    if CC=clang cmake -S . -B build-fuzz -DCMAKE_BUILD_TYPE=Debug -DUIWARP_FUZZ=ON \
+        -DUIWARP_SANITIZE=address,undefined "${dev[@]}" >/dev/null &&
+        cmake --build build-fuzz -j"$(nproc)" --target fuzz_mpa fuzz_rx fuzz_engine_rx; then
         bash scripts/fuzz-seeds.sh build/bin/uiwarp build-fuzz/corpus build-fuzz/bin/fuzz_engine_rx
         for t in build-fuzz/bin/fuzz_*; do
             name=$(basename "$t")

@@ -1029,6 +1029,152 @@ static void test_names_threads(void)
     CHECK_STR(mine, "unknown(0x0c)");
 }
 
+/* Header initialisers, the Terminate's header image and attachments
+ * (RFC 5040 §4.8), and the MPA frame length (RFC 5044 §7.1). */
+static void test_term_helpers(void)
+{
+    uiw_hdr h;
+    uint8_t img[UIW_TERM_HDR_IMAGE_MAX], enc[64];
+    uiw_term t;
+    uint32_t qn = 0, msn = 0;
+
+    uiw_hdr_init_untagged(&h, UIW_OP_SEND, UIW_QN_SEND, 7);
+    CHECK(!h.tagged && h.last);
+    CHECK_EQ(h.ddp_version, UIW_DDP_VERSION);
+    CHECK_EQ(h.rdmap_version, UIW_RDMAP_VERSION);
+    CHECK_EQ(h.opcode, UIW_OP_SEND);
+    CHECK_EQ(h.qn, UIW_QN_SEND);
+    CHECK_EQ(h.msn, 7);
+    CHECK_EQ(h.mo, 0);
+    /* image: DDP Segment Length, then the 18-byte untagged header exactly
+     * as the encoder writes it */
+    CHECK_EQ(uiw_term_hdr_image(&h, 1234, true, img),
+             UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN);
+    CHECK_EQ(img[0], 1234 >> 8);
+    CHECK_EQ(img[1], 1234 & 0xff);
+    CHECK_EQ(uiw_hdr_encode(&h, enc, sizeof(enc)), UIW_HDR_UNTAGGED_LEN);
+    CHECK_MEM(img + 2, enc, UIW_HDR_UNTAGGED_LEN);
+    /* a Read Request adds its RDMA header when asked */
+    uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, 3);
+    h.u.rreq.sink_stag = 0x11223344;
+    h.u.rreq.read_size = 4096;
+    h.u.rreq.src_stag = 0x55667788;
+    CHECK_EQ(uiw_term_hdr_image(&h, 46, true, img), 2 + UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN);
+    CHECK_EQ(uiw_term_hdr_image(&h, 46, false, img), 2 + UIW_HDR_UNTAGGED_LEN);
+    CHECK_EQ(uiw_term_hdr_image(&h, 46, true, img), 48);
+    /* attach: an RDMAP error on it carries M, D and R ... */
+    uiw_term_cause rp = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, UIW_RDMAP_EC_INVALID_STAG};
+    uiw_term_attach(&t, rp, img, 48);
+    CHECK(t.hdr_mpa && t.hdr_ddp && t.hdr_rdma);
+    CHECK_EQ(t.ddp_hdr_len, 20);
+    CHECK_EQ(t.rdma_hdr_len, UIW_RREQ_LEN);
+    CHECK_MEM(t.ddp_hdr, img, 20);
+    CHECK_MEM(t.rdma_hdr, img + 20, UIW_RREQ_LEN);
+    CHECK(uiw_term_untagged_qn_msn(&t, &qn, &msn));
+    CHECK_EQ(qn, UIW_QN_READ_REQ);
+    CHECK_EQ(msn, 3);
+    /* ... a DDP error M and D only, an LLP error nothing */
+    uiw_term_cause dd = {UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE};
+    uiw_term_attach(&t, dd, img, 20);
+    CHECK(t.hdr_mpa && t.hdr_ddp && !t.hdr_rdma);
+    uiw_term_cause llp = {UIW_LAYER_LLP, 0, 0};
+    uiw_term_attach(&t, llp, img, 48);
+    CHECK(!t.hdr_mpa && !t.hdr_ddp && !t.hdr_rdma);
+    CHECK(!uiw_term_untagged_qn_msn(&t, &qn, &msn));
+    /* a Local Catastrophic error (RDMAP type 0) nothing either */
+    uiw_term_cause cat = {UIW_LAYER_RDMAP, 0, 0};
+    uiw_term_attach(&t, cat, img, 48);
+    CHECK(!t.hdr_mpa && !t.hdr_ddp);
+    /* only 2 bytes: M without D */
+    uiw_term_attach(&t, dd, img, 2);
+    CHECK(t.hdr_mpa && !t.hdr_ddp);
+    CHECK_EQ(t.ddp_hdr_len, 2);
+    /* a tagged image: D with the 14-byte header; no QN/MSN */
+    uiw_hdr_init(&h, true, UIW_OP_WRITE);
+    h.stag = 0x1234;
+    h.to = 99;
+    CHECK_EQ(uiw_term_hdr_image(&h, 100, true, img), 2 + UIW_HDR_TAGGED_LEN);
+    uiw_term_attach(&t, rp, img, 2 + UIW_HDR_TAGGED_LEN);
+    CHECK(t.hdr_ddp && !t.hdr_rdma);
+    CHECK_EQ(t.ddp_hdr_len, 2 + UIW_HDR_TAGGED_LEN);
+    CHECK(!uiw_term_untagged_qn_msn(&t, &qn, &msn));
+    /* a Terminate is never reported on */
+    uiw_hdr_init_untagged(&h, UIW_OP_TERMINATE, UIW_QN_TERMINATE, 1);
+    CHECK_EQ(uiw_term_hdr_image(&h, 30, true, img), 0);
+
+    /* MPA: the header first, then header + PD_Length (clamped) */
+    uint8_t mpa[UIW_MPA_HDR_LEN] = {0};
+    CHECK_EQ(uiw_mpa_frame_want(mpa, 0), UIW_MPA_HDR_LEN);
+    CHECK_EQ(uiw_mpa_frame_want(mpa, 19), UIW_MPA_HDR_LEN);
+    mpa[18] = 0x01;
+    mpa[19] = 0x02;
+    CHECK_EQ(uiw_mpa_frame_want(mpa, 20), UIW_MPA_HDR_LEN + 0x102);
+    mpa[18] = 0xff;
+    CHECK_EQ(uiw_mpa_frame_want(mpa, 20), UIW_MPA_HDR_LEN + UIW_MPA_MAX_PD);
+}
+
+/* The untagged queue sequencer (RFC 5041 §5.1.2, §5.2, §7.1): every rule
+ * with the Terminate cause it gives, and the state it keeps. */
+static void test_useq(void)
+{
+    uiw_useq q;
+    uiw_hdr h;
+    uiw_term_cause c;
+
+    uiw_useq_init(&q);
+    CHECK_EQ(q.next_msn, 1);
+    CHECK(!q.open);
+    /* a first segment of MSN 1 without L, 100 bytes */
+    uiw_hdr_init_untagged(&h, UIW_OP_SEND, 0, 1);
+    h.last = false;
+    CHECK(uiw_useq_check(&q, &h, &c));
+    uiw_useq_accept(&q, &h, 100);
+    CHECK(q.open);
+    CHECK_EQ(q.msn, 1);
+    CHECK_EQ(q.mo_next, 100);
+    /* continuation: wrong MO */
+    h.mo = 99;
+    CHECK(!uiw_useq_check(&q, &h, &c));
+    CHECK_EQ(c.layer, UIW_LAYER_DDP);
+    CHECK_EQ(c.etype, UIW_DDP_ET_UNTAGGED);
+    CHECK_EQ(c.ecode, UIW_DDP_EC_U_INVALID_MO);
+    /* wrong MSN (checked first) */
+    h.msn = 2;
+    CHECK(!uiw_useq_check(&q, &h, &c));
+    CHECK_EQ(c.ecode, UIW_DDP_EC_U_INVALID_MSN_RANGE);
+    /* other opcode */
+    h.msn = 1;
+    h.mo = 100;
+    h.opcode = UIW_OP_SEND_SE;
+    CHECK(!uiw_useq_check(&q, &h, &c));
+    CHECK_EQ(c.layer, UIW_LAYER_RDMAP);
+    CHECK_EQ(c.etype, UIW_RDMAP_ET_REMOTE_OP);
+    CHECK_EQ(c.ecode, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
+    /* the right last segment ends the message */
+    h.opcode = UIW_OP_SEND;
+    h.last = true;
+    CHECK(uiw_useq_check(&q, &h, &c));
+    uiw_useq_accept(&q, &h, 50);
+    CHECK(!q.open);
+    CHECK_EQ(q.next_msn, 2);
+    /* a new message must have MSN 2 and MO 0 */
+    uiw_hdr_init_untagged(&h, UIW_OP_SEND, 0, 3);
+    CHECK(!uiw_useq_check(&q, &h, &c));
+    CHECK_EQ(c.ecode, UIW_DDP_EC_U_INVALID_MSN_RANGE);
+    h.msn = 2;
+    h.mo = 8;
+    CHECK(!uiw_useq_check(&q, &h, &c));
+    CHECK_EQ(c.ecode, UIW_DDP_EC_U_INVALID_MO);
+    h.mo = 0;
+    CHECK(uiw_useq_check(&q, &h, &c));
+    /* MSN wraps modulo 2^32 */
+    q.next_msn = 0xffffffffu;
+    h.msn = 0xffffffffu;
+    CHECK(uiw_useq_check(&q, &h, &c));
+    uiw_useq_accept(&q, &h, 0);
+    CHECK_EQ(q.next_msn, 0);
+}
+
 int main(void)
 {
     test_ctrl_words();
@@ -1044,5 +1190,7 @@ int main(void)
     test_hdr_len();
     test_names();
     test_names_threads();
+    test_term_helpers();
+    test_useq();
     TEST_MAIN_END();
 }

@@ -398,6 +398,55 @@ void uiw_term_ctrl_decode_siw(const uint8_t in[4], uiw_term *t);
  * remote op/unexpected opcode) it says false: the RFC layout wins. */
 bool uiw_term_ctrl_looks_siw(const uint8_t in[4]);
 
+/* Header initialisers: a whole (L=1) message's DDP/RDMAP header with the
+ * current versions (DDP 1, RDMAP 1) and everything else 0; the untagged
+ * form also sets QN and MSN (MO 0). */
+void uiw_hdr_init(uiw_hdr *h, bool tagged, unsigned opcode);
+void uiw_hdr_init_untagged(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn);
+
+/* The image of a received segment's headers that a Terminate reporting an
+ * error on it carries (RFC 5040 §4.8): the DDP Segment Length (the
+ * ULPDU_Length, ulpdu_len) and the segment's DDP header, then, when
+ * with_rreq and h is a Read Request, its RDMA header. Writes at most
+ * UIW_TERM_HDR_IMAGE_MAX bytes; returns their count, 0 for a Terminate
+ * (never reported on) or a header that does not encode. */
+#define UIW_TERM_HDR_IMAGE_MAX (UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN)
+unsigned uiw_term_hdr_image(const uiw_hdr *h, unsigned ulpdu_len, bool with_rreq, uint8_t *out);
+/* Fill a Terminate for cause from such an image (bad, len bytes; may be
+ * NULL/0) with what RFC 5040 §4.8 Figure 10 says to attach: nothing for
+ * LLP errors and Local Catastrophic errors (RDMAP error type 0); else the
+ * DDP Segment Length (M) and, when the image holds it, the DDP header (D);
+ * for RDMAP errors on a Read Request also its RDMA header (R). */
+void uiw_term_attach(uiw_term *t, uiw_term_cause cause, const uint8_t *bad, unsigned len);
+/* QN and MSN of the untagged DDP header a received Terminate carries
+ * (D set, untagged): true and *qn, *msn set; false otherwise. */
+bool uiw_term_untagged_qn_msn(const uiw_term *t, uint32_t *qn, uint32_t *msn);
+
+/* The DDP sequencing rules of one untagged queue (RFC 5041 §5.1.2, §5.2,
+ * §7.1 checks 3 and 5), shared by the engine's receiver and `uiwarp dump`'s
+ * checker so that both enforce the same rules. The state is the caller's:
+ * the next message's MSN, and for a message in progress (a segment without
+ * L was accepted) its MSN, opcode and the MO its next segment must carry.
+ * uiw_useq_check says whether an untagged segment header h fits; if not,
+ * *cause is what the receiver must Terminate with:
+ *   new message, MSN != next_msn        DDP/untagged/Invalid MSN - MSN range
+ *   new message, MO != 0                DDP/untagged/Invalid MO
+ *   continuation, MSN != the message's  DDP/untagged/Invalid MSN - MSN range
+ *   continuation, other opcode          RDMAP/remote op/Unexpected OpCode
+ *   continuation, MO != bytes so far    DDP/untagged/Invalid MO
+ * uiw_useq_accept then records an accepted segment of payload_len bytes
+ * (L ends the message: next_msn = MSN + 1). */
+typedef struct uiw_useq {
+    uint32_t next_msn; /* the next message's MSN: 1 on a new stream */
+    bool open;         /* a message is in progress */
+    uint32_t msn;      /* open: its MSN */
+    uint8_t opcode;    /* open: its RDMAP opcode */
+    uint32_t mo_next;  /* open: MO of its next segment */
+} uiw_useq;
+void uiw_useq_init(uiw_useq *q);
+bool uiw_useq_check(const uiw_useq *q, const uiw_hdr *h, uiw_term_cause *cause);
+void uiw_useq_accept(uiw_useq *q, const uiw_hdr *h, uint32_t payload_len);
+
 /* ------------------------------------------------------------------------
  * MPA Request / Reply / Reject frames (RFC 5044 §7.1, RFC 6581 §6, §9)
  * ---------------------------------------------------------------------- */
@@ -469,6 +518,11 @@ int uiw_mpa_encode(const uiw_mpa_frame *f, uint8_t *out, size_t cap);
  * key is checked on whatever prefix is there: a stream that cannot become
  * an MPA frame fails at once. f is written only on success. */
 int uiw_mpa_decode(const uint8_t *in, size_t len, unsigned expect_kind, uiw_mpa_frame *f);
+/* How many bytes of an MPA frame to read before it can be decoded, given
+ * the first `have` bytes at in: the header while fewer than
+ * UIW_MPA_HDR_LEN are there, then the header plus its PD_Length (RFC 5044
+ * §7.1; clamped to UIW_MPA_MAX_PD, which uiw_mpa_decode enforces). */
+size_t uiw_mpa_frame_want(const uint8_t *in, size_t have);
 
 /* ------------------------------------------------------------------------
  * MPA negotiation (RFC 5044 §7.1, RFC 6581 §9) as a pure state machine.

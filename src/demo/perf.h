@@ -24,10 +24,9 @@
  *    flight (polling the CQ), TCP streams with one send() per message and
  *    sleeps in poll(2) when the socket is full or empty, as a streaming
  *    application does. Busy-polling a large TCP transfer was slower and
- *    erratic on loopback (a 1 MiB stream: 0.16 to 1.2 GB/s minutes apart,
- *    against 1.4 to 1.5 sleeping; round trips of 1 MiB and more about 25%
- *    slower), so TCP round trips above 64 KiB sleep too: the TCP side
- *    always gets the faster way;
+ *    erratic on loopback (streams and round trips of 1 MiB and more), so
+ *    TCP round trips above 64 KiB sleep too: the TCP side always gets the
+ *    faster way;
  *  - data: every message of a latency test carries a stamp (its iteration)
  *    in its first and last 8 bytes, checked on every iteration; the whole
  *    message is compared byte for byte, into a buffer cleared beforehand,

@@ -440,7 +440,7 @@ int ru_listen(struct ru_conn *c, uint16_t *port)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = 0};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    int rc = uiw_cm_listen(to_uctx(c->ctx), (struct sockaddr *)&a, 4, c->cm, c, &c->lis);
+    int rc = uiw_cm_listen(c->ctx, (struct sockaddr *)&a, 4, c->cm, c, &c->lis);
     if (rc < 0) {
         ru_err("uiw_cm_listen(127.0.0.1:0): %s", strerror(-rc));
         return rc;
@@ -464,7 +464,7 @@ int ru_accept(struct ru_conn *c)
         return rc;
     c->conn = ev.conn;
     struct uiw_conn_param p = {.ird = (uint16_t)c->ird, .ord = (uint16_t)c->ord};
-    rc = uiw_cm_accept(c->conn, to_uqp(c->qp), &p, c);
+    rc = uiw_cm_accept(c->conn, c->qp, &p, c);
     if (rc < 0) {
         ru_err("uiw_cm_accept: %s", strerror(-rc));
         return rc;
@@ -481,7 +481,7 @@ int ru_connect(struct ru_conn *c, uint16_t port)
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons(port)};
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     struct uiw_conn_param p = {.ird = (uint16_t)c->ird, .ord = (uint16_t)c->ord};
-    int rc = uiw_cm_connect(to_uqp(c->qp), NULL, (struct sockaddr *)&a, &p, c->cm, c, &c->conn);
+    int rc = uiw_cm_connect(c->qp, NULL, (struct sockaddr *)&a, &p, c->cm, c, &c->conn);
     if (rc < 0) {
         ru_err("uiw_cm_connect(127.0.0.1:%u): %s", port, strerror(-rc));
         return rc;

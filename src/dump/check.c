@@ -1063,7 +1063,18 @@ static void ddp_checks(uiw_dump *d, iw_conn *ic, int dir, const cur_fpdu *F, boo
         uint32_t qn = h->qn;
         if (qn < UIW_QN_COUNT) {
             qstate *Q = &D->q[qn];
-            if (!Q->open) {
+            /* The engine's rules (the wire core's sequencer, also what
+             * qp_rx.c enforces); a segment that breaks them is diagnosed:
+             * every rule it breaks is reported. */
+            uiw_useq seq = {.next_msn = Q->next_msn,
+                            .open = Q->open,
+                            .msn = Q->msn,
+                            .opcode = Q->opcode,
+                            .mo_next = Q->mo_next};
+            uiw_term_cause cause;
+            if (uiw_useq_check(&seq, h, &cause)) {
+                /* in sequence */
+            } else if (!Q->open) {
                 if (h->msn != Q->next_msn)
                     violation(d, ic, V_MSN,
                               "QN %u: expected MSN %u, got %u (RFC 5041 §4.3: starts at 1, +1 "
@@ -1074,10 +1085,6 @@ static void ddp_checks(uiw_dump *d, iw_conn *ic, int dir, const cur_fpdu *F, boo
                               "first segment of a message (QN %u MSN %u) has MO %u, not 0 (RFC "
                               "5041 §4.3)",
                               qn, h->msn, h->mo);
-                Q->open = true;
-                Q->msn = h->msn;
-                Q->opcode = h->opcode;
-                Q->mo_next = h->mo;
             } else {
                 if (h->msn != Q->msn) {
                     violation(d, ic, V_MESSAGE,
@@ -1087,25 +1094,25 @@ static void ddp_checks(uiw_dump *d, iw_conn *ic, int dir, const cur_fpdu *F, boo
                     if (h->msn != Q->msn + 1)
                         violation(d, ic, V_MSN, "QN %u: expected MSN %u, got %u", qn, Q->msn + 1,
                                   h->msn);
-                    Q->msn = h->msn;
-                    Q->mo_next = h->mo;
-                } else if (h->opcode != Q->opcode) {
-                    violation(d, ic, V_MESSAGE,
-                              "opcode changed within message QN %u MSN %u (%s, then %s)", qn,
-                              h->msn, op_name(Q->opcode), op_name(h->opcode));
+                } else {
+                    if (h->opcode != Q->opcode)
+                        violation(d, ic, V_MESSAGE,
+                                  "opcode changed within message QN %u MSN %u (%s, then %s)", qn,
+                                  h->msn, op_name(Q->opcode), op_name(h->opcode));
+                    if (h->mo != Q->mo_next)
+                        violation(d, ic, V_MO,
+                                  "QN %u MSN %u: expected MO %u (bytes so far), got %u (RFC 5041 "
+                                  "§5.2)",
+                                  qn, h->msn, Q->mo_next, h->mo);
                 }
-                if (h->mo != Q->mo_next)
-                    violation(d, ic, V_MO,
-                              "QN %u MSN %u: expected MO %u (bytes so far), got %u (RFC 5041 "
-                              "§5.2)",
-                              qn, h->msn, Q->mo_next, h->mo);
-                Q->opcode = h->opcode;
             }
-            Q->mo_next = h->mo + F->payload_len;
-            if (h->last) {
-                Q->open = false;
-                Q->next_msn = h->msn + 1;
-            }
+            /* then follow the stream as it goes on */
+            uiw_useq_accept(&seq, h, F->payload_len);
+            Q->open = seq.open;
+            Q->msn = seq.msn;
+            Q->opcode = seq.opcode;
+            Q->mo_next = seq.mo_next;
+            Q->next_msn = seq.next_msn;
         }
     } else {
         int k = h->opcode == UIW_OP_READ_RESP ? 1 : 0;

@@ -42,6 +42,11 @@
 #include <unistd.h>
 
 #include "cm_int.h"
+
+/* iface/uiw_cm.h restates these wire constants for librdmacm. */
+_Static_assert(UIW_CM_PD_MAX == UIW_MPA_MAX_PD, "MPA private data limit");
+_Static_assert(UIW_CM_IRD_ORD_AUTO == UIW_MPA_IRD_ORD_AUTO, "RFC 6581 IRD/ORD auto value");
+_Static_assert(UIW_MPA_RFC6581_LEN == 4, "RFC 6581 IRD/ORD words");
 #include "pcap_out.h"
 
 #define DEFAULT_TIMEOUT_MS 10000u
@@ -254,15 +259,10 @@ static void make_policy(uiw_mpa_policy *pol, unsigned ird, unsigned ord, const u
 }
 
 /* Bytes of the peer's frame to have: the header, then header + PD_Length
- * (the decoders have rejected PD_Length > 512 by then; clamp anyway). */
+ * (the decoders have rejected PD_Length > 512 by then). */
 static size_t frame_want(const struct uiw_conn *c)
 {
-    if (c->rhave < UIW_MPA_HDR_LEN)
-        return UIW_MPA_HDR_LEN;
-    size_t pd = (size_t)c->rbuf[18] << 8 | c->rbuf[19];
-    if (pd > UIW_MPA_MAX_PD)
-        pd = UIW_MPA_MAX_PD;
-    return UIW_MPA_HDR_LEN + pd;
+    return uiw_mpa_frame_want(c->rbuf, c->rhave);
 }
 
 /* ------------------------------------------------------------------------
@@ -317,7 +317,7 @@ static void conn_put(struct uiw_conn *c)
     atomic_fetch_sub(&conn_count, 1);
 }
 
-UIW_EXPORT int uiw_cm_conn_count(void)
+int uiw_cm_conn_count(void)
 {
     return atomic_load(&conn_count);
 }
@@ -1115,9 +1115,11 @@ static void listener_cb(void *obj, uint32_t events)
     }
 }
 
-UIW_EXPORT int uiw_cm_listen(struct uiw_context *ctx, const struct sockaddr *addr, int backlog,
+UIW_EXPORT int uiw_cm_listen(struct ibv_context *ibctx, const struct sockaddr *addr, int backlog,
                              struct uiw_cm_channel *ch, void *user, struct uiw_listener **out)
 {
+    struct uiw_context *ctx = ibctx ? to_uctx(ibctx) : NULL;
+
     if (!addr || !ch || !out)
         return -EINVAL;
     if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
@@ -1225,10 +1227,12 @@ static void conn_drop_qp(struct uiw_conn *c, struct uiw_qp *qp)
     uiw_qp_put(qp);
 }
 
-UIW_EXPORT int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src,
+UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, const struct sockaddr *src,
                               const struct sockaddr *dst, const struct uiw_conn_param *p,
                               struct uiw_cm_channel *ch, void *user, struct uiw_conn **out)
 {
+    struct uiw_qp *qp = ibqp ? to_uqp(ibqp) : NULL;
+
     if (!dst || !ch || !out)
         return -EINVAL;
     if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)
@@ -1390,9 +1394,11 @@ static int peek_quiet(int fd)
     return -errno;
 }
 
-UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct uiw_conn_param *p,
-                             void *user)
+UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
+                             const struct uiw_conn_param *p, void *user)
 {
+    struct uiw_qp *qp = ibqp ? to_uqp(ibqp) : NULL;
+
     uint16_t pd_len = p ? p->private_data_len : 0;
     int rc = passive_begin(c, pd_len, p ? p->private_data : NULL);
     if (rc < 0)
@@ -1651,8 +1657,8 @@ UIW_EXPORT void uiw_cm_conn_destroy(struct uiw_conn *c)
         conn_kill(c);
 }
 
-UIW_EXPORT int uiw_cm_conn_addr(const struct uiw_conn *c, struct sockaddr_storage *local,
-                                struct sockaddr_storage *peer)
+int uiw_cm_conn_addr(const struct uiw_conn *c, struct sockaddr_storage *local,
+                     struct sockaddr_storage *peer)
 {
     if (!c)
         return -EINVAL;
@@ -1774,6 +1780,16 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
         post(c, ev, status);
     pthread_mutex_unlock(&c->lock);
     conn_put(c);
+}
+
+UIW_EXPORT void uiw_cm_qp_hold(struct ibv_qp *qp)
+{
+    uiw_qp_get(to_uqp(qp));
+}
+
+UIW_EXPORT void uiw_cm_qp_release(struct ibv_qp *qp)
+{
+    uiw_qp_put(to_uqp(qp));
 }
 
 UIW_EXPORT bool uiw_cm_conn_unpolled(struct uiw_conn *c)

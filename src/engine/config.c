@@ -277,7 +277,12 @@ static void config_load(void)
     cfg.debug = (int)u;
 }
 
-UIW_EXPORT const struct uiw_config *uiw_config(void)
+UIW_EXPORT int uiw_debug_level(void)
+{
+    return uiw_config()->debug;
+}
+
+const struct uiw_config *uiw_config(void)
 {
     pthread_once(&cfg_once, config_load);
     return &cfg;

@@ -332,7 +332,7 @@ UIW_EXPORT int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
     return 0;
 }
 
-UIW_EXPORT void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool solicited)
+void uiw_cq_push(struct uiw_cq *cq, const struct ibv_wc *wc, bool solicited)
 {
     bool notify;
 

@@ -702,7 +702,7 @@ static void async_unsignal_locked(struct uiw_context *ctx)
     (void)r;
 }
 
-UIW_EXPORT void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type type, void *obj)
+void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type type, void *obj)
 {
     struct uiw_async_ev *e = calloc(1, sizeof(*e));
 
@@ -740,7 +740,7 @@ UIW_EXPORT void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type typ
     pthread_mutex_unlock(&ctx->async_lock);
 }
 
-UIW_EXPORT void uiw_async_purge(struct uiw_context *ctx, const void *obj)
+void uiw_async_purge(struct uiw_context *ctx, const void *obj)
 {
     struct uiw_async_ev **pp, *e, *prev = NULL;
     bool had;

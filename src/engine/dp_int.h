@@ -23,9 +23,11 @@ enum dp_sqe_state {
 /* A DDP header image for a Terminate attachment: the 2-byte DDP Segment
  * Length (the ULPDU_Length it came with), the 14/18-byte DDP header and,
  * for a Read Request, the 28-byte RDMA header (RFC 5040 §4.8). */
-#define DP_HDR_IMAGE_MAX (UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN)
-unsigned dp_hdr_image(const uiw_hdr *h, unsigned ulpdu_len, bool with_rreq,
-                      uint8_t out[DP_HDR_IMAGE_MAX]);
+#define DP_MAX_FPDU_8 65528u /* 65535 rounded down to a multiple of 8 */
+
+/* qp_dp.c: shared by both directions */
+enum ibv_wc_opcode dp_wc_opcode(enum ibv_wr_opcode op);
+uint8_t dp_prot_code(enum uiw_mem_err err);
 
 /* ORQ / IRQ rings are allocated by qp.c with UIW_MAX_ORD / UIW_MAX_IRD
  * entries; the negotiated depths (qp->ord / qp->ird) limit their use. */
@@ -67,6 +69,8 @@ void dp_arm(struct uiw_qp *qp);
 /* Enter ERR after a protocol event: flush (qp.c), drop transmit/receive
  * state. */
 void dp_enter_error(struct uiw_qp *qp);
+/* qp_tx.c: put a Terminate (h) in place of everything not yet sent */
+void dp_tx_queue_terminate(struct uiw_qp *qp, const uiw_hdr *h);
 
 /* qp_rx.c */
 int dp_rx_attach(struct uiw_qp *qp);
@@ -75,6 +79,9 @@ void dp_rx_free(struct uiw_qp *qp);
  * completed with IBV_WC_WR_FLUSH_ERR (its RQE is ours), unless st says
  * otherwise. */
 void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st);
+/* qp_rx.c: the stream ended (err 0: EOF); false if that was reported
+ * already; *clean: nothing was cut short */
+bool dp_rx_eof(struct uiw_qp *qp, int err, bool *clean);
 void dp_event_cb(void *obj, uint32_t events);
 /* The receiver-not-ready timers' callback (qp->rnr_kick, qp->rnr_limit). */
 void dp_rnr_timer_cb(void *obj);

@@ -2,21 +2,11 @@
 /*
  * uiwarp engine: a userspace iWARP RNIC behind the libibverbs API.
  *
- * Internal header shared by the engine's files; see docs/ENGINE.md for the
- * design (threading, locking, progress, placement). Files by concern:
- *   device.c    device list (one per network interface), context, queries,
- *               async events
- *   mem.c       PD, MR table (STags), access/bounds checks, invalidation
- *   cq.c        CQ ring, completion channels, notification
- *   qp.c        QP/SRQ objects, the QP state machine, flush
- *   qp_tx.c     send queue processing, FPDU transmission, Read/atomic
- *               responses, Terminate transmission
- *   qp_rx.c     receive processing, placement, Read/atomic responder,
- *               Terminate reception
- *   progress.c  the background progress thread (epoll), poll-driven progress
- *   cm.c        connections: TCP + MPA (active/passive), RTR, teardown
- *   config.c    environment configuration (UIWARP_*)
- *   verbs.c     the exported ibv_* functions and the context ops table
+ * Internal header shared by the engine's files: the objects, their locks
+ * and the functions the files call in one another. docs/ENGINE.md
+ * describes the design (threading, locking, progress, placement) and says
+ * which file holds what. Other libraries and programs see only the narrow
+ * interface, iface/uiw_cm.h.
  *
  * Every object embeds rdma-core's public struct first, so pointers convert
  * both ways (to_uqp() etc.).
@@ -36,6 +26,8 @@
 
 #include <uiwarp/stat.h>
 #include <uiwarp/wire.h>
+
+#include "iface/uiw_cm.h" // IWYU pragma: export
 
 #ifdef __cplusplus
 extern "C" {
@@ -99,12 +91,7 @@ static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
-#define uiw_dbg(level, ...)                                                                        \
-    do {                                                                                           \
-        if (uiw_config()->debug >= (level))                                                        \
-            uiw_log(__VA_ARGS__);                                                                  \
-    } while (0)
-void uiw_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* uiw_log, uiw_dbg: iface/uiw_cm.h */
 
 /* ------------------------------------------------------------------------
  * Device and context (device.c)
@@ -640,133 +627,9 @@ extern _Atomic uint64_t uiw_last_arm_ns;
  * removes its handshake registration and the data path then adds the
  * socket in uiw_qp_attach_socket, possibly inside that callback).
  * ---------------------------------------------------------------------- */
-enum uiw_cm_event_type {
-    UIW_CM_CONNECT_REQUEST = 1, /* passive: a peer's MPA Request arrived; ev.conn is new
-                                 * and must be accepted, rejected or destroyed */
-    UIW_CM_ESTABLISHED,         /* both sides: QP in RTS (passive P2P: after the first FPDU);
-                                 * active: carries the Reply's private data */
-    UIW_CM_REJECTED,            /* active: peer rejected (R=1): -ECONNREFUSED, private data
-                                 * and IRD/ORD of the Reject */
-    UIW_CM_UNREACHABLE,         /* active: TCP connect failed (-ECONNREFUSED, -ETIMEDOUT,
-                                 * -ENETUNREACH, ...) */
-    UIW_CM_CONNECT_ERROR,       /* MPA failure: -ETIMEDOUT (no Reply, passive P2P: no RTR
-                                 * within the timeout), -EPROTO (malformed frame, wrong key,
-                                 * revision), -EOPNOTSUPP (markers, RTR), -ENOBUFS (IRD),
-                                 * -ECONNRESET (peer closed during setup), -ENODEV (QP
-                                 * destroyed during setup), or uiw_qp_attach_socket's error */
-    UIW_CM_DISCONNECTED,        /* peer closed (FIN: status 0; RST: -ECONNRESET), our orderly
-                                 * close completed (0; -ETIMEDOUT: no FIN within the MPA
-                                 * timeout), the QP was destroyed (-ECONNABORTED) */
-};
-
-struct uiw_conn_param {
-    const void *private_data;
-    uint16_t private_data_len; /* <= UIW_CM_MAX_PD(rev): 508 with MPA Rev 2, 512 with Rev 1 */
-    uint16_t ird;              /* responder_resources */
-    uint16_t ord;              /* initiator_depth */
-    /* Dead-peer timeout of this connection's socket in ms (docs/ENGINE.md
-     * "Dead peers"): 0 = UIWARP_PEER_TIMEOUT, UIW_PEER_TIMEOUT_OFF = none
-     * (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT sets it). */
-    unsigned peer_timeout_ms;
-};
-#define UIW_PEER_TIMEOUT_OFF UINT_MAX
-/* ULP private data that fits an MPA frame of revision rev (RFC 5044 §7.1:
- * 512 bytes, RFC 6581's 4 IRD/ORD bytes included with Rev 2). Linux siw
- * accepts only 256 including those 4 bytes: send it at most 252. */
-#define UIW_CM_MAX_PD(rev) ((rev) >= 2 ? UIW_MPA_MAX_PD - UIW_MPA_RFC6581_LEN : UIW_MPA_MAX_PD)
-
-struct uiw_cm_event {
-    enum uiw_cm_event_type type;
-    int status;                    /* 0 or negative errno (see the types above) */
-    struct uiw_conn *conn;         /* the connection (CONNECT_REQUEST: the new one) */
-    struct uiw_listener *listener; /* CONNECT_REQUEST: the listener it came to */
-    void *user;                    /* CONNECT_REQUEST: the listener's user pointer; else the one
-                                    * given to uiw_cm_connect / uiw_cm_accept */
-    /* The peer's RFC 6581 IRD/ORD words (14 bits, as sent; 0x3FFF = "left to
-     * the ULP"), valid when `enhanced`. rdma_cm terms, from our side:
-     * initiator_depth <= peer_ird, responder_resources >= peer_ord. */
-    bool enhanced;
-    uint16_t peer_ird, peer_ord;
-    /* CONNECT_REQUEST: what the Request asks for. ESTABLISHED: what is in
-     * use (ird/ord = our values after negotiation). */
-    uint8_t mpa_rev;
-    bool crc;                    /* CONNECT_REQUEST: C of the Request */
-    bool markers_rx, markers_tx; /* CONNECT_REQUEST: markers_tx = M of the Request */
-    bool p2p;
-    uint8_t rtr; /* enum uiw_rtr; CONNECT_REQUEST: the types offered */
-    uint16_t ird, ord;
-    /* CONNECT_REQUEST: the Request's, ESTABLISHED (active): the Reply's,
-     * REJECTED: the Reject's ULP private data (RFC 6581 words removed) */
-    uint16_t private_data_len;
-    uint8_t private_data[UIW_MPA_MAX_PD];
-    struct sockaddr_storage local, peer;
-};
-
-/* Events are delivered through a channel: a pollable fd plus a queue. The
- * fd is readable exactly while an event is queued. */
-struct uiw_cm_channel;
-struct uiw_cm_channel *uiw_cm_channel_create(void);
-/* Destroy listeners and connections that use the channel first; events
- * still queued are dropped. */
-void uiw_cm_channel_destroy(struct uiw_cm_channel *ch);
-int uiw_cm_channel_fd(const struct uiw_cm_channel *ch);
-/* 0 with *ev filled, or -EAGAIN when the channel fd is O_NONBLOCK and no
- * event is queued (else it blocks), -EINTR, -EINVAL. */
-int uiw_cm_get_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev);
-
-/* Listen on addr (IPv4 or IPv6, wildcard and port 0 allowed; SO_REUSEADDR).
- * ctx may be NULL. Incoming connections are accepted by the progress
- * thread; one whose Request does not arrive within the MPA timeout, is
- * malformed or is followed by early bytes is closed silently (as siw); one
- * the MPA layer must refuse (markers we cannot send, no RTR type) gets a
- * Reject (R=1) without bothering the ULP. Every other Request raises
- * CONNECT_REQUEST. */
-struct uiw_listener;
-int uiw_cm_listen(struct uiw_context *ctx, const struct sockaddr *addr, int backlog,
-                  struct uiw_cm_channel *ch, void *user, struct uiw_listener **out);
-/* The bound address (the port chosen when addr had port 0). */
-int uiw_cm_listener_addr(const struct uiw_listener *l, struct sockaddr_storage *addr);
-/* Also destroys connections whose CONNECT_REQUEST was not yet retrieved. */
-void uiw_cm_listener_destroy(struct uiw_listener *l);
-
-/* Active side: non-blocking TCP connect (bound to src when given; port 0
- * allowed), MPA Request with p, Reply within the MPA timeout, attach qp.
- * Returns 0 (then exactly one of ESTABLISHED / REJECTED / UNREACHABLE /
- * CONNECT_ERROR follows on ch) or -EINVAL, -EAFNOSUPPORT, -EMSGSIZE
- * (private data), -EBUSY (qp already has a connection), -errno of
- * socket/bind. qp may be NULL (MPA only, for tests and tools; not with
- * UIWARP_P2P): the connection then carries no FPDUs, bytes received after
- * the Reply are discarded. A failed Reply check that RFC 6581 §9 wants
- * reported (insufficient IRD, no matching RTR) sends an LLP/MPA Terminate
- * (QN 2, MSN 1, MO 0) before the close. */
-int uiw_cm_connect(struct uiw_qp *qp, const struct sockaddr *src, const struct sockaddr *dst,
-                   const struct uiw_conn_param *p, struct uiw_cm_channel *ch, void *user,
-                   struct uiw_conn **out);
-/* Passive side, after CONNECT_REQUEST: send the Reply (IRD/ORD from p) and
- * attach qp (NULL: MPA only, refused with -EINVAL for a P2P Request).
- * ESTABLISHED follows at once, or with P2P after the initiator's first
- * FPDU (CONNECT_ERROR -ETIMEDOUT if it does not come within the MPA
- * timeout). Returns 0, -EINVAL (wrong state), -EMSGSIZE, -EBUSY, -EPROTO
- * (initiator sent bytes before our Reply), -ECONNRESET (peer gone), or the
- * error of uiw_qp_attach_socket (the connection is then closed). */
-int uiw_cm_accept(struct uiw_conn *c, struct uiw_qp *qp, const struct uiw_conn_param *p,
-                  void *user);
-/* Passive side, after CONNECT_REQUEST: Reject (R=1) carrying pd, then
- * close once the initiator has closed (or after the MPA timeout). No
- * further event. */
-int uiw_cm_reject(struct uiw_conn *c, const void *pd, uint16_t pd_len);
-/* Orderly close: TCP FIN (shutdown SHUT_WR), the QP moved to ERR
- * (outstanding WRs flushed); DISCONNECTED when the data path reports EOF
- * (the peer's FIN: status 0; RST: -ECONNRESET) or after the MPA timeout
- * (-ETIMEDOUT, then RST). The peer, on our FIN, gets DISCONNECTED and
- * answers with its own FIN at once. No Terminate (as siw). 0 also when
- * already closed; -ENOTCONN before ESTABLISHED (destroy cancels). */
-int uiw_cm_disconnect(struct uiw_conn *c);
-/* Free the connection: queued events for it are dropped; if the
- * connection was still up the TCP connection is aborted (RST) and the QP
- * moved to ERR; the QP (if any) is let go (qp->conn cleared; the socket
- * stays the QP's until ibv_destroy_qp). */
-void uiw_cm_conn_destroy(struct uiw_conn *c);
+/* The connection API itself (events, channels, listen, connect, accept,
+ * reject, disconnect, destroy) is the engine's narrow interface,
+ * iface/uiw_cm.h. */
 /* Connection objects alive in the process (tests: nothing leaks). */
 int uiw_cm_conn_count(void);
 /* Local and peer address of the TCP connection (either may be NULL). */

@@ -69,11 +69,11 @@
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
 
-#define OBJ_CHUNK  256        /* MR objects allocated at a time */
-#define TAB_BITS0  8          /* first bucket array: 256 buckets */
+#define OBJ_CHUNK  256                  /* MR objects allocated at a time */
+#define TAB_BITS0  8                    /* first bucket array: 256 buckets */
 #define MAX_LIVE   ((size_t)UIW_MAX_MR) /* keeps a random draw's miss rate <= 1/4 */
-#define WALK_LIMIT 4096       /* a walk longer than this is retried */
-#define STAG_MIN   2          /* STag 0 and siw's RTR STag 1: never an MR */
+#define WALK_LIMIT 4096                 /* a walk longer than this is retried */
+#define STAG_MIN   2                    /* STag 0 and siw's RTR STag 1: never an MR */
 
 struct stag_tab {
     unsigned bits; /* 2^bits buckets */
@@ -573,8 +573,8 @@ UIW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
  * Access checks (receive hot path: no lock)
  * ---------------------------------------------------------------------- */
 
-UIW_EXPORT struct uiw_mr *uiw_mr_get(struct uiw_pd *pd, uint32_t stag, uint64_t to, uint64_t len,
-                                     unsigned access, uint8_t **addr, enum uiw_mem_err *err)
+struct uiw_mr *uiw_mr_get(struct uiw_pd *pd, uint32_t stag, uint64_t to, uint64_t len,
+                          unsigned access, uint8_t **addr, enum uiw_mem_err *err)
 {
     struct uiw_mr *mr;
     enum uiw_mem_err e;
@@ -623,19 +623,19 @@ fail:
     return NULL;
 }
 
-UIW_EXPORT void uiw_mr_put(struct uiw_mr *mr)
+void uiw_mr_put(struct uiw_mr *mr)
 {
     if (mr && mr != &uiw_mr_zero)
         atomic_fetch_sub(&mr->users, 1);
 }
 
-UIW_EXPORT struct uiw_mr *uiw_sge_get(struct uiw_pd *pd, const struct ibv_sge *sge, unsigned access,
-                                      uint8_t **addr, enum uiw_mem_err *err)
+struct uiw_mr *uiw_sge_get(struct uiw_pd *pd, const struct ibv_sge *sge, unsigned access,
+                           uint8_t **addr, enum uiw_mem_err *err)
 {
     return uiw_mr_get(pd, sge->lkey, sge->addr, sge->length, access, addr, err);
 }
 
-UIW_EXPORT int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag)
+int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag)
 {
     struct uiw_mr *mr;
     int ret = 0;

@@ -274,8 +274,7 @@ static void set_nice(void)
  * Not without arming: a program polling its CQ drives the receive
  * path itself (uiw_cq_drive), and one that spins on memory (ib_write_lat)
  * would keep a runnable-but-yielding thread waiting a whole time slice.
- * qperf -cm1 rc_lat (event mode) 41 -> 15 us, rc_compare_swap_mr 13 ->
- * 36 K/s (docs/ENGINE.md).
+ * What it buys is measured in docs/ENGINE.md ("Threads, locks, progress").
  */
 static uint64_t spin_ns;
 
@@ -410,7 +409,7 @@ static int regs_grow_locked(int fd)
     return 0;
 }
 
-UIW_EXPORT int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
+int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 {
     struct epoll_event ev;
     struct preg *r;
@@ -453,7 +452,7 @@ fail:
     return ret;
 }
 
-UIW_EXPORT int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
+int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 {
     struct epoll_event ev;
     struct preg *r;
@@ -481,7 +480,7 @@ UIW_EXPORT int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, voi
     return ret;
 }
 
-UIW_EXPORT int uiw_progress_del(int fd)
+int uiw_progress_del(int fd)
 {
     struct preg *r;
 
@@ -513,7 +512,7 @@ UIW_EXPORT int uiw_progress_del(int fd)
     return 0;
 }
 
-UIW_EXPORT int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj)
+int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj)
 {
     int ret;
 
@@ -543,7 +542,7 @@ UIW_EXPORT int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj
     return 0;
 }
 
-UIW_EXPORT void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
+void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
 {
     bool first;
 
@@ -568,7 +567,7 @@ UIW_EXPORT void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
         wake();
 }
 
-UIW_EXPORT void uiw_timer_disarm(struct uiw_timer *t)
+void uiw_timer_disarm(struct uiw_timer *t)
 {
     if (!t)
         return;
@@ -578,7 +577,7 @@ UIW_EXPORT void uiw_timer_disarm(struct uiw_timer *t)
     pthread_mutex_unlock(&pg.lock);
 }
 
-UIW_EXPORT bool uiw_timer_pending(struct uiw_timer *t)
+bool uiw_timer_pending(struct uiw_timer *t)
 {
     bool q;
 
@@ -590,7 +589,7 @@ UIW_EXPORT bool uiw_timer_pending(struct uiw_timer *t)
     return q;
 }
 
-UIW_EXPORT void uiw_timer_fini(struct uiw_timer *t)
+void uiw_timer_fini(struct uiw_timer *t)
 {
     if (!t)
         return;
@@ -644,7 +643,7 @@ UIW_EXPORT int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, ui
     return 0;
 }
 
-UIW_EXPORT void uiw_progress_timer_cancel(uint64_t id)
+void uiw_progress_timer_cancel(uint64_t id)
 {
     if (!id)
         return;
@@ -668,7 +667,7 @@ UIW_EXPORT void uiw_progress_timer_cancel(uint64_t id)
     pthread_mutex_unlock(&pg.lock);
 }
 
-UIW_EXPORT void uiw_cq_drive(struct uiw_cq *cq)
+void uiw_cq_drive(struct uiw_cq *cq)
 {
     bool busy = false;
 

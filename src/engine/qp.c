@@ -32,7 +32,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "engine.h"
+#include "dp_int.h"
 #include "pcap_out.h"
 
 static atomic_int nqps, nsrqs;
@@ -66,7 +66,7 @@ static void all_del(struct uiw_qp *qp)
     pthread_mutex_unlock(&all_lock);
 }
 
-UIW_EXPORT void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg)
+void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg)
 {
     pthread_mutex_lock(&all_lock);
     for (struct uiw_qp *qp = all_head; qp; qp = qp->all_next)
@@ -78,12 +78,12 @@ UIW_EXPORT void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *a
  * References
  * ---------------------------------------------------------------------- */
 
-UIW_EXPORT void uiw_qp_get(struct uiw_qp *qp)
+void uiw_qp_get(struct uiw_qp *qp)
 {
     atomic_fetch_add(&qp->refs, 1);
 }
 
-UIW_EXPORT void uiw_qp_put(struct uiw_qp *qp)
+void uiw_qp_put(struct uiw_qp *qp)
 {
     /* ibv_destroy_qp waits (on ibqp.cond) for the count to fall to 1 */
     if (atomic_fetch_sub(&qp->refs, 1) == 2) {
@@ -96,34 +96,6 @@ UIW_EXPORT void uiw_qp_put(struct uiw_qp *qp)
 /* ------------------------------------------------------------------------
  * Flush
  * ---------------------------------------------------------------------- */
-
-static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
-{
-    switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-        return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-        return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-        return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        return IBV_WC_FETCH_ADD;
-    case IBV_WR_LOCAL_INV:
-        return IBV_WC_LOCAL_INV;
-    case IBV_WR_BIND_MW:
-        return IBV_WC_BIND_MW;
-    case IBV_WR_TSO:
-        return IBV_WC_TSO;
-    case IBV_WR_ATOMIC_WRITE:
-        return IBV_WC_ATOMIC_WRITE;
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_SEND_WITH_INV:
-    default:
-        return IBV_WC_SEND;
-    }
-}
 
 static void flush_one(struct uiw_qp *qp, struct uiw_cq *cq, uint64_t wr_id,
                       enum ibv_wc_opcode opcode)
@@ -144,7 +116,7 @@ static void flush_sq_locked(struct uiw_qp *qp)
         struct uiw_sqe *e = &qp->sq[(qp->sq_head + i) % qp->sq_cap];
 
         uiw_sqe_put_mrs(e);
-        flush_one(qp, qp->scq, e->wr_id, wc_opcode(e->opcode));
+        flush_one(qp, qp->scq, e->wr_id, dp_wc_opcode(e->opcode));
     }
     if (qp->sq_cap)
         qp->sq_head = (qp->sq_head + qp->sq_count) % qp->sq_cap;
@@ -165,7 +137,7 @@ static void flush_rq_locked(struct uiw_qp *qp)
     pthread_mutex_unlock(&qp->rq_lock);
 }
 
-UIW_EXPORT void uiw_qp_to_error_locked(struct uiw_qp *qp)
+void uiw_qp_to_error_locked(struct uiw_qp *qp)
 {
     bool was_err = qp->state == IBV_QPS_ERR;
 
@@ -300,7 +272,7 @@ static const struct transition qp_table[IBV_QPS_ERR + 1][IBV_QPS_ERR + 1] =
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
      IBV_ACCESS_REMOTE_ATOMIC)
 
-UIW_EXPORT int uiw_qp_modify_locked(struct uiw_qp *qp, struct ibv_qp_attr *attr, int mask_in)
+int uiw_qp_modify_locked(struct uiw_qp *qp, struct ibv_qp_attr *attr, int mask_in)
 {
     unsigned mask = (unsigned)mask_in;
     enum ibv_qp_state cur = qp->state, next;
@@ -789,7 +761,7 @@ int uiw_qp_post_send_any_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struc
                 *bad = wr;
                 break;
             }
-            flush_one(qp, qp->scq, wr->wr_id, wc_opcode(wr->opcode));
+            flush_one(qp, qp->scq, wr->wr_id, dp_wc_opcode(wr->opcode));
         }
         break;
     case IBV_QPS_RESET:
@@ -813,6 +785,43 @@ static void rq_kick_locked(struct uiw_qp *qp)
         qp->rq_hold = false;
         uiw_timer_arm(&qp->rnr_kick, 0);
     }
+}
+
+/* ------------------------------------------------------------------------
+ * Receive queues: the QP's own and the shared ones (SRQ)
+ * ---------------------------------------------------------------------- */
+
+/* qp->rq_lock held (qp->lock need not be) */
+int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    int ret = 0;
+
+    for (; wr; wr = wr->next) {
+        struct uiw_rqe *e;
+        uint64_t len = 0;
+
+        if (qp->srq || wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_recv_sge ||
+            wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list)) {
+            ret = -EINVAL;
+            break;
+        }
+        if (qp->rq_count >= qp->rq_cap) {
+            ret = -ENOMEM;
+            break;
+        }
+        e = &qp->rq[(qp->rq_head + qp->rq_count) % qp->rq_cap];
+        e->wr_id = wr->wr_id;
+        e->num_sge = wr->num_sge;
+        for (int i = 0; i < wr->num_sge; i++) {
+            e->sge[i] = wr->sg_list[i];
+            len += wr->sg_list[i].length;
+        }
+        e->length = len;
+        qp->rq_count++;
+    }
+    if (ret)
+        *bad = wr;
+    return ret;
 }
 
 int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -859,6 +868,52 @@ int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_rec
         break;
     }
     pthread_mutex_unlock(&qp->lock);
+    return ret;
+}
+
+int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    int ret = 0;
+
+    pthread_mutex_lock(&srq->lock);
+    for (; wr; wr = wr->next) {
+        struct uiw_rqe *e;
+        uint64_t len = 0;
+
+        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge || wr->num_sge > UIW_MAX_SGE ||
+            (wr->num_sge && !wr->sg_list)) {
+            ret = EINVAL;
+            break;
+        }
+        if (srq->count == srq->cap) {
+            ret = ENOMEM;
+            break;
+        }
+        e = &srq->ring[(srq->head + srq->count) % srq->cap];
+        e->wr_id = wr->wr_id;
+        e->num_sge = wr->num_sge;
+        for (int i = 0; i < wr->num_sge; i++) {
+            e->sge[i] = wr->sg_list[i];
+            len += wr->sg_list[i].length;
+        }
+        e->length = len;
+        srq->count++;
+    }
+    if (ret && bad)
+        *bad = wr;
+    /* receiver not ready: every QP waiting for a receive gets a look */
+    while (srq->count && srq->hold_head) {
+        struct uiw_qp *q = srq->hold_head;
+
+        srq->hold_head = q->srq_hold_next;
+        if (srq->hold_head)
+            srq->hold_head->srq_hold_prev = NULL;
+        q->srq_hold_next = q->srq_hold_prev = NULL;
+        q->srq_holding = false;
+        uiw_timer_arm(&q->rnr_kick, 0);
+    }
+    pthread_mutex_unlock(&srq->lock);
     return ret;
 }
 
@@ -992,53 +1047,7 @@ UIW_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
     return 0;
 }
 
-int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
-{
-    struct uiw_srq *srq = to_usrq(ibsrq);
-    int ret = 0;
-
-    pthread_mutex_lock(&srq->lock);
-    for (; wr; wr = wr->next) {
-        struct uiw_rqe *e;
-        uint64_t len = 0;
-
-        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge || wr->num_sge > UIW_MAX_SGE ||
-            (wr->num_sge && !wr->sg_list)) {
-            ret = EINVAL;
-            break;
-        }
-        if (srq->count == srq->cap) {
-            ret = ENOMEM;
-            break;
-        }
-        e = &srq->ring[(srq->head + srq->count) % srq->cap];
-        e->wr_id = wr->wr_id;
-        e->num_sge = wr->num_sge;
-        for (int i = 0; i < wr->num_sge; i++) {
-            e->sge[i] = wr->sg_list[i];
-            len += wr->sg_list[i].length;
-        }
-        e->length = len;
-        srq->count++;
-    }
-    if (ret && bad)
-        *bad = wr;
-    /* receiver not ready: every QP waiting for a receive gets a look */
-    while (srq->count && srq->hold_head) {
-        struct uiw_qp *q = srq->hold_head;
-
-        srq->hold_head = q->srq_hold_next;
-        if (srq->hold_head)
-            srq->hold_head->srq_hold_prev = NULL;
-        q->srq_hold_next = q->srq_hold_prev = NULL;
-        q->srq_holding = false;
-        uiw_timer_arm(&q->rnr_kick, 0);
-    }
-    pthread_mutex_unlock(&srq->lock);
-    return ret;
-}
-
-UIW_EXPORT void uiw_srq_unhold(struct uiw_qp *qp)
+void uiw_srq_unhold(struct uiw_qp *qp)
 {
     struct uiw_srq *srq = qp->srq;
 
@@ -1058,7 +1067,7 @@ UIW_EXPORT void uiw_srq_unhold(struct uiw_qp *qp)
     pthread_mutex_unlock(&srq->lock);
 }
 
-UIW_EXPORT bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out, struct uiw_qp *waiter)
+bool uiw_srq_take(struct uiw_srq *srq, struct uiw_rqe *out, struct uiw_qp *waiter)
 {
     bool got = false;
 

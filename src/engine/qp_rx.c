@@ -75,8 +75,9 @@
  * a read at an FPDU boundary takes only RX_ZC_TAIL bytes into staging: the
  * header, so that the next readv puts the payload in place. Otherwise a
  * full staging read would swallow most of each large FPDU and leave the
- * in-place path only remainders below UIWARP_ZCOPY_MIN (ib_read_bw 1 MiB:
- * 0.0002% in place). Small segments keep the full read: many per call. */
+ * in-place path only remainders below UIWARP_ZCOPY_MIN (almost nothing
+ * placed in place; docs/ENGINE.md "Receive and placement"). Small segments
+ * keep the full read: many per call. */
 #define RX_BIG_SEG 1024u
 
 enum { SEG_NONE = 0, SEG_WRITE, SEG_RRESP, SEG_SEND, SEG_CTRL };
@@ -126,9 +127,15 @@ static struct dp_rx *RX(struct uiw_qp *qp)
     return qp->rx_state;
 }
 
-static uint32_t get_be32(const uint8_t *p)
+/* A single-segment message (Read Request, Atomic Request or Response: L
+ * and MO 0, enforced by the header decoder) in sequence on its queue after
+ * MSN last (the wire core's sequencer; RFC 5041 §7.1 check 3). */
+static bool useq_next(uint32_t last, const uiw_hdr *h)
 {
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
+    const uiw_useq seq = {.next_msn = last + 1};
+    uiw_term_cause c;
+
+    return uiw_useq_check(&seq, h, &c);
 }
 
 static void doom(struct dp_rx *r, unsigned layer, unsigned etype, unsigned ecode)
@@ -156,23 +163,6 @@ static uint8_t ddp_tagged_code(enum uiw_mem_err err)
         return UIW_DDP_EC_T_TO_WRAP;
     default:
         return UIW_DDP_EC_T_INVALID_STAG;
-    }
-}
-
-/* RFC 5040 §4.8 Figure 9 Remote Protection codes */
-static uint8_t rdmap_prot_code(enum uiw_mem_err err)
-{
-    switch (err) {
-    case UIW_MEM_BASE_BOUNDS:
-        return UIW_RDMAP_EC_BASE_BOUNDS;
-    case UIW_MEM_ACCESS:
-        return UIW_RDMAP_EC_ACCESS_RIGHTS;
-    case UIW_MEM_PD:
-        return UIW_RDMAP_EC_STAG_NOT_ASSOC;
-    case UIW_MEM_TO_WRAP:
-        return UIW_RDMAP_EC_TO_WRAP;
-    default:
-        return UIW_RDMAP_EC_INVALID_STAG;
     }
 }
 
@@ -217,44 +207,6 @@ static enum ibv_wc_status term_status(uiw_term_cause c)
     default:
         return IBV_WC_REM_OP_ERR;
     }
-}
-
-/* ------------------------------------------------------------------------
- * Receive queue
- * ---------------------------------------------------------------------- */
-
-/* qp->rq_lock held (qp->lock need not be) */
-UIW_EXPORT int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr,
-                                       struct ibv_recv_wr **bad)
-{
-    int ret = 0;
-
-    for (; wr; wr = wr->next) {
-        struct uiw_rqe *e;
-        uint64_t len = 0;
-
-        if (qp->srq || wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_recv_sge ||
-            wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list)) {
-            ret = -EINVAL;
-            break;
-        }
-        if (qp->rq_count >= qp->rq_cap) {
-            ret = -ENOMEM;
-            break;
-        }
-        e = &qp->rq[(qp->rq_head + qp->rq_count) % qp->rq_cap];
-        e->wr_id = wr->wr_id;
-        e->num_sge = wr->num_sge;
-        for (int i = 0; i < wr->num_sge; i++) {
-            e->sge[i] = wr->sg_list[i];
-            len += wr->sg_list[i].length;
-        }
-        e->length = len;
-        qp->rq_count++;
-    }
-    if (ret)
-        *bad = wr;
-    return ret;
 }
 
 /* Complete the QN 0 message in progress (its receive is the RQ head, or
@@ -600,17 +552,25 @@ static void hdr_send(struct uiw_qp *qp, struct dp_rx *r)
 
     r->kind = SEG_SEND;
     r->seg_base = h->mo;
+    /* RFC 5041 §5.1.2, §5.2, §7.1 checks 3 and 5 (the wire core's
+     * sequencer, which `uiwarp dump` checks traces with): a new message has
+     * the next MSN of QN 0 and starts at MO 0; its further segments carry
+     * its MSN and opcode at contiguous offsets */
+    const uiw_useq seq = {.next_msn = qp->rx_msn[UIW_QN_SEND] + 1,
+                          .open = r->msg_active,
+                          .msn = r->msg_msn,
+                          .opcode = r->msg_op,
+                          .mo_next = (uint32_t)r->msg_len};
+    uiw_term_cause c;
+    if (!uiw_useq_check(&seq, h, &c)) {
+        doom(r, c.layer, c.etype, c.ecode);
+        return;
+    }
+    if (r->msg_active && r->msg_len > UINT32_MAX) { /* MO is 32 bits */
+        doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
+        return;
+    }
     if (!r->msg_active) {
-        /* RFC 5041 §5.1.2, §7.1 checks 3 and 5: a new message has the next
-         * MSN of QN 0 and starts at MO 0 */
-        if (h->msn != qp->rx_msn[UIW_QN_SEND] + 1) {
-            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE);
-            return;
-        }
-        if (h->mo != 0) {
-            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
-            return;
-        }
         r->msg_msn = h->msn;
         r->msg_len = 0;
         r->msg_op = h->opcode;
@@ -629,19 +589,6 @@ static void hdr_send(struct uiw_qp *qp, struct dp_rx *r)
             return;
         }
         r->msg_active = true;
-    } else {
-        if (h->msn != r->msg_msn) {
-            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE);
-            return;
-        }
-        if (h->opcode != r->msg_op) {
-            doom(r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
-            return;
-        }
-        if (h->mo != r->msg_len) {
-            doom(r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
-            return;
-        }
     }
     send_check_len(r);
 }
@@ -684,8 +631,8 @@ static void on_hdr(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
 /* A doomed segment: specific completions, then the Terminate. */
 static void seg_terminate(struct uiw_qp *qp, struct dp_rx *r)
 {
-    uint8_t img[DP_HDR_IMAGE_MAX];
-    unsigned n = dp_hdr_image(&r->hdr, r->ulpdu_len, r->cause_rreq, img);
+    uint8_t img[UIW_TERM_HDR_IMAGE_MAX];
+    unsigned n = uiw_term_hdr_image(&r->hdr, r->ulpdu_len, r->cause_rreq, img);
 
     if (r->rqe_status && r->msg_active && !r->msg_rtr)
         msg_complete(qp, r, (enum ibv_wc_status)r->rqe_status, NULL, false);
@@ -750,8 +697,8 @@ static void end_send(struct uiw_qp *qp, struct dp_rx *r)
         if (rc) {
             uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT,
                                 UIW_RDMAP_EC_INVALID_STAG};
-            uint8_t img[DP_HDR_IMAGE_MAX];
-            unsigned n = dp_hdr_image(h, r->ulpdu_len, false, img);
+            uint8_t img[UIW_TERM_HDR_IMAGE_MAX];
+            unsigned n = uiw_term_hdr_image(h, r->ulpdu_len, false, img);
 
             if (rc == -EACCES) {
                 c.ecode = UIW_RDMAP_EC_CANT_INVALIDATE; /* other PD: not this stream's */
@@ -810,7 +757,7 @@ static void end_rreq(struct uiw_qp *qp, struct dp_rx *r)
     struct uiw_irqe *e;
 
     /* RFC 5041 §7.1 check 5 on QN 1 */
-    if (h->msn != qp->rx_msn[UIW_QN_READ_REQ] + 1)
+    if (!useq_next(qp->rx_msn[UIW_QN_READ_REQ], h))
         return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
                          true);
     /* RFC 5040 §6.1: no more than IRD outstanding; notes §2.7 (as siw) */
@@ -825,7 +772,7 @@ static void end_rreq(struct uiw_qp *qp, struct dp_rx *r)
         struct uiw_mr *mr = uiw_mr_get(qp->pd, q->src_stag, q->src_to, q->read_size,
                                        IBV_ACCESS_REMOTE_READ, &addr, &err);
         if (!mr)
-            return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, rdmap_prot_code(err),
+            return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, dp_prot_code(err),
                              true);
         uiw_mr_put(mr);
         /* our response's TO must not wrap either (RFC 5041 §7.1) */
@@ -887,7 +834,7 @@ static void end_areq(struct uiw_qp *qp, struct dp_rx *r)
 
     /* RFC 7306 §5.2: QN 1, shared MSNs and IRD with Read Requests; errors
      * attach the DDP header only (§8.1 case 2) */
-    if (h->msn != qp->rx_msn[UIW_QN_READ_REQ] + 1)
+    if (!useq_next(qp->rx_msn[UIW_QN_READ_REQ], h))
         return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
                          false);
     if (qp->irq_count >= dp_ird(qp))
@@ -895,7 +842,7 @@ static void end_areq(struct uiw_qp *qp, struct dp_rx *r)
                          UIW_RDMAP_EC_CATASTROPHIC_STREAM, false);
     mr = uiw_mr_get(qp->pd, a->stag, a->to, 8, IBV_ACCESS_REMOTE_ATOMIC, &addr, &err);
     if (!mr)
-        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, rdmap_prot_code(err),
+        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, dp_prot_code(err),
                          false);
     /* RFC 7306 §8.2: a target not 64-bit aligned is a Remote Operation
      * Error, catastrophic for the stream; memory is not modified */
@@ -927,7 +874,7 @@ static void end_aresp(struct uiw_qp *qp, struct dp_rx *r)
     int n;
 
     /* RFC 7306 §5.2.2: QN 3, MSNs in order, answering the oldest Atomic */
-    if (h->msn != qp->rx_msn[UIW_QN_ATOMIC_RESP] + 1)
+    if (!useq_next(qp->rx_msn[UIW_QN_ATOMIC_RESP], h))
         return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
                          false);
     if (!o)
@@ -997,11 +944,8 @@ static void end_term(struct uiw_qp *qp, struct dp_rx *r)
     /* The WR it is about: a Read/Atomic named by its QN 1 MSN in the
      * terminated DDP header, else the oldest outstanding one. */
     dp_sq_complete(qp);
-    if (tm->hdr_ddp && tm->ddp_hdr_len == UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN &&
-        !(tm->ddp_hdr[UIW_TERM_DDP_SEGLEN_LEN] & 0x80)) {
-        const uint8_t *d = tm->ddp_hdr + UIW_TERM_DDP_SEGLEN_LEN;
-        uint32_t qn = get_be32(d + 6), msn = get_be32(d + 10);
-
+    uint32_t qn, msn;
+    if (uiw_term_untagged_qn_msn(tm, &qn, &msn)) {
         for (unsigned i = 0; qn == UIW_QN_READ_REQ && i < qp->orq_count; i++) {
             const struct uiw_orqe *o = &qp->orq[(qp->orq_head + i) % UIW_MAX_ORD];
             if (o->msn == msn && o->sqe) {
@@ -1291,7 +1235,7 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
     return 0;
 }
 
-UIW_EXPORT int uiw_qp_rx_progress(struct uiw_qp *qp)
+int uiw_qp_rx_progress(struct uiw_qp *qp)
 {
     return rx_progress(qp, RX_BUDGET);
 }
@@ -1299,13 +1243,12 @@ UIW_EXPORT int uiw_qp_rx_progress(struct uiw_qp *qp)
 /* From ibv_poll_cq on an empty CQ: one read at most (the progress thread,
  * re-armed, does the rest), so that the poller gets back to its program
  * instead of becoming the receive engine while the peer keeps sending. */
-UIW_EXPORT int uiw_qp_rx_poll(struct uiw_qp *qp)
+int uiw_qp_rx_poll(struct uiw_qp *qp)
 {
     return rx_progress(qp, 1);
 }
 
-UIW_EXPORT void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied,
-                                uint64_t *reads)
+void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied, uint64_t *reads)
 {
     struct dp_rx *r;
 
@@ -1317,49 +1260,19 @@ UIW_EXPORT void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t 
     pthread_mutex_unlock(&qp->lock);
 }
 
-UIW_EXPORT void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err)
+bool dp_rx_eof(struct uiw_qp *qp, int err, bool *clean)
 {
     struct dp_rx *r = RX(qp);
-    bool clean;
 
-    if (r) {
-        if (r->eof)
-            return;
-        r->eof = true;
-        clean = err == 0 && uiw_rx_idle(&qp->rx) && !r->msg_active;
-    } else {
-        clean = err == 0;
+    if (!r) {
+        *clean = err == 0;
+        return true;
     }
-    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
-        if (!clean)
-            uiw_log("qp %u: connection lost (%d)", qp->ibqp.qp_num, err);
-        dp_enter_error(qp);
-        if (!clean && !qp->term_sent && !qp->term_received)
-            uiw_async_event(qp->ctx, IBV_EVENT_QP_FATAL, &qp->ibqp);
-    } else {
-        dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
-        dp_tx_error_cleanup(qp);
-    }
-    if (qp->conn)
-        uiw_cm_llp_closed(qp->conn, err);
-    else if (qp->fd >= 0)
-        (void)shutdown(qp->fd, SHUT_WR); /* no CM: answer the FIN ourselves */
-}
-
-void dp_rnr_timer_cb(void *obj)
-{
-    dp_event_cb(obj, 0);
-}
-
-void dp_event_cb(void *obj, uint32_t events)
-{
-    struct uiw_qp *qp = obj;
-
-    (void)events;
-    pthread_mutex_lock(&qp->lock);
-    if (qp->fd >= 0)
-        uiw_qp_rx_progress(qp); /* then transmit */
-    pthread_mutex_unlock(&qp->lock);
+    if (r->eof)
+        return false;
+    r->eof = true;
+    *clean = err == 0 && uiw_rx_idle(&qp->rx) && !r->msg_active;
+    return true;
 }
 
 int dp_rx_attach(struct uiw_qp *qp)

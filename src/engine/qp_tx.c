@@ -47,15 +47,14 @@
 #include "dp_int.h"
 #include "pcap_out.h"
 
-#define TXB_IOV       1024 /* IOV_MAX on Linux */
-#define TXB_FPDUS     256
-#define TXB_ARENA     (32u * 1024)
-#define TXB_BYTES     (1u << 20)    /* bytes per sendmsg batch */
-#define TXB_VOL_MAX   (256u * 1024) /* Read Response bytes per batch (spill bound) */
-#define TXB_HELD      8
-#define TXB_SPILLS    4
-#define TX_BUDGET     (16u << 20) /* bytes per call before yielding to other QPs */
-#define DP_MAX_FPDU_8 65528u      /* 65535 rounded down to a multiple of 8 */
+#define TXB_IOV     1024 /* IOV_MAX on Linux */
+#define TXB_FPDUS   256
+#define TXB_ARENA   (32u * 1024)
+#define TXB_BYTES   (1u << 20)    /* bytes per sendmsg batch */
+#define TXB_VOL_MAX (256u * 1024) /* Read Response bytes per batch (spill bound) */
+#define TXB_HELD    8
+#define TXB_SPILLS  4
+#define TX_BUDGET   (16u << 20) /* bytes per call before yielding to other QPs */
 
 enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
 /* dp_tx.vol[]: what an iovec points into */
@@ -125,58 +124,12 @@ static struct dp_tx *TX(struct uiw_qp *qp)
  * Helpers shared with qp_rx.c
  * ---------------------------------------------------------------------- */
 
-unsigned dp_hdr_image(const uiw_hdr *h, unsigned ulpdu_len, bool with_rreq,
-                      uint8_t out[DP_HDR_IMAGE_MAX])
-{
-    uint8_t tmp[UIW_RX_HDRBUF];
-    unsigned ddp = h->tagged ? UIW_HDR_TAGGED_LEN : UIW_HDR_UNTAGGED_LEN;
-    unsigned n;
-    int r;
-
-    if (h->opcode == UIW_OP_TERMINATE)
-        return 0;
-    r = uiw_hdr_encode(h, tmp, sizeof(tmp));
-    if (r < (int)ddp)
-        return 0;
-    /* RFC 5040 §4.8: DDP Segment Length, then the terminated DDP header */
-    out[0] = (uint8_t)(ulpdu_len >> 8);
-    out[1] = (uint8_t)ulpdu_len;
-    memcpy(out + UIW_TERM_DDP_SEGLEN_LEN, tmp, ddp);
-    n = UIW_TERM_DDP_SEGLEN_LEN + ddp;
-    /* ... and the Read Request header (R) for errors on a Read Request */
-    if (with_rreq && !h->tagged && h->opcode == UIW_OP_READ_REQ &&
-        r >= (int)(UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN)) {
-        memcpy(out + n, tmp + UIW_HDR_UNTAGGED_LEN, UIW_RREQ_LEN);
-        n += UIW_RREQ_LEN;
-    }
-    return n;
-}
-
 void dp_orq_pop(struct uiw_qp *qp)
 {
     if (!qp->orq_count)
         return;
     qp->orq_head = (qp->orq_head + 1) % UIW_MAX_ORD;
     qp->orq_count--;
-}
-
-static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
-{
-    switch (op) {
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-        return IBV_WC_RDMA_WRITE;
-    case IBV_WR_RDMA_READ:
-        return IBV_WC_RDMA_READ;
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-        return IBV_WC_COMP_SWAP;
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        return IBV_WC_FETCH_ADD;
-    case IBV_WR_LOCAL_INV:
-        return IBV_WC_LOCAL_INV;
-    default:
-        return IBV_WC_SEND;
-    }
 }
 
 void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st)
@@ -191,7 +144,7 @@ void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st)
     memset(&wc, 0, sizeof(wc));
     wc.wr_id = e->wr_id;
     wc.status = st;
-    wc.opcode = wc_opcode(e->opcode);
+    wc.opcode = dp_wc_opcode(e->opcode);
     wc.qp_num = qp->ibqp.qp_num;
     wc.byte_len = e->opcode == IBV_WR_LOCAL_INV ? 0 : (uint32_t)e->length;
     uiw_cq_push(qp->scq, &wc, false);
@@ -446,24 +399,6 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
  * Starting messages
  * ---------------------------------------------------------------------- */
 
-static void hdr_init(uiw_hdr *h, bool tagged, unsigned opcode)
-{
-    memset(h, 0, sizeof(*h));
-    h->tagged = tagged;
-    h->last = true;
-    h->ddp_version = UIW_DDP_VERSION;
-    h->rdmap_version = UIW_RDMAP_VERSION;
-    h->opcode = (uint8_t)opcode;
-}
-
-static void hdr_untagged(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn)
-{
-    hdr_init(h, false, opcode);
-    h->qn = qn;
-    h->msn = msn;
-    h->mo = 0;
-}
-
 /* Gather list of a Send/Write: inline slot or the SGEs (lkey checked for
  * local read, RFC 5042 §5: every access is checked). The MRs stay held by
  * the SQE until its last byte was handed to TCP (fire) or it ends
@@ -627,17 +562,17 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_IMM:
         /* RFC 5040 §5.3; with Imm the SE goes on the Immediate Data */
-        hdr_untagged(&h, (se && e->opcode == IBV_WR_SEND) ? UIW_OP_SEND_SE : UIW_OP_SEND,
-                     UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+        uiw_hdr_init_untagged(&h, (se && e->opcode == IBV_WR_SEND) ? UIW_OP_SEND_SE : UIW_OP_SEND,
+                              UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
         break;
     case IBV_WR_SEND_WITH_INV:
-        hdr_untagged(&h, se ? UIW_OP_SEND_SE_INV : UIW_OP_SEND_INV, UIW_QN_SEND,
-                     ++qp->tx_msn[UIW_QN_SEND]);
+        uiw_hdr_init_untagged(&h, se ? UIW_OP_SEND_SE_INV : UIW_OP_SEND_INV, UIW_QN_SEND,
+                              ++qp->tx_msn[UIW_QN_SEND]);
         h.inv_stag = e->imm_or_inv; /* RFC 5040 §4.1 Invalidate STag */
         break;
     case IBV_WR_RDMA_WRITE:
     case IBV_WR_RDMA_WRITE_WITH_IMM:
-        hdr_init(&h, true, UIW_OP_WRITE); /* RFC 5040 §5.1 */
+        uiw_hdr_init(&h, true, UIW_OP_WRITE); /* RFC 5040 §5.1 */
         h.stag = e->rkey;
         h.to = e->remote_addr;
         break;
@@ -650,7 +585,7 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
         o->sink_to = e->num_sge ? e->sge[0].addr : 0;
         o->size = (uint32_t)e->length;
         o->msn = ++qp->tx_msn[UIW_QN_READ_REQ];
-        hdr_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, o->msn);
+        uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, o->msn);
         h.u.rreq.sink_stag = o->sink_stag;
         h.u.rreq.sink_to = o->sink_to;
         h.u.rreq.read_size = o->size;
@@ -669,7 +604,7 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
         o->size = 8;
         o->req_id = ++t->atomic_id;
         o->msn = ++qp->tx_msn[UIW_QN_READ_REQ];
-        hdr_untagged(&h, UIW_OP_ATOMIC_REQ, UIW_QN_READ_REQ, o->msn);
+        uiw_hdr_init_untagged(&h, UIW_OP_ATOMIC_REQ, UIW_QN_READ_REQ, o->msn);
         a->req_id = o->req_id;
         a->stag = e->rkey;
         a->to = e->remote_addr;
@@ -739,45 +674,27 @@ static void start_imm(struct uiw_qp *qp, struct dp_tx *t, const struct uiw_sqe *
 {
     uiw_hdr h;
 
-    hdr_untagged(&h, (e->flags & IBV_SEND_SOLICITED) ? UIW_OP_IMM_DATA_SE : UIW_OP_IMM_DATA,
-                 UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+    uiw_hdr_init_untagged(&h,
+                          (e->flags & IBV_SEND_SOLICITED) ? UIW_OP_IMM_DATA_SE : UIW_OP_IMM_DATA,
+                          UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
     memcpy(h.u.imm, &e->imm_or_inv, 4);
     (void)uiw_tx_msg_init(&t->msg, &h, NULL, 0, 0);
     t->phase = 1;
 }
 
-static uint8_t rdmap_prot_code(enum uiw_mem_err err)
-{
-    switch (err) {
-    case UIW_MEM_BASE_BOUNDS:
-        return UIW_RDMAP_EC_BASE_BOUNDS;
-    case UIW_MEM_ACCESS:
-        return UIW_RDMAP_EC_ACCESS_RIGHTS;
-    case UIW_MEM_PD:
-        return UIW_RDMAP_EC_STAG_NOT_ASSOC;
-    case UIW_MEM_TO_WRAP:
-        return UIW_RDMAP_EC_TO_WRAP;
-    default:
-        return UIW_RDMAP_EC_INVALID_STAG;
-    }
-}
-
-/* A Read Response cannot be (further) served from its source: RDMAP
- * Remote Protection Error with the Read Request header updated to the
- * current location (RFC 5040 §4.8 "Terminated RDMA Header"). */
 static void irq_fail(struct uiw_qp *qp, const struct uiw_irqe *e, enum uiw_mem_err err)
 {
-    uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, rdmap_prot_code(err)};
-    uint8_t img[DP_HDR_IMAGE_MAX];
+    uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, dp_prot_code(err)};
+    uint8_t img[UIW_TERM_HDR_IMAGE_MAX];
     uiw_hdr h;
     unsigned n;
 
-    hdr_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, e->msn);
+    uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, e->msn);
     h.u.rreq = e->rreq;
     h.u.rreq.sink_to += e->sent;
     h.u.rreq.src_to += e->sent;
     h.u.rreq.read_size -= (uint32_t)e->sent;
-    n = dp_hdr_image(&h, UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN, true, img);
+    n = uiw_term_hdr_image(&h, UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN, true, img);
     uiw_qp_terminate_locked(qp, c, img, n, IBV_EVENT_QP_ACCESS_ERR);
 }
 
@@ -822,7 +739,7 @@ static int serve_irq(struct uiw_qp *qp, struct dp_tx *t)
         /* RFC 5040 §5.2.2: tagged, to the requester's sink STag/TO */
         if (e->rreq.read_size && t->nheld == TXB_HELD)
             return 0;
-        hdr_init(&h, true, UIW_OP_READ_RESP);
+        uiw_hdr_init(&h, true, UIW_OP_READ_RESP);
         h.stag = e->rreq.sink_stag;
         h.to = e->rreq.sink_to;
         e->sent = 0;
@@ -833,7 +750,8 @@ static int serve_irq(struct uiw_qp *qp, struct dp_tx *t)
         r = uiw_tx_msg_init(&t->msg, &h, t->sgl, e->rreq.read_size ? 1 : 0, e->rreq.read_size);
     } else {
         /* RFC 7306 §5.2.2: Atomic Response on QN 3 */
-        hdr_untagged(&h, UIW_OP_ATOMIC_RESP, UIW_QN_ATOMIC_RESP, ++qp->tx_msn[UIW_QN_ATOMIC_RESP]);
+        uiw_hdr_init_untagged(&h, UIW_OP_ATOMIC_RESP, UIW_QN_ATOMIC_RESP,
+                              ++qp->tx_msn[UIW_QN_ATOMIC_RESP]);
         h.u.atomic_resp = e->aresp;
         t->irq_read = false;
         r = uiw_tx_msg_init(&t->msg, &h, NULL, 0, 0);
@@ -855,17 +773,17 @@ static void start_rtr(struct uiw_qp *qp, struct dp_tx *t)
     uiw_hdr h;
 
     if (t->rtr & UIW_RTR_WRITE) {
-        hdr_init(&h, true, UIW_OP_WRITE);
+        uiw_hdr_init(&h, true, UIW_OP_WRITE);
         h.stag = 1; /* siw: Chelsio refuses STag 0 */
         h.to = 0;
     } else if (t->rtr & UIW_RTR_READ) {
         struct uiw_orqe *o = orq_push(qp);
         o->sqe = NULL; /* internal: consumed without completion */
         o->msn = ++qp->tx_msn[UIW_QN_READ_REQ];
-        hdr_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, o->msn);
+        uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, o->msn);
         h.u.rreq.src_stag = 1;
     } else {
-        hdr_untagged(&h, UIW_OP_SEND, UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+        uiw_hdr_init_untagged(&h, UIW_OP_SEND, UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
     }
     (void)uiw_tx_msg_init(&t->msg, &h, NULL, 0, 0);
     t->rtr = 0;
@@ -1009,38 +927,6 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
  * Terminate (RFC 5040 §4.8, §5.4, §7)
  * ---------------------------------------------------------------------- */
 
-/* What to attach (RFC 5040 §4.8 Figure 10): LLP errors and a Local
- * Catastrophic Error nothing; DDP errors and RDMAP Remote Protection /
- * Operation errors the DDP Segment Length and the DDP header; errors on a
- * Read Request also its RDMA header (bad images of 48 bytes). */
-static void term_attach(uiw_term *tm, uiw_term_cause c, const uint8_t *bad, unsigned len)
-{
-    unsigned ddp;
-
-    memset(tm, 0, sizeof(*tm));
-    tm->cause = c;
-    if (c.layer == UIW_LAYER_LLP || (c.layer == UIW_LAYER_RDMAP && c.etype == 0) || !bad ||
-        len < UIW_TERM_DDP_SEGLEN_LEN)
-        return;
-    tm->hdr_mpa = true; /* M: the DDP Segment Length is valid */
-    ddp = len > UIW_TERM_DDP_SEGLEN_LEN && (bad[UIW_TERM_DDP_SEGLEN_LEN] & 0x80)
-              ? UIW_HDR_TAGGED_LEN
-              : UIW_HDR_UNTAGGED_LEN;
-    if (len < UIW_TERM_DDP_SEGLEN_LEN + ddp) {
-        tm->ddp_hdr_len = UIW_TERM_DDP_SEGLEN_LEN;
-        memcpy(tm->ddp_hdr, bad, UIW_TERM_DDP_SEGLEN_LEN);
-        return;
-    }
-    tm->hdr_ddp = true; /* D */
-    tm->ddp_hdr_len = (uint8_t)(UIW_TERM_DDP_SEGLEN_LEN + ddp);
-    memcpy(tm->ddp_hdr, bad, tm->ddp_hdr_len);
-    if (c.layer == UIW_LAYER_RDMAP && len >= (unsigned)tm->ddp_hdr_len + UIW_RREQ_LEN) {
-        tm->hdr_rdma = true; /* R */
-        tm->rdma_hdr_len = UIW_RREQ_LEN;
-        memcpy(tm->rdma_hdr, bad + tm->ddp_hdr_len, UIW_RREQ_LEN);
-    }
-}
-
 /* Put the Terminate in place of everything not yet handed to TCP: a
  * partially sent FPDU must be finished (framing), its rest is copied since
  * the buffers behind it are about to be flushed. */
@@ -1099,55 +985,17 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
     append_fpdu(t, MK_TERM, 0, VOL_NONE);
 }
 
-void dp_enter_error(struct uiw_qp *qp)
-{
-    dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
-    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
-        uiw_qp_to_error_locked(qp);
-    dp_tx_error_cleanup(qp);
-}
-
-UIW_EXPORT void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause,
-                                        const uint8_t *bad_hdr, unsigned bad_hdr_len,
-                                        enum ibv_event_type async)
+void dp_tx_queue_terminate(struct uiw_qp *qp, const uiw_hdr *h)
 {
     struct dp_tx *t = TX(qp);
-    uiw_hdr h;
 
-    /* RFC 5040 §7.1 rule 4: only the first error is reported; nothing is
-     * sent after a Terminate (§5.4) or once the stream is being closed */
-    if (qp->term_sent || qp->term_received || qp->state == IBV_QPS_ERR ||
-        qp->state == IBV_QPS_RESET)
-        return;
-    qp->term_sent = true;
-    qp->term = cause;
-    uiw_log("qp %u: sending Terminate %s / %s / %s", qp->ibqp.qp_num,
-            uiw_term_layer_name(cause.layer), uiw_term_etype_name(cause.layer, cause.etype),
-            uiw_term_ecode_name(cause.layer, cause.etype, cause.ecode));
-
-    /* RFC 5040 §4.8, §5.4: untagged, QN 2, first (and only) message on
-     * it: MSN 1, MO 0 */
-    hdr_untagged(&h, UIW_OP_TERMINATE, UIW_QN_TERMINATE, ++qp->tx_msn[UIW_QN_TERMINATE]);
-    term_attach(&h.u.term, cause, bad_hdr, bad_hdr_len);
     if (t && qp->fd >= 0 && !t->shut)
-        queue_terminate(qp, t, &h);
-    dp_enter_error(qp);
-    if (async != DP_NO_ASYNC)
-        uiw_async_event(qp->ctx, async, &qp->ibqp);
-    uiw_qp_tx_progress(qp);
+        queue_terminate(qp, t, h);
 }
 
 /* ------------------------------------------------------------------------
  * Progress
  * ---------------------------------------------------------------------- */
-
-void dp_arm(struct uiw_qp *qp)
-{
-    uint32_t ev = EPOLLIN | EPOLLRDHUP | EPOLLET | (qp->want_write ? EPOLLOUT : 0u);
-
-    if (qp->fd >= 0)
-        (void)uiw_progress_mod(qp->fd, ev, dp_event_cb, qp);
-}
 
 void dp_tx_error_cleanup(struct uiw_qp *qp)
 {
@@ -1176,7 +1024,7 @@ void dp_tx_release_await(struct uiw_qp *qp)
         t->await = false;
 }
 
-UIW_EXPORT int uiw_qp_tx_progress(struct uiw_qp *qp)
+int uiw_qp_tx_progress(struct uiw_qp *qp)
 {
     struct dp_tx *t = TX(qp);
     int ret = 0;
@@ -1299,7 +1147,7 @@ static void revoke_qp(struct uiw_qp *qp, void *arg)
     pthread_mutex_unlock(&qp->lock);
 }
 
-UIW_EXPORT void uiw_tx_revoke_mr(struct uiw_mr *mr)
+void uiw_tx_revoke_mr(struct uiw_mr *mr)
 {
     uiw_qp_foreach(revoke_qp, mr);
 }
@@ -1326,8 +1174,7 @@ static bool opcode_ok(enum ibv_wr_opcode op)
     }
 }
 
-UIW_EXPORT int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr,
-                                       struct ibv_send_wr **bad)
+int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     int ret = 0;
     bool posted = false;
@@ -1453,118 +1300,4 @@ void dp_tx_free(struct uiw_qp *qp)
     free(t->spill);
     free(t);
     qp->tx_state = NULL;
-}
-
-UIW_EXPORT void uiw_qp_dp_free(struct uiw_qp *qp)
-{
-    dp_tx_free(qp);
-    dp_rx_free(qp);
-}
-
-static unsigned pick_max_fpdu(int fd)
-{
-    unsigned mf = uiw_config()->max_fpdu;
-
-    if (!mf) {
-        /* like siw (notes §2.6): one FPDU per TCP segment, MSS rounded
-         * down to a multiple of 8 */
-        int mss = 0;
-        socklen_t l = sizeof(mss);
-        if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) == 0 && mss > 0)
-            mf = (unsigned)mss & ~7u;
-        else
-            mf = DP_MAX_FPDU_8; /* not TCP (tests on socketpairs) */
-    }
-    if (mf > DP_MAX_FPDU_8)
-        mf = DP_MAX_FPDU_8;
-    if (mf < UIW_TX_MIN_FPDU)
-        mf = UIW_TX_MIN_FPDU;
-    return mf;
-}
-
-static unsigned depth(uint16_t negotiated, unsigned current, unsigned max)
-{
-    /* RFC 6581 §9.1: 0x3FFF leaves it to the ULP (the QP's attribute) */
-    unsigned v = negotiated == UIW_MPA_IRD_ORD_AUTO ? current : negotiated;
-    return v > max ? max : v;
-}
-
-UIW_EXPORT int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
-{
-    struct ibv_qp_attr attr;
-    unsigned max_fpdu;
-    int one = 1, fl, r;
-
-    if (!qp || fd < 0 || !mpa)
-        return -EINVAL;
-    fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
-        return -errno;
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
-    max_fpdu = pick_max_fpdu(fd);
-
-    pthread_mutex_lock(&qp->lock);
-    if (qp->fd >= 0) {
-        r = -EBUSY;
-        goto out;
-    }
-    if (qp->state != IBV_QPS_RESET && qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR) {
-        r = -EINVAL;
-        goto out;
-    }
-    qp->mpa = *mpa;
-    qp->ord = depth(mpa->ord, qp->ord, UIW_MAX_ORD);
-    qp->ird = depth(mpa->ird, qp->ird, UIW_MAX_IRD);
-    memset(qp->tx_msn, 0, sizeof(qp->tx_msn));
-    memset(qp->rx_msn, 0, sizeof(qp->rx_msn));
-    qp->orq_head = qp->orq_count = 0;
-    qp->irq_head = qp->irq_count = 0;
-    qp->term_sent = qp->term_received = false;
-    qp->want_write = false;
-    r = dp_tx_attach(qp, max_fpdu);
-    if (!r)
-        r = dp_rx_attach(qp);
-    if (!r && !qp->rnr_timers) {
-        /* receiver not ready (qp_rx.c): the kick and the limit */
-        r = uiw_timer_init(&qp->rnr_kick, dp_rnr_timer_cb, qp);
-        if (!r) {
-            r = uiw_timer_init(&qp->rnr_limit, dp_rnr_timer_cb, qp);
-            if (r)
-                uiw_timer_fini(&qp->rnr_kick);
-        }
-        qp->rnr_timers = !r;
-    }
-    if (r)
-        goto out;
-
-    /* RDMAC verbs Idle -> RTS (qp.c allows INIT -> RTS with a socket) */
-    qp->fd = fd;
-    memset(&attr, 0, sizeof(attr));
-    if (qp->state == IBV_QPS_RESET) {
-        attr.qp_state = IBV_QPS_INIT;
-        r = uiw_qp_modify_locked(qp, &attr, IBV_QP_STATE);
-    }
-    if (!r) {
-        attr.qp_state = IBV_QPS_RTS;
-        r = uiw_qp_modify_locked(qp, &attr, IBV_QP_STATE);
-    }
-    if (r) {
-        qp->fd = -1;
-        goto out;
-    }
-    r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
-    if (r) {
-        uiw_qp_to_error_locked(qp);
-        qp->fd = -1;
-        goto out;
-    }
-    uiw_stat_connected(qp, !mpa->await_rtr); /* a responder always awaits the first FPDU */
-    uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
-            qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
-            qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
-    /* bytes may be waiting already; the RTR goes out now */
-    uiw_qp_rx_progress(qp);
-out:
-    pthread_mutex_unlock(&qp->lock);
-    return r;
 }

@@ -187,13 +187,16 @@ static struct rcm_dev *dev_get_locked(struct ibv_device *ibdev, int *err)
     }
     struct ibv_device_attr attr;
     memset(&attr, 0, sizeof(attr));
-    if (ibv_query_device(d->verbs, &attr) == 0) {
-        d->max_resp_res = (uint8_t)(attr.max_qp_rd_atom > 0xFE ? 0xFE : attr.max_qp_rd_atom);
-        d->max_init_depth =
-            (uint8_t)(attr.max_qp_init_rd_atom > 0xFE ? 0xFE : attr.max_qp_init_rd_atom);
-    } else {
-        d->max_resp_res = d->max_init_depth = UIW_MAX_IRD;
+    int qrc = ibv_query_device(d->verbs, &attr);
+    if (qrc) {
+        *err = -qrc;
+        ibv_close_device(d->verbs);
+        free(d);
+        return NULL;
     }
+    d->max_resp_res = (uint8_t)(attr.max_qp_rd_atom > 0xFE ? 0xFE : attr.max_qp_rd_atom);
+    d->max_init_depth =
+        (uint8_t)(attr.max_qp_init_rd_atom > 0xFE ? 0xFE : attr.max_qp_init_rd_atom);
     (void)ibv_query_gid(d->verbs, 1, 0, &d->gid);
     d->pd = ibv_alloc_pd(d->verbs);
     if (!d->pd) {

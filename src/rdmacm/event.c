@@ -326,7 +326,7 @@ void rcm_retry_cancel(struct rcm_id *x)
     x->retry_pending = false;
     x->retry_next = NULL;
     if (x->conn_qp)
-        uiw_qp_put(x->conn_qp);
+        uiw_cm_qp_release(x->conn_qp);
 }
 
 /* A refused connect for x: try again instead? Consumes q when it does.
@@ -352,7 +352,7 @@ static bool retry_refused(struct rcm_id *x, struct rcm_qev *q)
     if (!ok)
         return false;
     if (x->conn_qp)
-        uiw_qp_get(x->conn_qp);       /* kept alive until the next attempt... */
+        uiw_cm_qp_hold(x->conn_qp);   /* kept alive until the next attempt... */
     uiw_cm_conn_destroy(q->uev.conn); /* ...as the connection lets go of it */
     free(q);
     x->retry_delay_ms = x->retry_delay_ms ? x->retry_delay_ms * 2 : 1;
@@ -388,7 +388,7 @@ static int run_retries(void)
         int rc = uiw_cm_connect(x->conn_qp, (struct sockaddr *)&x->conn_src,
                                 (struct sockaddr *)&x->conn_dst, &x->conn_param, rcm_uch, x, &c);
         if (x->conn_qp)
-            uiw_qp_put(x->conn_qp);
+            uiw_cm_qp_release(x->conn_qp);
         pthread_mutex_lock(&x->lock);
         if (rc == 0)
             x->conn = c;
@@ -612,7 +612,7 @@ UIW_EXPORT void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 
 static uint8_t u8_depth(uint16_t v, uint8_t dflt)
 {
-    if (v == UIW_MPA_IRD_ORD_AUTO)
+    if (v == UIW_CM_IRD_ORD_AUTO)
         return dflt;
     return (uint8_t)(v > 0xFE ? 0xFE : v);
 }

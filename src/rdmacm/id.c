@@ -319,7 +319,7 @@ UIW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
     }
     struct sockaddr_storage src;
     memcpy(&src, &x->id.route.addr.src_storage, sizeof(src));
-    struct uiw_context *ctx = x->dev ? to_uctx(x->dev->verbs) : NULL;
+    struct ibv_context *ctx = x->dev ? x->dev->verbs : NULL;
     x->state = RCM_LISTEN;
     pthread_mutex_unlock(&x->lock);
 
@@ -369,13 +369,13 @@ static int check_param(struct rcm_id *x, const struct rdma_conn_param *p)
 
 /* The QP to attach: the id's, else one named by qp_num (not supported:
  * the engine has no lookup by number), else none (MPA only, no FPDUs). */
-static int pick_qp(struct rcm_id *x, const struct rdma_conn_param *p, struct uiw_qp **qp)
+static int pick_qp(struct rcm_id *x, const struct rdma_conn_param *p, struct ibv_qp **qp)
 {
     *qp = NULL;
     if (x->id.qp) {
         if (x->id.qp->context != x->id.verbs)
             return -EINVAL;
-        *qp = to_uqp(x->id.qp);
+        *qp = x->id.qp;
         return 0;
     }
     if (p && p->qp_num)
@@ -392,7 +392,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     if (!id)
         return rcm_err(EINVAL);
     struct rcm_id *x = to_rid(id);
-    struct uiw_qp *qp = NULL;
+    struct ibv_qp *qp = NULL;
     pthread_mutex_lock(&x->lock);
     int rc = x->state == RCM_ROUTE_RESOLVED ? 0 : -EINVAL;
     if (!rc)
@@ -465,7 +465,7 @@ UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
     if (!id)
         return rcm_err(EINVAL);
     struct rcm_id *x = to_rid(id);
-    struct uiw_qp *qp = NULL;
+    struct ibv_qp *qp = NULL;
     pthread_mutex_lock(&x->lock);
     int rc = x->state == RCM_REQ && x->conn ? 0 : -EINVAL;
     if (!rc)

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * uiwarp's librdmacm.so.1: the rdma_cm API of rdma-core (RDMACM_1.0 ... 1.3)
- * on top of the engine's connection manager (uiw_cm_*, engine.h
- * "Connections"), for programs built against Debian's librdmacm-dev.
+ * on top of the engine's connection manager (uiw_cm_*, the engine's
+ * narrow interface src/engine/iface/uiw_cm.h), for programs built
+ * against Debian's librdmacm-dev.
  *
  * Files:
  *   event.c     event channels, the event router thread, rdma_get_cm_event,
@@ -45,7 +46,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
-#include "engine.h"
+#include "uiw_cm.h"
 
 /* Return -1 with errno set, as every rdma_* call reports failure. */
 static inline int rcm_err(int e)
@@ -121,7 +122,7 @@ static inline struct rcm_channel *to_rch(struct rdma_event_channel *c)
 struct rcm_event {
     struct rdma_cm_event ev;
     struct rcm_id *owner; /* whose ack count it bumps (CONNECT_REQUEST: the listener) */
-    uint8_t private_data[UIW_MPA_MAX_PD];
+    uint8_t private_data[UIW_CM_PD_MAX];
 };
 
 extern pthread_mutex_t rcm_route_lock;
@@ -199,7 +200,7 @@ struct rcm_id {
     unsigned peer_timeout_ms; /* RDMA_OPTION_ID_ACK_TIMEOUT (0: UIWARP_PEER_TIMEOUT) */
     /* active: what rdma_connect asked for, to try again when the first
      * attempts are refused (see rcm_retry_refused) */
-    struct uiw_qp *conn_qp;
+    struct ibv_qp *conn_qp;
     struct uiw_conn_param conn_param;
     uint8_t conn_pd[0xFF];
     struct sockaddr_storage conn_src, conn_dst;

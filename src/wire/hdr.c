@@ -598,3 +598,142 @@ int uiw_hdr_decode(const uint8_t *in, size_t len, uiw_hdr *h, uiw_term_cause *ca
     }
     return UIW_HDR_UNTAGGED_LEN + oi->rdmap_len;
 }
+
+void uiw_hdr_init(uiw_hdr *h, bool tagged, unsigned opcode)
+{
+    memset(h, 0, sizeof(*h));
+    h->tagged = tagged;
+    h->last = true;
+    h->ddp_version = UIW_DDP_VERSION;
+    h->rdmap_version = UIW_RDMAP_VERSION;
+    h->opcode = (uint8_t)opcode;
+}
+
+void uiw_hdr_init_untagged(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn)
+{
+    uiw_hdr_init(h, false, opcode);
+    h->qn = qn;
+    h->msn = msn;
+    h->mo = 0;
+}
+
+unsigned uiw_term_hdr_image(const uiw_hdr *h, unsigned ulpdu_len, bool with_rreq, uint8_t *out)
+{
+    uint8_t tmp[UIW_RX_HDRBUF];
+    unsigned ddp = h->tagged ? UIW_HDR_TAGGED_LEN : UIW_HDR_UNTAGGED_LEN;
+    unsigned n;
+    int r;
+
+    if (h->opcode == UIW_OP_TERMINATE)
+        return 0;
+    r = uiw_hdr_encode(h, tmp, sizeof(tmp));
+    if (r < (int)ddp)
+        return 0;
+    /* RFC 5040 §4.8: DDP Segment Length, then the terminated DDP header */
+    out[0] = (uint8_t)(ulpdu_len >> 8);
+    out[1] = (uint8_t)ulpdu_len;
+    memcpy(out + UIW_TERM_DDP_SEGLEN_LEN, tmp, ddp);
+    n = UIW_TERM_DDP_SEGLEN_LEN + ddp;
+    /* ... and the Read Request header (R) for errors on a Read Request */
+    if (with_rreq && !h->tagged && h->opcode == UIW_OP_READ_REQ &&
+        r >= (int)(UIW_HDR_UNTAGGED_LEN + UIW_RREQ_LEN)) {
+        memcpy(out + n, tmp + UIW_HDR_UNTAGGED_LEN, UIW_RREQ_LEN);
+        n += UIW_RREQ_LEN;
+    }
+    return n;
+}
+
+void uiw_term_attach(uiw_term *tm, uiw_term_cause c, const uint8_t *bad, unsigned len)
+{
+    unsigned ddp;
+
+    memset(tm, 0, sizeof(*tm));
+    tm->cause = c;
+    /* RFC 5040 §4.8 Figure 10: LLP errors and a Local Catastrophic Error
+     * (RDMAP error type 0) attach nothing */
+    if (c.layer == UIW_LAYER_LLP || (c.layer == UIW_LAYER_RDMAP && c.etype == 0) || !bad ||
+        len < UIW_TERM_DDP_SEGLEN_LEN)
+        return;
+    tm->hdr_mpa = true; /* M: the DDP Segment Length is valid */
+    ddp = len > UIW_TERM_DDP_SEGLEN_LEN && (bad[UIW_TERM_DDP_SEGLEN_LEN] & 0x80)
+              ? UIW_HDR_TAGGED_LEN
+              : UIW_HDR_UNTAGGED_LEN;
+    if (len < UIW_TERM_DDP_SEGLEN_LEN + ddp) {
+        tm->ddp_hdr_len = UIW_TERM_DDP_SEGLEN_LEN;
+        memcpy(tm->ddp_hdr, bad, UIW_TERM_DDP_SEGLEN_LEN);
+        return;
+    }
+    tm->hdr_ddp = true; /* D */
+    tm->ddp_hdr_len = (uint8_t)(UIW_TERM_DDP_SEGLEN_LEN + ddp);
+    memcpy(tm->ddp_hdr, bad, tm->ddp_hdr_len);
+    /* R: RDMAP errors on a Read Request (bad images of 48 bytes) */
+    if (c.layer == UIW_LAYER_RDMAP && len >= (unsigned)tm->ddp_hdr_len + UIW_RREQ_LEN) {
+        tm->hdr_rdma = true;
+        tm->rdma_hdr_len = UIW_RREQ_LEN;
+        memcpy(tm->rdma_hdr, bad + tm->ddp_hdr_len, UIW_RREQ_LEN);
+    }
+}
+
+bool uiw_term_untagged_qn_msn(const uiw_term *t, uint32_t *qn, uint32_t *msn)
+{
+    const uint8_t *d = t->ddp_hdr + UIW_TERM_DDP_SEGLEN_LEN;
+
+    if (!t->hdr_ddp || t->ddp_hdr_len != UIW_TERM_DDP_SEGLEN_LEN + UIW_HDR_UNTAGGED_LEN ||
+        (d[0] & 0x80))
+        return false;
+    /* RFC 5041 §4.3: ctrl(2) rsvd/inv(4) QN(4) MSN(4) MO(4) */
+    *qn = get32(d + 6);
+    *msn = get32(d + 10);
+    return true;
+}
+
+void uiw_useq_init(uiw_useq *q)
+{
+    memset(q, 0, sizeof(*q));
+    q->next_msn = 1; /* RFC 5041 §5.1.2: the initial MSN is 1 */
+}
+
+static bool useq_fail(uiw_term_cause *cause, unsigned layer, unsigned etype, unsigned ecode)
+{
+    cause->layer = (uint8_t)layer;
+    cause->etype = (uint8_t)etype;
+    cause->ecode = (uint8_t)ecode;
+    return false;
+}
+
+bool uiw_useq_check(const uiw_useq *q, const uiw_hdr *h, uiw_term_cause *cause)
+{
+    if (!q->open) {
+        /* RFC 5041 §7.1 check 3 (MSN range) and §5.1.2 (+1 per message) */
+        if (h->msn != q->next_msn)
+            return useq_fail(cause, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED,
+                             UIW_DDP_EC_U_INVALID_MSN_RANGE);
+        /* RFC 5041 §7.1 check 5: a message starts at MO 0 */
+        if (h->mo != 0)
+            return useq_fail(cause, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
+        return true;
+    }
+    /* RFC 5041 §5.1.2: segments of one message carry its MSN ... */
+    if (h->msn != q->msn)
+        return useq_fail(cause, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE);
+    /* ... and one RDMAP message has one opcode (RFC 5040 §5.1) ... */
+    if (h->opcode != q->opcode)
+        return useq_fail(cause, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                         UIW_RDMAP_EC_UNEXPECTED_OPCODE);
+    /* ... at contiguous offsets (RFC 5041 §5.2) */
+    if (h->mo != q->mo_next)
+        return useq_fail(cause, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO);
+    return true;
+}
+
+void uiw_useq_accept(uiw_useq *q, const uiw_hdr *h, uint32_t payload_len)
+{
+    q->open = true;
+    q->msn = h->msn;
+    q->opcode = h->opcode;
+    q->mo_next = h->mo + payload_len;
+    if (h->last) {
+        q->open = false;
+        q->next_msn = h->msn + 1;
+    }
+}

@@ -190,3 +190,16 @@ int uiw_mpa_decode(const uint8_t *in, size_t len, unsigned expect_kind, uiw_mpa_
         memcpy(f->ulp_pd, p, ulp);
     return (int)(UIW_MPA_HDR_LEN + pd_len);
 }
+
+size_t uiw_mpa_frame_want(const uint8_t *in, size_t have)
+{
+    size_t pd;
+
+    if (have < UIW_MPA_HDR_LEN)
+        return UIW_MPA_HDR_LEN;
+    /* RFC 5044 §7.1: PD_Length, the last 16 bits of the header */
+    pd = (size_t)in[18] << 8 | in[19];
+    if (pd > UIW_MPA_MAX_PD)
+        pd = UIW_MPA_MAX_PD;
+    return UIW_MPA_HDR_LEN + pd;
+}

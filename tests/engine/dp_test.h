@@ -199,6 +199,56 @@ static inline uiw_mpa_result dp_mpa(bool crc, bool markers, uint16_t ird, uint16
     return m;
 }
 
+#ifdef DP_VIA_CM
+/* For a test linked with libibverbs.so.1 itself (test_abi), which exports
+ * only the engine's narrow interface: connect over 127.0.0.1 with the
+ * engine's connection manager. MPA options are the process's (UIWARP_CRC,
+ * UIWARP_MARKERS): crc and markers are not used. The connections live
+ * until their QPs are destroyed. */
+static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool markers,
+                             uint16_t ird_a, uint16_t ord_a, uint16_t ird_b, uint16_t ord_b)
+{
+    static struct uiw_cm_channel *ch;
+    struct uiw_listener *l = NULL;
+    struct uiw_conn *ca = NULL;
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct sockaddr_storage bound;
+    struct uiw_conn_param pa = {.ird = ird_a, .ord = ord_a}, pb = {.ird = ird_b, .ord = ord_b};
+    struct uiw_cm_event ev;
+    int rc, established = 0;
+
+    (void)crc;
+    (void)markers;
+    if (!ch && !(ch = uiw_cm_channel_create()))
+        return -ENOMEM;
+    rc = uiw_cm_listen(NULL, (struct sockaddr *)&sa, 1, ch, NULL, &l);
+    if (!rc)
+        rc = uiw_cm_listener_addr(l, &bound);
+    if (!rc)
+        rc = uiw_cm_connect(a->qp, NULL, (struct sockaddr *)&bound, &pa, ch, a, &ca);
+    while (!rc && established < 2) {
+        struct pollfd pfd = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
+        if (poll(&pfd, 1, DP_TIMEOUT_MS) != 1) {
+            rc = -ETIMEDOUT;
+            break;
+        }
+        rc = uiw_cm_get_event(ch, &ev);
+        if (rc)
+            break;
+        if (ev.type == UIW_CM_CONNECT_REQUEST && ev.listener == l)
+            rc = uiw_cm_accept(ev.conn, b->qp, &pb, b);
+        else if (ev.user != a && ev.user != b)
+            continue; /* an earlier connection's (DISCONNECTED) */
+        else if (ev.type == UIW_CM_ESTABLISHED)
+            established++;
+        else
+            rc = ev.status ? ev.status : -EPROTO;
+    }
+    if (l)
+        uiw_cm_listener_destroy(l);
+    return rc;
+}
+#else
 /* Connect two QPs over a socketpair. */
 static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool markers,
                              uint16_t ird_a, uint16_t ord_a, uint16_t ird_b, uint16_t ord_b)
@@ -219,6 +269,7 @@ static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool ma
     }
     return 0;
 }
+#endif
 
 /* Poll one completion (poll-driven progress happens inside). */
 static inline int dp_poll(struct ibv_cq *cq, struct ibv_wc *wc, unsigned ms)

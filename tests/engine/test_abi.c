@@ -23,6 +23,7 @@
 #include <limits.h>
 #include <sys/wait.h>
 
+#define DP_VIA_CM /* linked with libibverbs.so.1 (tests/engine/CMakeLists.txt) */
 #include "dp_test.h"
 
 #define BUF 4096

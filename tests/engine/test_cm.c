@@ -464,7 +464,7 @@ static void env_down(struct env *e)
 }
 
 /* Connect from chc, get CONNECT_REQUEST on chs; returns the server conn. */
-static struct uiw_conn *connect_req(struct env *e, struct uiw_qp *qp,
+static struct uiw_conn *connect_req(struct env *e, struct ibv_qp *qp,
                                     const struct uiw_conn_param *p, struct uiw_conn **cc,
                                     struct uiw_cm_event *req)
 {
@@ -858,7 +858,7 @@ static void t_wildcard(void)
 
 /* Our initiator against a raw responder that sends `reply`. Returns the
  * raw socket (the caller closes it) and the Request it received. */
-static int raw_responder(int fam, const struct uiw_conn_param *p, struct uiw_qp *qp,
+static int raw_responder(int fam, const struct uiw_conn_param *p, struct ibv_qp *qp,
                          struct uiw_cm_channel *ch, struct uiw_conn **cc, uiw_mpa_frame *req)
 {
     uint16_t port;
@@ -1267,15 +1267,14 @@ static void t_qp_pair(int fam, bool expect_p2p)
     struct uiw_conn *cc = NULL, *sc;
     struct uiw_cm_event ev;
     struct uiw_conn_param p = {.ird = 4, .ord = 4};
-    sc = connect_req(&e, to_uqp(a.qp), &p, &cc, &ev);
+    sc = connect_req(&e, a.qp, &p, &cc, &ev);
     if (sc) {
         CHECK_EQ(ev.p2p, expect_p2p);
-        CHECK_EQ(uiw_cm_accept(sc, to_uqp(b.qp), &p, NULL), 0);
+        CHECK_EQ(uiw_cm_accept(sc, b.qp, &p, NULL), 0);
         /* the same QP cannot serve two connections */
         struct uiw_conn *c2 = NULL;
-        CHECK_EQ(
-            uiw_cm_connect(to_uqp(a.qp), NULL, (struct sockaddr *)&e.addr, &p, e.chc, NULL, &c2),
-            -EBUSY);
+        CHECK_EQ(uiw_cm_connect(a.qp, NULL, (struct sockaddr *)&e.addr, &p, e.chc, NULL, &c2),
+                 -EBUSY);
         if (expect_event(e.chc, &ev, UIW_CM_ESTABLISHED, 0, cc, "qp est c")) {
             CHECK_EQ(ev.p2p, expect_p2p);
             CHECK_EQ(eng_qp_state(a.qp), IBV_QPS_RTS);
@@ -1354,7 +1353,7 @@ static void t_qp_abort(int fam)
         struct uiw_cm_event ev;
         if (expect_event(e.chs, &ev, UIW_CM_CONNECT_REQUEST, 0, NULL, "abort req")) {
             struct uiw_conn *sc = ev.conn;
-            CHECK_EQ(uiw_cm_accept(sc, to_uqp(b.qp), NULL, NULL), 0);
+            CHECK_EQ(uiw_cm_accept(sc, b.qp, NULL, NULL), 0);
             uint8_t r[UIW_MPA_MAX_FRAME];
             CHECK(read_frame(fd, r, EV_MS) > 0);
             expect_event(e.chs, &ev, UIW_CM_ESTABLISHED, 0, sc, "abort est");
@@ -1407,7 +1406,7 @@ static void t_qp_p2p_responder(int fam, uint8_t rtr)
         CHECK_EQ(ev.rtr, rtr);
         struct uiw_conn_param p = {.ird = 1, .ord = 1};
         CHECK_EQ(uiw_cm_accept(sc, NULL, &p, NULL), -EINVAL); /* P2P needs a QP */
-        CHECK_EQ(uiw_cm_accept(sc, to_uqp(b.qp), &p, NULL), 0);
+        CHECK_EQ(uiw_cm_accept(sc, b.qp, &p, NULL), 0);
         int rn = read_frame(fd, r, EV_MS);
         uiw_mpa_frame rp;
         CHECK(rn > 0);
@@ -1459,7 +1458,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
     uiw_mpa_frame rq;
     struct uiw_cm_event ev;
     struct uiw_conn_param p = {.ird = 2, .ord = 2};
-    int fd = raw_responder(fam, &p, to_uqp(a.qp), ch, &c, &rq);
+    int fd = raw_responder(fam, &p, a.qp, ch, &c, &rq);
     if (fd >= 0) {
         CHECK(rq.p2p);
         CHECK_EQ(rq.rtr, offered);
@@ -1577,7 +1576,7 @@ static void c_timeout(void)
                 fd = raw_initiator(&e, f, n);
                 if (expect_event(e.chs, &ev, UIW_CM_CONNECT_REQUEST, 0, NULL, "rtr req")) {
                     struct uiw_conn *sc = ev.conn;
-                    CHECK_EQ(uiw_cm_accept(sc, to_uqp(b.qp), NULL, NULL), 0);
+                    CHECK_EQ(uiw_cm_accept(sc, b.qp, NULL, NULL), 0);
                     uint8_t r[UIW_MPA_MAX_FRAME];
                     CHECK(read_frame(fd, r, EV_MS) > 0);
                     t0 = eng_now_ms();

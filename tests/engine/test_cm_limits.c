@@ -345,11 +345,11 @@ static void legit_client(struct srv *s, const char *what)
     struct uiw_conn_param p = {.ird = 4, .ord = 4};
     if (!ok || !chc || !sbuf || !rbuf)
         goto out;
-    CHECK_EQ(uiw_cm_connect(to_uqp(a.qp), NULL, (struct sockaddr *)&dst, &p, chc, NULL, &cc), 0);
+    CHECK_EQ(uiw_cm_connect(a.qp, NULL, (struct sockaddr *)&dst, &p, chc, NULL, &cc), 0);
     if (!cc || !expect_event(s->ch, &ev, UIW_CM_CONNECT_REQUEST, 0, what))
         goto out;
     sc = ev.conn;
-    CHECK_EQ(uiw_cm_accept(sc, to_uqp(b.qp), &p, NULL), 0);
+    CHECK_EQ(uiw_cm_accept(sc, b.qp, &p, NULL), 0);
     if (!expect_event(chc, &ev, UIW_CM_ESTABLISHED, 0, what))
         goto out;
     smr = ibv_reg_mr(a.pd, sbuf, LEN, IBV_ACCESS_LOCAL_WRITE);
@@ -613,7 +613,7 @@ static void t_connect_emfile(void)
     }
     struct sockaddr_in dst = loop4(9); /* never reached */
     struct uiw_conn *c = NULL;
-    int rc = uiw_cm_connect(to_uqp(q.qp), NULL, (struct sockaddr *)&dst, NULL, ch, NULL, &c);
+    int rc = uiw_cm_connect(q.qp, NULL, (struct sockaddr *)&dst, NULL, ch, NULL, &c);
     printf("test_cm_limits: uiw_cm_connect with no descriptor left: %d (%s)\n", rc, strerror(-rc));
     CHECK_EQ(rc, -EMFILE);
     CHECK(c == NULL);
@@ -681,10 +681,9 @@ static void t_dead_peer_opts(struct srv *s)
         struct uiw_conn_param pc = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].cli_ms};
         struct uiw_conn_param ps = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].srv_ms};
         CHECK(tqp_make(&a) && tqp_make(&b));
-        CHECK_EQ(uiw_cm_connect(to_uqp(a.qp), NULL, (struct sockaddr *)&dst, &pc, chc, NULL, &cc),
-                 0);
+        CHECK_EQ(uiw_cm_connect(a.qp, NULL, (struct sockaddr *)&dst, &pc, chc, NULL, &cc), 0);
         if (expect_event(s->ch, &ev, UIW_CM_CONNECT_REQUEST, 0, "opts")) {
-            CHECK_EQ(uiw_cm_accept(ev.conn, to_uqp(b.qp), &ps, NULL), 0);
+            CHECK_EQ(uiw_cm_accept(ev.conn, b.qp, &ps, NULL), 0);
             struct uiw_conn *sc = ev.conn;
             if (expect_event(chc, &ev, UIW_CM_ESTABLISHED, 0, "opts")) {
                 check_opts(a.qp, v[i].cli_ut, v[i].cli_idle, v[i].cli_intvl, "initiator");

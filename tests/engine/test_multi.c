@@ -148,7 +148,7 @@ static unsigned connect_pairs(struct pair **p, unsigned n)
         uint32_t id = htonl(i);
         struct uiw_conn_param cp = {
             .private_data = &id, .private_data_len = 4, .ird = 16, .ord = 16};
-        int rc = uiw_cm_connect(to_uqp(p[i]->a.qp), NULL, (struct sockaddr *)&dst, &cp, A.ch, p[i],
+        int rc = uiw_cm_connect(p[i]->a.qp, NULL, (struct sockaddr *)&dst, &cp, A.ch, p[i],
                                 &p[i]->a.conn);
         if (rc < 0) {
             fprintf(stderr, "uiw_cm_connect %u: %d\n", i, rc);
@@ -167,7 +167,7 @@ static unsigned connect_pairs(struct pair **p, unsigned n)
                 id = ntohl(id);
                 struct uiw_conn_param cp = {.ird = 16, .ord = 16};
                 if (id < n && !p[id]->b.conn &&
-                    uiw_cm_accept(ev.conn, to_uqp(p[id]->b.qp), &cp, p[id]) == 0) {
+                    uiw_cm_accept(ev.conn, p[id]->b.qp, &cp, p[id]) == 0) {
                     p[id]->b.conn = ev.conn;
                 } else {
                     fprintf(stderr, "cannot accept request %u\n", id);
@@ -995,7 +995,7 @@ int main(void)
         memset(&a, 0, sizeof(a));
         a.sin_family = AF_INET;
         a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-        CHECK_EQ(uiw_cm_listen(to_uctx(B.ctx), (struct sockaddr *)&a, 128, B.ch, NULL, &lis), 0);
+        CHECK_EQ(uiw_cm_listen(B.ctx, (struct sockaddr *)&a, 128, B.ch, NULL, &lis), 0);
         CHECK_EQ(uiw_cm_listener_addr(lis, &ss), 0);
         lis_port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
         CHECK(lis_port != 0);

@@ -325,15 +325,14 @@ static void run_case(const char *tag, int parent, unsigned expect_s, unsigned li
     sa = addr4(1, ntohs(((struct sockaddr_in *)&bound)->sin_port));
     CHECK(enter_ns(nsB));
     struct uiw_conn_param p = {.ird = 4, .ord = 4};
-    CHECK_EQ(uiw_cm_connect(to_uqp(cl.qp), NULL, (struct sockaddr *)&sa, &p, cl.ch, NULL, &cl.conn),
-             0);
+    CHECK_EQ(uiw_cm_connect(cl.qp, NULL, (struct sockaddr *)&sa, &p, cl.ch, NULL, &cl.conn), 0);
     CHECK_EQ(setns(orig, CLONE_NEWNET), 0);
     if (!cl.conn || next_event(sv.ch, &ev, EV_MS) != 0 || ev.type != UIW_CM_CONNECT_REQUEST) {
         CHECK(!"CONNECT_REQUEST");
         goto out;
     }
     sv.conn = ev.conn;
-    CHECK_EQ(uiw_cm_accept(sv.conn, to_uqp(sv.qp), &p, NULL), 0);
+    CHECK_EQ(uiw_cm_accept(sv.conn, sv.qp, &p, NULL), 0);
     if (!expect_event(cl.ch, UIW_CM_ESTABLISHED, &ev, "client established"))
         goto out;
     /* verified data before the cut */

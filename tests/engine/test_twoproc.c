@@ -303,7 +303,7 @@ static void server(int ctl)
     memset(&a, 0, sizeof(a));
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    CHECK_EQ(uiw_cm_listen(to_uctx(e.ctx), (struct sockaddr *)&a, 4, e.ch, NULL, &e.lis), 0);
+    CHECK_EQ(uiw_cm_listen(e.ctx, (struct sockaddr *)&a, 4, e.ch, NULL, &e.lis), 0);
     CHECK_EQ(uiw_cm_listener_addr(e.lis, &ss), 0);
     memset(&m, 0, sizeof(m));
     m.port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
@@ -327,7 +327,7 @@ static void server(int ctl)
         goto out;
     e.conn = ev.conn;
     struct uiw_conn_param cp = {.ird = 16, .ord = 16};
-    CHECK_EQ(uiw_cm_accept(e.conn, to_uqp(e.qp), &cp, NULL), 0);
+    CHECK_EQ(uiw_cm_accept(e.conn, e.qp, &cp, NULL), 0);
     CHECK_EQ(cm_wait(&e, UIW_CM_ESTABLISHED, &ev), 0);
     check_policy(&e);
 
@@ -408,8 +408,7 @@ static void client(int ctl)
     dst.sin_port = htons((uint16_t)srv.port);
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     struct uiw_conn_param cp = {.ird = 16, .ord = 16};
-    CHECK_EQ(uiw_cm_connect(to_uqp(e.qp), NULL, (struct sockaddr *)&dst, &cp, e.ch, NULL, &e.conn),
-             0);
+    CHECK_EQ(uiw_cm_connect(e.qp, NULL, (struct sockaddr *)&dst, &cp, e.ch, NULL, &e.conn), 0);
     CHECK_EQ(cm_wait(&e, UIW_CM_ESTABLISHED, &ev), 0);
     if (ev.type != UIW_CM_ESTABLISHED)
         goto out;

@@ -1,0 +1,284 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * What the data path's two directions share (as Linux siw's siw_qp.c):
+ * attaching a connected socket to a QP, the socket's event dispatch
+ * (readable -> qp_rx.c, writable -> qp_tx.c), the end of the stream (EOF,
+ * RST), entering the error state, sending a Terminate (RFC 5040 §5.4), and
+ * the mappings both directions use (work request -> completion opcode,
+ * memory check -> Terminate code). qp_tx.c is the transmitter, qp_rx.c the
+ * receiver; qp.c owns the QP object, its state machine and posting.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "dp_int.h"
+
+/* ------------------------------------------------------------------------
+ * Mappings
+ * ---------------------------------------------------------------------- */
+
+enum ibv_wc_opcode dp_wc_opcode(enum ibv_wr_opcode op)
+{
+    switch (op) {
+    case IBV_WR_RDMA_WRITE:
+    case IBV_WR_RDMA_WRITE_WITH_IMM:
+        return IBV_WC_RDMA_WRITE;
+    case IBV_WR_RDMA_READ:
+        return IBV_WC_RDMA_READ;
+    case IBV_WR_ATOMIC_CMP_AND_SWP:
+        return IBV_WC_COMP_SWAP;
+    case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        return IBV_WC_FETCH_ADD;
+    case IBV_WR_LOCAL_INV:
+        return IBV_WC_LOCAL_INV;
+    case IBV_WR_BIND_MW:
+        return IBV_WC_BIND_MW;
+    case IBV_WR_TSO:
+        return IBV_WC_TSO;
+    case IBV_WR_ATOMIC_WRITE:
+        return IBV_WC_ATOMIC_WRITE;
+    case IBV_WR_SEND:
+    case IBV_WR_SEND_WITH_IMM:
+    case IBV_WR_SEND_WITH_INV:
+    default:
+        return IBV_WC_SEND;
+    }
+}
+
+/* RFC 5040 §4.8 Figure 9 Remote Protection codes */
+uint8_t dp_prot_code(enum uiw_mem_err err)
+{
+    switch (err) {
+    case UIW_MEM_BASE_BOUNDS:
+        return UIW_RDMAP_EC_BASE_BOUNDS;
+    case UIW_MEM_ACCESS:
+        return UIW_RDMAP_EC_ACCESS_RIGHTS;
+    case UIW_MEM_PD:
+        return UIW_RDMAP_EC_STAG_NOT_ASSOC;
+    case UIW_MEM_TO_WRAP:
+        return UIW_RDMAP_EC_TO_WRAP;
+    default:
+        return UIW_RDMAP_EC_INVALID_STAG;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * Errors and Terminate
+ * ---------------------------------------------------------------------- */
+
+void dp_enter_error(struct uiw_qp *qp)
+{
+    dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
+    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET)
+        uiw_qp_to_error_locked(qp);
+    dp_tx_error_cleanup(qp);
+}
+
+void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint8_t *bad_hdr,
+                             unsigned bad_hdr_len, enum ibv_event_type async)
+{
+    uiw_hdr h;
+
+    /* RFC 5040 §7.1 rule 4: only the first error is reported; nothing is
+     * sent after a Terminate (§5.4) or once the stream is being closed */
+    if (qp->term_sent || qp->term_received || qp->state == IBV_QPS_ERR ||
+        qp->state == IBV_QPS_RESET)
+        return;
+    qp->term_sent = true;
+    qp->term = cause;
+    uiw_log("qp %u: sending Terminate %s / %s / %s", qp->ibqp.qp_num,
+            uiw_term_layer_name(cause.layer), uiw_term_etype_name(cause.layer, cause.etype),
+            uiw_term_ecode_name(cause.layer, cause.etype, cause.ecode));
+
+    /* RFC 5040 §4.8, §5.4: untagged, QN 2, first (and only) message on
+     * it: MSN 1, MO 0 */
+    uiw_hdr_init_untagged(&h, UIW_OP_TERMINATE, UIW_QN_TERMINATE, ++qp->tx_msn[UIW_QN_TERMINATE]);
+    uiw_term_attach(&h.u.term, cause, bad_hdr, bad_hdr_len);
+    dp_tx_queue_terminate(qp, &h);
+    dp_enter_error(qp);
+    if (async != DP_NO_ASYNC)
+        uiw_async_event(qp->ctx, async, &qp->ibqp);
+    uiw_qp_tx_progress(qp);
+}
+
+/* ------------------------------------------------------------------------
+ * Socket events and the end of the stream
+ * ---------------------------------------------------------------------- */
+
+void dp_arm(struct uiw_qp *qp)
+{
+    uint32_t ev = EPOLLIN | EPOLLRDHUP | EPOLLET | (qp->want_write ? EPOLLOUT : 0u);
+
+    if (qp->fd >= 0)
+        (void)uiw_progress_mod(qp->fd, ev, dp_event_cb, qp);
+}
+
+void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err)
+{
+    bool clean;
+
+    if (!dp_rx_eof(qp, err, &clean))
+        return; /* reported already */
+    if (qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
+        if (!clean)
+            uiw_log("qp %u: connection lost (%d)", qp->ibqp.qp_num, err);
+        dp_enter_error(qp);
+        if (!clean && !qp->term_sent && !qp->term_received)
+            uiw_async_event(qp->ctx, IBV_EVENT_QP_FATAL, &qp->ibqp);
+    } else {
+        dp_rx_error_cleanup(qp, IBV_WC_WR_FLUSH_ERR);
+        dp_tx_error_cleanup(qp);
+    }
+    if (qp->conn)
+        uiw_cm_llp_closed(qp->conn, err);
+    else if (qp->fd >= 0)
+        (void)shutdown(qp->fd, SHUT_WR); /* no CM: answer the FIN ourselves */
+}
+
+void dp_rnr_timer_cb(void *obj)
+{
+    dp_event_cb(obj, 0);
+}
+
+/* The QP's socket reported events (epoll, edge-triggered), or a
+ * receiver-not-ready timer fired (events 0): readable, hung up or a timer
+ * -> the receive path, which transmits when it is done (a receive may have
+ * freed room in the IRQ, a Terminate may be queued); writable only -> the
+ * transmitter. */
+void dp_event_cb(void *obj, uint32_t events)
+{
+    struct uiw_qp *qp = obj;
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->fd >= 0) {
+        if (events == EPOLLOUT)
+            uiw_qp_tx_progress(qp);
+        else
+            uiw_qp_rx_progress(qp);
+    }
+    pthread_mutex_unlock(&qp->lock);
+}
+
+/* ------------------------------------------------------------------------
+ * Attach / free
+ * ---------------------------------------------------------------------- */
+
+void uiw_qp_dp_free(struct uiw_qp *qp)
+{
+    dp_tx_free(qp);
+    dp_rx_free(qp);
+}
+
+static unsigned pick_max_fpdu(int fd)
+{
+    unsigned mf = uiw_config()->max_fpdu;
+
+    if (!mf) {
+        /* like siw (notes §2.6): one FPDU per TCP segment, MSS rounded
+         * down to a multiple of 8 */
+        int mss = 0;
+        socklen_t l = sizeof(mss);
+        if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) == 0 && mss > 0)
+            mf = (unsigned)mss & ~7u;
+        else
+            mf = DP_MAX_FPDU_8; /* not TCP (tests on socketpairs) */
+    }
+    if (mf > DP_MAX_FPDU_8)
+        mf = DP_MAX_FPDU_8;
+    if (mf < UIW_TX_MIN_FPDU)
+        mf = UIW_TX_MIN_FPDU;
+    return mf;
+}
+
+static unsigned depth(uint16_t negotiated, unsigned current, unsigned max)
+{
+    /* RFC 6581 §9.1: 0x3FFF leaves it to the ULP (the QP's attribute) */
+    unsigned v = negotiated == UIW_MPA_IRD_ORD_AUTO ? current : negotiated;
+    return v > max ? max : v;
+}
+
+int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
+{
+    struct ibv_qp_attr attr;
+    unsigned max_fpdu;
+    int one = 1, fl, r;
+
+    if (!qp || fd < 0 || !mpa)
+        return -EINVAL;
+    fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+        return -errno;
+    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
+    max_fpdu = pick_max_fpdu(fd);
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->fd >= 0) {
+        r = -EBUSY;
+        goto out;
+    }
+    if (qp->state != IBV_QPS_RESET && qp->state != IBV_QPS_INIT && qp->state != IBV_QPS_RTR) {
+        r = -EINVAL;
+        goto out;
+    }
+    qp->mpa = *mpa;
+    qp->ord = depth(mpa->ord, qp->ord, UIW_MAX_ORD);
+    qp->ird = depth(mpa->ird, qp->ird, UIW_MAX_IRD);
+    memset(qp->tx_msn, 0, sizeof(qp->tx_msn));
+    memset(qp->rx_msn, 0, sizeof(qp->rx_msn));
+    qp->orq_head = qp->orq_count = 0;
+    qp->irq_head = qp->irq_count = 0;
+    qp->term_sent = qp->term_received = false;
+    qp->want_write = false;
+    r = dp_tx_attach(qp, max_fpdu);
+    if (!r)
+        r = dp_rx_attach(qp);
+    if (!r && !qp->rnr_timers) {
+        /* receiver not ready (qp_rx.c): the kick and the limit */
+        r = uiw_timer_init(&qp->rnr_kick, dp_rnr_timer_cb, qp);
+        if (!r) {
+            r = uiw_timer_init(&qp->rnr_limit, dp_rnr_timer_cb, qp);
+            if (r)
+                uiw_timer_fini(&qp->rnr_kick);
+        }
+        qp->rnr_timers = !r;
+    }
+    if (r)
+        goto out;
+
+    /* RDMAC verbs Idle -> RTS (qp.c allows INIT -> RTS with a socket) */
+    qp->fd = fd;
+    memset(&attr, 0, sizeof(attr));
+    if (qp->state == IBV_QPS_RESET) {
+        attr.qp_state = IBV_QPS_INIT;
+        r = uiw_qp_modify_locked(qp, &attr, IBV_QP_STATE);
+    }
+    if (!r) {
+        attr.qp_state = IBV_QPS_RTS;
+        r = uiw_qp_modify_locked(qp, &attr, IBV_QP_STATE);
+    }
+    if (r) {
+        qp->fd = -1;
+        goto out;
+    }
+    r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
+    if (r) {
+        uiw_qp_to_error_locked(qp);
+        qp->fd = -1;
+        goto out;
+    }
+    uiw_stat_connected(qp, !mpa->await_rtr); /* a responder always awaits the first FPDU */
+    uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
+            qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
+            qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
+    /* bytes may be waiting already; the RTR goes out now */
+    uiw_qp_rx_progress(qp);
+out:
+    pthread_mutex_unlock(&qp->lock);
+    return r;
+}
