@@ -265,6 +265,24 @@ static size_t frame_want(const struct uiw_conn *c)
     return uiw_mpa_frame_want(c->rbuf, c->rhave);
 }
 
+/* Read more of the peer's MPA frame, never past it (the bytes after it
+ * are the QP's). Returns the count read (> 0, captured), 0 when the peer
+ * closed, -EAGAIN when nothing is there yet, or another negative errno.
+ * c->lock held. */
+static ssize_t frame_recv(struct uiw_conn *c)
+{
+    for (;;) {
+        ssize_t n = recv(c->fd, c->rbuf + c->rhave, frame_want(c) - c->rhave, 0);
+        if (n < 0 && errno == EINTR)
+            continue;
+        if (n < 0)
+            return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+        if (n > 0)
+            uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
+        return n;
+    }
+}
+
 /* ------------------------------------------------------------------------
  * Connection objects
  * ---------------------------------------------------------------------- */
@@ -573,21 +591,17 @@ static void active_done(struct uiw_conn *c)
 static void active_read(struct uiw_conn *c)
 {
     for (;;) {
-        size_t want = frame_want(c);
-        ssize_t n = recv(c->fd, c->rbuf + c->rhave, want - c->rhave, 0);
+        ssize_t n = frame_recv(c);
+        if (n == -EAGAIN)
+            return;
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
-            active_fail(c, UIW_CM_CONNECT_ERROR, -errno, true);
+            active_fail(c, UIW_CM_CONNECT_ERROR, (int)n, true);
             return;
         }
         if (n == 0) {
             active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
             return;
         }
-        uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
         size_t olen = 0;
         int rc = uiw_mpa_neg_feed(&c->neg, c->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
         c->rhave = (uint16_t)(c->rhave + n);
@@ -745,18 +759,13 @@ static bool passive_request(struct uiw_conn *c)
 static bool passive_read(struct uiw_conn *c)
 {
     for (;;) {
-        size_t want = frame_want(c);
-        ssize_t n = recv(c->fd, c->rbuf + c->rhave, want - c->rhave, 0);
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return false;
+        ssize_t n = frame_recv(c);
+        if (n == -EAGAIN)
+            return false;
+        if (n < 0)
             return passive_drop(c, "socket error");
-        }
         if (n == 0)
             return passive_drop(c, "peer closed before its MPA Request");
-        uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
         c->rhave = (uint16_t)(c->rhave + n);
         int rc = uiw_mpa_decode(c->rbuf, c->rhave, UIW_MPA_REQUEST, &c->req);
         if (rc == -EAGAIN)

@@ -55,11 +55,11 @@ struct uiw_conn {
     unsigned busy; /* operations running without the lock (attach, abort...) */
     uint8_t state; /* enum uiw_conn_state */
     bool active;
-    bool fd_reg;   /* fd registered with the progress thread by cm.c */
-    bool timer_on; /* timer armed and not yet acted on (c->lock) */
-    bool posted;   /* passive: CONNECT_REQUEST queued: the ULP owns c */
-    bool attached; /* fd handed to qp (uiw_qp_attach_socket succeeded) */
-    bool had_qp;   /* a QP was given to connect/accept */
+    bool fd_reg;          /* fd registered with the progress thread by cm.c */
+    bool timer_on;        /* timer armed and not yet acted on (c->lock) */
+    bool posted;          /* passive: CONNECT_REQUEST queued: the ULP owns c */
+    bool attached;        /* fd handed to qp (uiw_qp_attach_socket succeeded) */
+    bool had_qp;          /* a QP was given to connect/accept */
     bool pcap_tried;      /* UIWARP_PCAP handle looked for (conn_cap) */
     uint64_t born_ns;     /* passive: accepted at (uiw_now_ns; evict_waiting) */
     struct uiw_cap *pcap; /* UIWARP_PCAP handle until the QP takes the socket */

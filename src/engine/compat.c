@@ -498,31 +498,6 @@ struct ibv_context_1_0 *uiw_open_device_1_0(struct ibv_device_1_0 *dev)
 
 COMPAT_1_0_DESTROY(close_device, ibv_context_1_0, real_context)
 
-/* The object an async event names (its element). */
-enum ev_obj { EV_NONE, EV_CQ, EV_QP, EV_SRQ };
-
-static enum ev_obj ev_obj(enum ibv_event_type type)
-{
-    switch (type) {
-    case IBV_EVENT_CQ_ERR:
-        return EV_CQ;
-    case IBV_EVENT_QP_FATAL:
-    case IBV_EVENT_QP_REQ_ERR:
-    case IBV_EVENT_QP_ACCESS_ERR:
-    case IBV_EVENT_COMM_EST:
-    case IBV_EVENT_SQ_DRAINED:
-    case IBV_EVENT_PATH_MIG:
-    case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-        return EV_QP;
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
-        return EV_SRQ;
-    default:
-        return EV_NONE;
-    }
-}
-
 /* Events name the 1.0 wrappers (each real object's *_context). */
 COMPAT_1_0(get_async_event);
 int uiw_get_async_event_1_0(struct ibv_context_1_0 *ctx, struct ibv_async_event *ev)
@@ -531,17 +506,18 @@ int uiw_get_async_event_1_0(struct ibv_context_1_0 *ctx, struct ibv_async_event 
 
     if (ret)
         return ret;
-    switch (ev_obj(ev->event_type)) {
-    case EV_CQ:
+    switch (uiw_event_obj(ev->event_type)) {
+    case UIW_EV_CQ:
         ev->element.cq = ev->element.cq->cq_context;
         break;
-    case EV_QP:
+    case UIW_EV_QP:
         ev->element.qp = ev->element.qp->qp_context;
         break;
-    case EV_SRQ:
+    case UIW_EV_SRQ:
         ev->element.srq = ev->element.srq->srq_context;
         break;
-    case EV_NONE:
+    case UIW_EV_NONE:
+    case UIW_EV_WQ: /* no 1.0 wrapper: left as it is */
         break;
     }
     return 0;
@@ -556,17 +532,18 @@ void uiw_ack_async_event_1_0(struct ibv_async_event *ev)
         return;
     real = *ev;
 
-    switch (ev_obj(ev->event_type)) {
-    case EV_CQ:
+    switch (uiw_event_obj(ev->event_type)) {
+    case UIW_EV_CQ:
         real.element.cq = ((struct ibv_cq_1_0 *)(void *)ev->element.cq)->real_cq;
         break;
-    case EV_QP:
+    case UIW_EV_QP:
         real.element.qp = ((struct ibv_qp_1_0 *)(void *)ev->element.qp)->real_qp;
         break;
-    case EV_SRQ:
+    case UIW_EV_SRQ:
         real.element.srq = ((struct ibv_srq_1_0 *)(void *)ev->element.srq)->real_srq;
         break;
-    case EV_NONE:
+    case UIW_EV_NONE:
+    case UIW_EV_WQ: /* no 1.0 wrapper: left as it is */
         break;
     }
     ibv_ack_async_event(&real);
@@ -912,50 +889,32 @@ void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_att
     dst->alt_timeout = src->alt_timeout;
 }
 
+/* The fields struct ibv_sa_path_rec and the kernel's ib_user_path_rec
+ * share with the same meaning (both directions copy them as they are). */
+#define PATH_REC_SCALARS(X)                                                                        \
+    X(dlid)                                                                                        \
+    X(slid) X(flow_label) X(pkey) X(hop_limit) X(traffic_class) X(numb_path) X(sl) X(mtu_selector) \
+        X(rate_selector) X(rate) X(packet_life_time_selector) X(packet_life_time) X(preference)
+#define PATH_REC_COPY(f) dst->f = src->f;
+
 void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src)
 {
     memcpy(dst->dgid.raw, src->dgid, sizeof(dst->dgid.raw));
     memcpy(dst->sgid.raw, src->sgid, sizeof(dst->sgid.raw));
-    dst->dlid = src->dlid;
-    dst->slid = src->slid;
+    PATH_REC_SCALARS(PATH_REC_COPY)
     dst->raw_traffic = (int)src->raw_traffic;
-    dst->flow_label = src->flow_label;
     dst->reversible = (int)src->reversible;
     dst->mtu = (uint8_t)src->mtu;
-    dst->pkey = src->pkey;
-    dst->hop_limit = src->hop_limit;
-    dst->traffic_class = src->traffic_class;
-    dst->numb_path = src->numb_path;
-    dst->sl = src->sl;
-    dst->mtu_selector = src->mtu_selector;
-    dst->rate_selector = src->rate_selector;
-    dst->rate = src->rate;
-    dst->packet_life_time_selector = src->packet_life_time_selector;
-    dst->packet_life_time = src->packet_life_time;
-    dst->preference = src->preference;
 }
 
 void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_rec *src)
 {
     memcpy(dst->dgid, src->dgid.raw, sizeof(dst->dgid));
     memcpy(dst->sgid, src->sgid.raw, sizeof(dst->sgid));
-    dst->dlid = src->dlid;
-    dst->slid = src->slid;
+    PATH_REC_SCALARS(PATH_REC_COPY)
     dst->raw_traffic = (uint32_t)src->raw_traffic;
-    dst->flow_label = src->flow_label;
     dst->reversible = (uint32_t)src->reversible;
     dst->mtu = src->mtu;
-    dst->pkey = src->pkey;
-    dst->hop_limit = src->hop_limit;
-    dst->traffic_class = src->traffic_class;
-    dst->numb_path = src->numb_path;
-    dst->sl = src->sl;
-    dst->mtu_selector = src->mtu_selector;
-    dst->rate_selector = src->rate_selector;
-    dst->rate = src->rate;
-    dst->packet_life_time_selector = src->packet_life_time_selector;
-    dst->packet_life_time = src->packet_life_time;
-    dst->preference = src->preference;
 }
 
 /* ------------------------------------------------------------------------

@@ -645,13 +645,11 @@ UIW_EXPORT int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num,
  * Async events
  * ---------------------------------------------------------------------- */
 
-enum obj_kind { OBJ_NONE, OBJ_QP, OBJ_CQ, OBJ_SRQ, OBJ_WQ };
-
-static enum obj_kind event_obj(enum ibv_event_type t)
+enum uiw_ev_obj uiw_event_obj(enum ibv_event_type t)
 {
     switch (t) {
     case IBV_EVENT_CQ_ERR:
-        return OBJ_CQ;
+        return UIW_EV_CQ;
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
@@ -660,27 +658,27 @@ static enum obj_kind event_obj(enum ibv_event_type t)
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_QP_LAST_WQE_REACHED:
-        return OBJ_QP;
+        return UIW_EV_QP;
     case IBV_EVENT_SRQ_ERR:
     case IBV_EVENT_SRQ_LIMIT_REACHED:
-        return OBJ_SRQ;
+        return UIW_EV_SRQ;
     case IBV_EVENT_WQ_FATAL:
-        return OBJ_WQ;
+        return UIW_EV_WQ;
     default:
-        return OBJ_NONE;
+        return UIW_EV_NONE;
     }
 }
 
 static const void *event_ptr(const struct ibv_async_event *ev)
 {
-    switch (event_obj(ev->event_type)) {
-    case OBJ_QP:
+    switch (uiw_event_obj(ev->event_type)) {
+    case UIW_EV_QP:
         return ev->element.qp;
-    case OBJ_CQ:
+    case UIW_EV_CQ:
         return ev->element.cq;
-    case OBJ_SRQ:
+    case UIW_EV_SRQ:
         return ev->element.srq;
-    case OBJ_WQ:
+    case UIW_EV_WQ:
         return ev->element.wq;
     default:
         return NULL;
@@ -711,17 +709,17 @@ void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type type, void *ob
         return;
     }
     e->ev.event_type = type;
-    switch (event_obj(type)) {
-    case OBJ_QP:
+    switch (uiw_event_obj(type)) {
+    case UIW_EV_QP:
         e->ev.element.qp = obj;
         break;
-    case OBJ_CQ:
+    case UIW_EV_CQ:
         e->ev.element.cq = obj;
         break;
-    case OBJ_SRQ:
+    case UIW_EV_SRQ:
         e->ev.element.srq = obj;
         break;
-    case OBJ_WQ:
+    case UIW_EV_WQ:
         e->ev.element.wq = obj;
         break;
     default:
@@ -799,14 +797,14 @@ UIW_EXPORT int ibv_get_async_event(struct ibv_context *context, struct ibv_async
                 async_unsignal_locked(ctx);
             }
             *event = e->ev;
-            switch (event_obj(e->ev.event_type)) {
-            case OBJ_QP:
+            switch (uiw_event_obj(e->ev.event_type)) {
+            case UIW_EV_QP:
                 to_uqp(e->ev.element.qp)->async_reported++;
                 break;
-            case OBJ_CQ:
+            case UIW_EV_CQ:
                 to_ucq(e->ev.element.cq)->async_reported++;
                 break;
-            case OBJ_SRQ:
+            case UIW_EV_SRQ:
                 to_usrq(e->ev.element.srq)->async_reported++;
                 break;
             default:
@@ -826,8 +824,8 @@ UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
 {
     if (!event)
         return;
-    switch (event_obj(event->event_type)) {
-    case OBJ_QP: {
+    switch (uiw_event_obj(event->event_type)) {
+    case UIW_EV_QP: {
         struct ibv_qp *qp = event->element.qp;
 
         pthread_mutex_lock(&qp->mutex);
@@ -836,7 +834,7 @@ UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
         pthread_mutex_unlock(&qp->mutex);
         break;
     }
-    case OBJ_CQ: {
+    case UIW_EV_CQ: {
         struct ibv_cq *cq = event->element.cq;
 
         pthread_mutex_lock(&cq->mutex);
@@ -845,7 +843,7 @@ UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
         pthread_mutex_unlock(&cq->mutex);
         break;
     }
-    case OBJ_SRQ: {
+    case UIW_EV_SRQ: {
         struct ibv_srq *srq = event->element.srq;
 
         pthread_mutex_lock(&srq->mutex);

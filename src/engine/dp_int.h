@@ -28,6 +28,8 @@ enum dp_sqe_state {
 /* qp_dp.c: shared by both directions */
 enum ibv_wc_opcode dp_wc_opcode(enum ibv_wr_opcode op);
 uint8_t dp_prot_code(enum uiw_mem_err err);
+/* qp.c: a send WR's opcode and SGE list are usable */
+bool dp_send_wr_form_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr);
 
 /* ORQ / IRQ rings are allocated by qp.c with UIW_MAX_ORD / UIW_MAX_IRD
  * entries; the negotiated depths (qp->ord / qp->ird) limit their use. */

@@ -93,6 +93,10 @@ static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
 
 /* uiw_log, uiw_dbg: iface/uiw_cm.h */
 
+/* The object an async event names in its element (device.c). */
+enum uiw_ev_obj { UIW_EV_NONE, UIW_EV_QP, UIW_EV_CQ, UIW_EV_SRQ, UIW_EV_WQ };
+enum uiw_ev_obj uiw_event_obj(enum ibv_event_type t);
+
 /* ------------------------------------------------------------------------
  * Device and context (device.c)
  * ---------------------------------------------------------------------- */

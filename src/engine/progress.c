@@ -409,9 +409,23 @@ static int regs_grow_locked(int fd)
     return 0;
 }
 
-int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
+/* Set a registration's events and callback and tell epoll (op: ADD or
+ * MOD). pg.lock held. */
+static int reg_set_locked(struct preg *r, int op, uint32_t events, uiw_progress_cb cb, void *obj)
 {
     struct epoll_event ev;
+
+    r->events = events;
+    r->cb = cb;
+    r->obj = obj;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.u64 = key_of(r);
+    return epoll_ctl(pg.epfd, op, r->fd, &ev) < 0 ? -errno : 0;
+}
+
+int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
+{
     struct preg *r;
     int ret;
 
@@ -433,16 +447,9 @@ int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
     }
     r->fd = fd;
     r->gen = ++pg.gen;
-    r->events = events;
-    r->cb = cb;
-    r->obj = obj;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = events;
-    ev.data.u64 = key_of(r);
-    if (epoll_ctl(pg.epfd, EPOLL_CTL_ADD, fd, &ev) < 0) {
-        ret = -errno;
+    ret = reg_set_locked(r, EPOLL_CTL_ADD, events, cb, obj);
+    if (ret)
         goto fail;
-    }
     pg.regs[fd] = r;
     pthread_mutex_unlock(&pg.lock);
     return 0;
@@ -454,7 +461,6 @@ fail:
 
 int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 {
-    struct epoll_event ev;
     struct preg *r;
     int ret = 0;
 
@@ -466,16 +472,9 @@ int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
         pthread_mutex_unlock(&pg.lock);
         return -ENOENT;
     }
-    r->events = events;
-    r->cb = cb;
-    r->obj = obj;
-    memset(&ev, 0, sizeof(ev));
-    ev.events = events;
-    ev.data.u64 = key_of(r);
     /* With EPOLLET, a MOD re-checks readiness and reports a ready fd again:
      * this is also how a callback that stopped early re-arms itself. */
-    if (epoll_ctl(pg.epfd, EPOLL_CTL_MOD, fd, &ev) < 0)
-        ret = -errno;
+    ret = reg_set_locked(r, EPOLL_CTL_MOD, events, cb, obj);
     pthread_mutex_unlock(&pg.lock);
     return ret;
 }

@@ -712,12 +712,10 @@ int uiw_op_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_sen
     return ret;
 }
 
-/* The checks ibv_post_send makes on a WR in RTS (qp_tx.c), for one that is
- * flushed at once. */
-static bool send_wr_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
+/* The form of a send WR, checked by every post path (qp_tx.c in RTS, the
+ * flush below): a supported opcode and a usable SGE list. */
+bool dp_send_wr_form_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
 {
-    uint64_t len = 0;
-
     switch (wr->opcode) {
     case IBV_WR_SEND:
     case IBV_WR_SEND_WITH_INV:
@@ -732,8 +730,17 @@ static bool send_wr_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
     default:
         return false;
     }
-    if (wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_send_sge ||
-        wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list))
+    return wr->num_sge >= 0 && (unsigned)wr->num_sge <= qp->cap.max_send_sge &&
+           wr->num_sge <= UIW_MAX_SGE && (!wr->num_sge || wr->sg_list);
+}
+
+/* The checks ibv_post_send makes on a WR in RTS (qp_tx.c), for one that is
+ * flushed at once. */
+static bool send_wr_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
+{
+    uint64_t len = 0;
+
+    if (!dp_send_wr_form_ok(qp, wr))
         return false;
     for (int i = 0; i < wr->num_sge; i++)
         len += wr->sg_list[i].length;
@@ -792,7 +799,10 @@ static void rq_kick_locked(struct uiw_qp *qp)
  * ---------------------------------------------------------------------- */
 
 /* qp->rq_lock held (qp->lock need not be) */
-int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+/* Append a list of receive WRs to a ring (the QP's RQ or an SRQ): 0, or
+ * -EINVAL / -ENOMEM with *bad at the first WR not taken. */
+static int ring_post(struct uiw_rqe *ring, unsigned cap, unsigned head, unsigned *count,
+                     unsigned max_sge, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
 {
     int ret = 0;
 
@@ -800,16 +810,16 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
         struct uiw_rqe *e;
         uint64_t len = 0;
 
-        if (qp->srq || wr->num_sge < 0 || (unsigned)wr->num_sge > qp->cap.max_recv_sge ||
-            wr->num_sge > UIW_MAX_SGE || (wr->num_sge && !wr->sg_list)) {
+        if (wr->num_sge < 0 || (unsigned)wr->num_sge > max_sge || wr->num_sge > UIW_MAX_SGE ||
+            (wr->num_sge && !wr->sg_list)) {
             ret = -EINVAL;
             break;
         }
-        if (qp->rq_count >= qp->rq_cap) {
+        if (*count >= cap) {
             ret = -ENOMEM;
             break;
         }
-        e = &qp->rq[(qp->rq_head + qp->rq_count) % qp->rq_cap];
+        e = &ring[(head + *count) % cap];
         e->wr_id = wr->wr_id;
         e->num_sge = wr->num_sge;
         for (int i = 0; i < wr->num_sge; i++) {
@@ -817,11 +827,21 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
             len += wr->sg_list[i].length;
         }
         e->length = len;
-        qp->rq_count++;
+        (*count)++;
     }
-    if (ret)
+    if (ret && bad)
         *bad = wr;
     return ret;
+}
+
+/* qp->rq_lock held (qp->lock need not be) */
+int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
+{
+    if (qp->srq) {
+        *bad = wr;
+        return -EINVAL;
+    }
+    return ring_post(qp->rq, qp->rq_cap, qp->rq_head, &qp->rq_count, qp->cap.max_recv_sge, wr, bad);
 }
 
 int uiw_op_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad)
@@ -877,31 +897,7 @@ int uiw_op_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct i
     int ret = 0;
 
     pthread_mutex_lock(&srq->lock);
-    for (; wr; wr = wr->next) {
-        struct uiw_rqe *e;
-        uint64_t len = 0;
-
-        if (wr->num_sge < 0 || (unsigned)wr->num_sge > srq->max_sge || wr->num_sge > UIW_MAX_SGE ||
-            (wr->num_sge && !wr->sg_list)) {
-            ret = EINVAL;
-            break;
-        }
-        if (srq->count == srq->cap) {
-            ret = ENOMEM;
-            break;
-        }
-        e = &srq->ring[(srq->head + srq->count) % srq->cap];
-        e->wr_id = wr->wr_id;
-        e->num_sge = wr->num_sge;
-        for (int i = 0; i < wr->num_sge; i++) {
-            e->sge[i] = wr->sg_list[i];
-            len += wr->sg_list[i].length;
-        }
-        e->length = len;
-        srq->count++;
-    }
-    if (ret && bad)
-        *bad = wr;
+    ret = -ring_post(srq->ring, srq->cap, srq->head, &srq->count, srq->max_sge, wr, bad);
     /* receiver not ready: every QP waiting for a receive gets a look */
     while (srq->count && srq->hold_head) {
         struct uiw_qp *q = srq->hold_head;

@@ -1156,24 +1156,6 @@ void uiw_tx_revoke_mr(struct uiw_mr *mr)
  * Posting
  * ---------------------------------------------------------------------- */
 
-static bool opcode_ok(enum ibv_wr_opcode op)
-{
-    switch (op) {
-    case IBV_WR_SEND:
-    case IBV_WR_SEND_WITH_INV:
-    case IBV_WR_SEND_WITH_IMM:
-    case IBV_WR_RDMA_WRITE:
-    case IBV_WR_RDMA_WRITE_WITH_IMM:
-    case IBV_WR_RDMA_READ:
-    case IBV_WR_ATOMIC_FETCH_AND_ADD:
-    case IBV_WR_ATOMIC_CMP_AND_SWP:
-    case IBV_WR_LOCAL_INV:
-        return true;
-    default:
-        return false;
-    }
-}
-
 int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     int ret = 0;
@@ -1185,9 +1167,7 @@ int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ib
         uint64_t len = 0;
         bool inl;
 
-        if (!opcode_ok(wr->opcode) || wr->num_sge < 0 ||
-            (unsigned)wr->num_sge > qp->cap.max_send_sge || wr->num_sge > UIW_MAX_SGE ||
-            (wr->num_sge && !wr->sg_list)) {
+        if (!dp_send_wr_form_ok(qp, wr)) {
             ret = -EINVAL;
             break;
         }

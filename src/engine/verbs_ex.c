@@ -91,56 +91,24 @@ static void cqx_end_poll(struct ibv_cq_ex *cx)
         pthread_mutex_unlock(&cq->ex_lock);
 }
 
-static enum ibv_wc_opcode cqx_read_opcode(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.opcode;
-}
-
-static uint32_t cqx_read_vendor_err(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.vendor_err;
-}
-
-static uint32_t cqx_read_byte_len(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.byte_len;
-}
-
-/* imm_data and invalidated_rkey share the storage, as in struct ibv_wc */
-static __be32 cqx_read_imm_data(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.imm_data;
-}
-
-static uint32_t cqx_read_qp_num(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.qp_num;
-}
-
-static uint32_t cqx_read_src_qp(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.src_qp;
-}
-
-static unsigned int cqx_read_wc_flags(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.wc_flags;
-}
-
-static uint32_t cqx_read_slid(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.slid;
-}
-
-static uint8_t cqx_read_sl(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.sl;
-}
-
-static uint8_t cqx_read_dlid_path_bits(struct ibv_cq_ex *cx)
-{
-    return cqx_of(cx)->ex_wc.dlid_path_bits;
-}
+/* The read_* accessors: fields of the completion start_poll/next_poll
+ * made current (imm_data and invalidated_rkey share the storage, as in
+ * struct ibv_wc). */
+#define CQX_READ(type, field)                                                                      \
+    static type cqx_read_##field(struct ibv_cq_ex *cx)                                             \
+    {                                                                                              \
+        return cqx_of(cx)->ex_wc.field;                                                            \
+    }
+CQX_READ(enum ibv_wc_opcode, opcode)
+CQX_READ(uint32_t, vendor_err)
+CQX_READ(uint32_t, byte_len)
+CQX_READ(__be32, imm_data)
+CQX_READ(uint32_t, qp_num)
+CQX_READ(uint32_t, src_qp)
+CQX_READ(unsigned int, wc_flags)
+CQX_READ(uint32_t, slid)
+CQX_READ(uint8_t, sl)
+CQX_READ(uint8_t, dlid_path_bits)
 
 /* Never requested successfully (creation refuses those wc_flags); present
  * so a program that calls them anyway does not jump to NULL. */
