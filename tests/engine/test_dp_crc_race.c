@@ -243,6 +243,12 @@ static void test_race(void)
                     ok += fence_b(), n++;
             }
         }
+        /* on a loaded machine the writer may not have run yet: the race
+         * needs at least one of its passes during transfers */
+        while (atomic_load(&W.passes) == 0 && dp_now_ms() - t0 < DP_TIMEOUT_MS) {
+            n++;
+            ok += xfer(op, 4096);
+        }
         if (op == OP_WRITE)
             ok += fence_b(), n++;
         passes = writer_stop();
