@@ -422,6 +422,17 @@ void uiw_term_attach(uiw_term *t, uiw_term_cause cause, const uint8_t *bad, unsi
  * (D set, untagged): true and *qn, *msn set; false otherwise. */
 bool uiw_term_untagged_qn_msn(const uiw_term *t, uint32_t *qn, uint32_t *msn);
 
+/* uiwarp's Send with Immediate (docs/ENGINE.md "Send with Immediate"):
+ * an Immediate Data message whose last 4 bytes of Immediate Data are this
+ * tag carries the immediate value (its first 4 bytes) of the Send that
+ * follows it on QN 0, instead of being a message of its own. RFC 7306
+ * §4.3 leaves the 8 bytes to the ULP; verbs use only 4. */
+#define UIW_IMM_ATTACH_TAG "uiwS"
+static inline bool uiw_imm_is_attached(const uint8_t imm[8])
+{
+    return imm[4] == 'u' && imm[5] == 'i' && imm[6] == 'w' && imm[7] == 'S';
+}
+
 /* The DDP sequencing rules of one untagged queue (RFC 5041 §5.1.2, §5.2,
  * §7.1 checks 3 and 5), shared by the engine's receiver and `uiwarp dump`'s
  * checker so that both enforce the same rules. The state is the caller's:

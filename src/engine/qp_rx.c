@@ -102,7 +102,12 @@ struct dp_rx {
     uint64_t seg_base;  /* message offset of the segment's payload */
 
     /* the QN 0 message in progress */
-    bool msg_active, msg_srq, msg_rtr;
+    bool msg_active, msg_srq;
+    bool msg_rtr; /* the message takes no receive: the P2P RTR, or (with
+                   * msg_attach) the Immediate Data of a Send with Imm */
+    bool msg_attach;
+    bool imm_pending;  /* an attached Immediate Data arrived: its Send is next */
+    uint32_t imm_val;  /* ... and its value (network order, as imm_data) */
     struct uiw_rqe rqe;
     uint32_t msg_msn;
     uint64_t msg_len;
@@ -575,6 +580,22 @@ static void hdr_send(struct uiw_qp *qp, struct dp_rx *r)
         r->msg_len = 0;
         r->msg_op = h->opcode;
         r->msg_rtr = false;
+        r->msg_attach = false;
+        /* uiwarp's Send with Immediate (docs/ENGINE.md): the tagged
+         * Immediate Data before the Send takes no receive; the Send that
+         * follows completes with it */
+        if ((h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE) &&
+            uiw_imm_is_attached(h->u.imm) && !r->imm_pending) {
+            r->msg_active = true;
+            r->msg_rtr = true;
+            r->msg_attach = true;
+            return;
+        }
+        if (r->imm_pending && h->opcode != UIW_OP_SEND && h->opcode != UIW_OP_SEND_SE) {
+            /* an attached immediate must be followed by its Send */
+            doom(r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
+            return;
+        }
         /* a zero-length Send as the P2P RTR consumes no receive */
         if (!r->got_first && qp->mpa.p2p && qp->mpa.await_rtr && (qp->mpa.rtr & UIW_RTR_SEND) &&
             h->opcode == UIW_OP_SEND && h->last && !r->payload_len) {
@@ -675,6 +696,11 @@ static void end_send(struct uiw_qp *qp, struct dp_rx *r)
     if (!h->last)
         return;
     qp->rx_msn[UIW_QN_SEND] = r->msg_msn;
+    if (r->msg_attach) {
+        memcpy(&r->imm_val, h->u.imm, sizeof(r->imm_val));
+        r->imm_pending = true;
+        r->msg_attach = false;
+    }
     if (r->msg_rtr) {
         r->msg_active = false;
         r->msg_rtr = false;
@@ -683,6 +709,11 @@ static void end_send(struct uiw_qp *qp, struct dp_rx *r)
     memset(&wc, 0, sizeof(wc));
     wc.opcode = IBV_WC_RECV;
     wc.byte_len = (uint32_t)r->msg_len;
+    if (r->imm_pending) { /* the Send of a Send with Immediate */
+        wc.wc_flags = IBV_WC_WITH_IMM;
+        wc.imm_data = r->imm_val;
+        r->imm_pending = false;
+    }
     switch (h->opcode) {
     case UIW_OP_SEND_SE:
         solicited = true;

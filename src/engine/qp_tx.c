@@ -91,7 +91,10 @@ struct dp_tx {
 
     /* the message being segmented */
     uint8_t src;      /* SRC_* */
-    uint8_t phase;    /* SQ: 0 the message, 1 its Immediate Data */
+    uint8_t phase;    /* SQ: 0 the message, 1 its Immediate Data (Write with Imm),
+                       * 2 the Immediate Data before it (Send with Imm) */
+    uiw_hdr next_hdr; /* phase 2: the Send that follows */
+    int next_nsgl;
     bool irq_read;    /* SRC_IRQ: a Read Response (payload from an MR) */
     bool irq_held;    /* ... whose MR is held in this call */
     unsigned sq_idx;  /* SRC_SQ: ring index */
@@ -560,10 +563,21 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
 
     switch (e->opcode) {
     case IBV_WR_SEND:
+        /* RFC 5040 §5.3 */
+        uiw_hdr_init_untagged(&h, se ? UIW_OP_SEND_SE : UIW_OP_SEND, UIW_QN_SEND,
+                              ++qp->tx_msn[UIW_QN_SEND]);
+        break;
     case IBV_WR_SEND_WITH_IMM:
-        /* RFC 5040 §5.3; with Imm the SE goes on the Immediate Data */
-        uiw_hdr_init_untagged(&h, (se && e->opcode == IBV_WR_SEND) ? UIW_OP_SEND_SE : UIW_OP_SEND,
-                              UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+        /* uiwarp's Send with Immediate (docs/ENGINE.md): an Immediate
+         * Data message tagged "attached" (RFC 7306 §4.3), then the Send,
+         * which carries the SE; the peer makes them one receive. */
+        uiw_hdr_init_untagged(&h, UIW_OP_IMM_DATA, UIW_QN_SEND, ++qp->tx_msn[UIW_QN_SEND]);
+        memcpy(h.u.imm, &e->imm_or_inv, 4);
+        memcpy(h.u.imm + 4, UIW_IMM_ATTACH_TAG, 4);
+        uiw_hdr_init_untagged(&t->next_hdr, se ? UIW_OP_SEND_SE : UIW_OP_SEND, UIW_QN_SEND,
+                              ++qp->tx_msn[UIW_QN_SEND]);
+        t->next_nsgl = nsgl;
+        nsgl = 0;
         break;
     case IBV_WR_SEND_WITH_INV:
         uiw_hdr_init_untagged(&h, se ? UIW_OP_SEND_SE_INV : UIW_OP_SEND_INV, UIW_QN_SEND,
@@ -647,7 +661,8 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
 
     r = uiw_tx_msg_init(&t->msg, &h, t->sgl, nsgl,
                         (e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-                         e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+                         e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+                         e->opcode == IBV_WR_SEND_WITH_IMM)
                             ? 0
                             : e->length);
     if (r < 0) {
@@ -662,7 +677,7 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
                    ? SQE_WAIT_RESP
                    : SQE_SENDING;
     t->src = SRC_SQ;
-    t->phase = 0;
+    t->phase = e->opcode == IBV_WR_SEND_WITH_IMM ? 2 : 0;
     t->sq_idx = idx;
     t->sq_started++;
     return 1;
@@ -898,9 +913,14 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
         switch (t->src) {
         case SRC_SQ: {
             struct uiw_sqe *e = &qp->sq[t->sq_idx];
-            bool imm =
-                (e->opcode == IBV_WR_SEND_WITH_IMM || e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM) &&
-                t->phase == 0;
+            bool imm = e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && t->phase == 0;
+            if (t->phase == 2) {
+                /* the attached Immediate Data is out: now the Send */
+                append_fpdu(t, MK_NONE, 0, vol);
+                (void)uiw_tx_msg_init(&t->msg, &t->next_hdr, t->sgl, t->next_nsgl, e->length);
+                t->phase = 0;
+                continue;
+            }
             if (e->state == SQE_SENDING && !imm) {
                 kind = MK_SQE;
                 arg = t->sq_idx;
@@ -1136,7 +1156,7 @@ static void revoke_qp(struct uiw_qp *qp, void *arg)
             uiw_mr_put(mr);
             e->mr[k] = NULL;
             /* the message being cut still needs bytes from it */
-            if (t && t->src == SRC_SQ && t->sq_idx == idx && t->phase == 0)
+            if (t && t->src == SRC_SQ && t->sq_idx == idx && t->phase != 1)
                 e->revoked = true;
         }
     }
