@@ -399,7 +399,9 @@ static void fill_device_attr(struct uiw_context *ctx, struct ibv_device_attr *a)
     a->max_qp = UIW_MAX_QP;
     a->max_qp_wr = UIW_MAX_QP_WR;
     /* cur_qp_state is honoured by ibv_modify_qp; SRQs can be resized */
-    a->device_cap_flags = IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE;
+    a->device_cap_flags = IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
+                          IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+    a->max_mw = UIW_MAX_MR; /* windows share the STag table with regions */
     a->max_sge = UIW_MAX_SGE;
     a->max_sge_rd = UIW_MAX_SGE_RD;
     a->max_cq = UIW_MAX_CQ;

@@ -179,6 +179,13 @@ struct uiw_mr {
     uint32_t stag;
     atomic_bool valid; /* cleared by invalidation / deregistration */
     atomic_int users;  /* placements in progress (see uiw_mr_get) */
+    /* Memory windows (RFC 5040 §2.1 "Memory Window", verbs ibv_alloc_mw):
+     * a window is an object of this table too, with mw_type set; bound,
+     * it has its own STag, range and remote rights inside `parent`. */
+    uint8_t mw_type;       /* 0: a memory region; IBV_MW_TYPE_1 / _2 */
+    struct uiw_mr *parent; /* a bound window: the region it is bound to */
+    atomic_int nwindows;   /* a region: windows bound to it */
+    struct ibv_mw *ibmw;   /* a window: the application's handle */
     /* mem.c: the STag hash (chains walked without a lock) and free list */
     _Atomic(struct uiw_mr *) hnext;
     _Atomic uint32_t hstag; /* the STag this object is linked under, 0: none */
@@ -215,6 +222,14 @@ struct uiw_mr *uiw_sge_get(struct uiw_pd *pd, const struct ibv_sge *sge, unsigne
  * -EINVAL (not invalidatable: an MR with no IBV_ACCESS_REMOTE_* right was
  * never advertised, see mem.c; Terminate "STag cannot be Invalidated"). */
 int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag);
+/* Memory windows (mem.c): the context ops, and the bind a BIND_MW work
+ * request executes in SQ order (0 or a negative errno: the WR then
+ * completes with IBV_WC_MW_BIND_ERR). */
+struct ibv_mw *uiw_op_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int uiw_op_dealloc_mw(struct ibv_mw *mw);
+int uiw_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind);
+int uiw_mw_bind(struct uiw_pd *pd, struct ibv_mw *mw, uint32_t new_rkey, struct ibv_mr *mr,
+                uint64_t addr, uint64_t length, unsigned access);
 
 /* ------------------------------------------------------------------------
  * Completion queues and channels (cq.c)
@@ -291,6 +306,11 @@ struct uiw_sqe {
     /* Source MRs of a Send/Write, held (users count) from the moment the
      * WR starts until its last byte was handed to TCP or it is flushed
      * (qp_tx.c): ibv_dereg_mr in between revokes them (uiw_tx_revoke_mr) */
+    /* IBV_WR_BIND_MW: the window, its new rkey (in rkey), the region and
+     * range (remote_addr, length) and rights */
+    struct ibv_mw *bind_mw;
+    struct ibv_mr *bind_mr;
+    unsigned bind_access;
     bool revoked;                   /* a source MR was deregistered mid-message */
     uint8_t nmr;                    /* entries of mr[] in use (NULL: revoked) */
     struct uiw_mr *mr[UIW_MAX_SGE]; /* held source MRs */

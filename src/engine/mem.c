@@ -400,7 +400,7 @@ UIW_EXPORT int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 #define SUPPORTED_ACCESS                                                                           \
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
-     IBV_ACCESS_REMOTE_ATOMIC)
+     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND)
 #define REMOTE_ACCESS (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
 
 /* The range must be mapped (the kernel's pinning fails with EFAULT
@@ -546,9 +546,13 @@ UIW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     struct uiw_mr *mr = to_umr(ibmr);
     struct uiw_pd *pd;
 
-    if (!mr)
+    if (!mr || mr->mw_type)
         return EINVAL;
     pd = mr->pd;
+    /* verbs: a region with windows bound to it stays (deallocate or
+     * rebind them first) */
+    if (atomic_load(&mr->nwindows))
+        return EBUSY;
 
     /* After this nothing new can be placed; queued Sends/Writes let go of
      * it (qp_tx.c); wait for placements under way. */
@@ -593,7 +597,8 @@ struct uiw_mr *uiw_mr_get(struct uiw_pd *pd, uint32_t stag, uint64_t to, uint64_
     }
     atomic_fetch_add(&mr->users, 1);
     /* RFC 5041 §7.1 checks 1-5, RFC 5040 §7.1 (access rights) */
-    if (!atomic_load(&mr->valid) || mr->stag != stag) {
+    if (!atomic_load(&mr->valid) || mr->stag != stag ||
+        (mr->parent && !atomic_load(&mr->parent->valid))) {
         e = UIW_MEM_INVALID_STAG;
         goto fail;
     }
@@ -632,7 +637,14 @@ void uiw_mr_put(struct uiw_mr *mr)
 struct uiw_mr *uiw_sge_get(struct uiw_pd *pd, const struct ibv_sge *sge, unsigned access,
                            uint8_t **addr, enum uiw_mem_err *err)
 {
-    return uiw_mr_get(pd, sge->lkey, sge->addr, sge->length, access, addr, err);
+    struct uiw_mr *mr = uiw_mr_get(pd, sge->lkey, sge->addr, sge->length, access, addr, err);
+
+    if (mr && mr->mw_type) { /* a window has no lkey */
+        uiw_mr_put(mr);
+        *err = UIW_MEM_INVALID_STAG;
+        return NULL;
+    }
+    return mr;
 }
 
 int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag)
@@ -646,11 +658,218 @@ int uiw_stag_invalidate(struct uiw_pd *pd, uint32_t stag)
         ret = -ENOENT;
     else if (mr->pd != pd)
         ret = -EACCES;
-    else if (!(mr->access & REMOTE_ACCESS))
-        ret = -EINVAL;
+    else if (!(mr->access & REMOTE_ACCESS) || mr->mw_type == IBV_MW_TYPE_1)
+        ret = -EINVAL; /* never advertised; a type 1 window is not invalidated */
     else
         atomic_store(&mr->valid, false);
     pthread_mutex_unlock(&tab_lock);
     uiw_dbg(2, "invalidate stag 0x%08x: %d", stag, ret);
+    return ret;
+}
+
+/* ------------------------------------------------------------------------
+ * Memory windows
+ *
+ * A window is an object of the STag table like a region, with mw_type
+ * set. Unbound it is invalid; a bind (type 1: ibv_bind_mw, type 2: an
+ * IBV_WR_BIND_MW work request, both executed in SQ order by qp_tx.c) gives
+ * it a range of a region that has IBV_ACCESS_MW_BIND, remote rights and a
+ * new STag, and makes it valid; remote accesses then go through it exactly
+ * as through a region (uiw_mr_get; a window is never an lkey), and Send
+ * with Invalidate or Local Invalidate invalidate a type 2 window. A region
+ * cannot be deregistered while windows are bound to it (EBUSY).
+ * ---------------------------------------------------------------------- */
+
+struct uiw_mw {
+    struct ibv_mw ibmw;
+    struct uiw_mr *win; /* its table object */
+};
+
+static struct uiw_mw *to_umw(struct ibv_mw *mw)
+{
+    return (struct uiw_mw *)mw;
+}
+
+struct ibv_mw *uiw_op_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
+{
+    struct uiw_mw *mw;
+    struct uiw_mr *w;
+
+    if (!ibpd || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
+        errno = EINVAL;
+        return NULL;
+    }
+    mw = calloc(1, sizeof(*mw));
+    if (!mw) {
+        errno = ENOMEM;
+        return NULL;
+    }
+    pthread_once(&rng_once, rng_register_atfork);
+    pthread_mutex_lock(&tab_lock);
+    if (nlive >= MAX_LIVE || !(w = obj_alloc_locked())) {
+        pthread_mutex_unlock(&tab_lock);
+        free(mw);
+        errno = ENOMEM;
+        return NULL;
+    }
+    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
+    if (!t || nlive >= (size_t)1 << t->bits)
+        tab_grow();
+    if (!atomic_load_explicit(&tab, memory_order_relaxed)) {
+        w->free_next = free_objs;
+        free_objs = w;
+        pthread_mutex_unlock(&tab_lock);
+        free(mw);
+        errno = ENOMEM;
+        return NULL;
+    }
+    w->stag = stag_draw_locked();
+    w->pd = to_upd(ibpd);
+    w->mw_type = (uint8_t)type;
+    w->parent = NULL;
+    w->iova = 0;
+    w->base = NULL;
+    w->length = 0;
+    w->access = 0;
+    w->ibmw = &mw->ibmw;
+    atomic_store(&w->valid, false); /* unbound */
+    atomic_store_explicit(&w->hstag, w->stag, memory_order_relaxed);
+    tab_insert(w);
+    nlive++;
+    pthread_mutex_unlock(&tab_lock);
+    atomic_fetch_add(&to_upd(ibpd)->refs, 1);
+    mw->win = w;
+    mw->ibmw.context = ibpd->context;
+    mw->ibmw.pd = ibpd;
+    mw->ibmw.rkey = w->stag;
+    mw->ibmw.handle = w->ibmr.handle;
+    mw->ibmw.type = type;
+    uiw_dbg(2, "alloc_mw type %d stag 0x%08x", type, w->stag);
+    return &mw->ibmw;
+}
+
+int uiw_op_dealloc_mw(struct ibv_mw *ibmw)
+{
+    struct uiw_mw *mw = to_umw(ibmw);
+    struct uiw_mr *w;
+    struct uiw_pd *pd;
+
+    if (!mw)
+        return EINVAL;
+    w = mw->win;
+    pd = w->pd;
+    atomic_store(&w->valid, false);
+    wait_no_users(w);
+    pthread_mutex_lock(&tab_lock);
+    tab_remove(w);
+    if (w->parent)
+        atomic_fetch_sub(&w->parent->nwindows, 1);
+    w->parent = NULL;
+    w->mw_type = 0;
+    w->ibmw = NULL;
+    w->stag = 0;
+    w->pd = NULL;
+    w->free_next = free_objs;
+    free_objs = w;
+    nlive--;
+    pthread_mutex_unlock(&tab_lock);
+    atomic_fetch_sub(&pd->refs, 1);
+    free(mw);
+    return 0;
+}
+
+int uiw_mw_bind(struct uiw_pd *pd, struct ibv_mw *ibmw, uint32_t new_rkey, struct ibv_mr *ibmr,
+                uint64_t addr, uint64_t length, unsigned access)
+{
+    struct uiw_mw *mw = to_umw(ibmw);
+    struct uiw_mr *w, *mr = ibmr ? to_umr(ibmr) : NULL;
+    int ret = 0;
+
+    if (!mw || access & ~(unsigned)(REMOTE_ACCESS | IBV_ACCESS_ZERO_BASED))
+        return -EINVAL;
+    w = mw->win;
+    if (w->pd != pd)
+        return -EPERM;
+    /* a type 2 window is bound only when invalid (IB verbs); a new rkey
+     * keeps the window's index: only its low 8 bits (the key) change */
+    if (w->mw_type == IBV_MW_TYPE_2 &&
+        (atomic_load(&w->valid) || (new_rkey & ~0xffu) != (w->stag & ~0xffu) ||
+         new_rkey == w->stag))
+        return -EINVAL;
+    if (mr) {
+        /* the range lies in a valid region of this PD that allows
+         * windows; remote write/atomic rights need local write on it */
+        if (mr->mw_type || mr->pd != pd || !atomic_load(&mr->valid) ||
+            !(mr->access & IBV_ACCESS_MW_BIND))
+            return -EPERM;
+        if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+            !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+            return -EPERM;
+        if (!length || length > UINT64_MAX - addr || addr < mr->iova ||
+            addr - mr->iova > mr->length || length > mr->length - (addr - mr->iova))
+            return -EINVAL;
+    } else if (length || w->mw_type != IBV_MW_TYPE_1) {
+        return -EINVAL; /* only a type 1 window unbinds with no region */
+    }
+    /* stop remote access through the old binding; a placement through it
+     * still running on another thread is waited for, briefly */
+    atomic_store(&w->valid, false);
+    for (unsigned i = 0; atomic_load(&w->users); i++) {
+        if (i > 100000)
+            return -EBUSY;
+        sched_yield();
+    }
+    pthread_mutex_lock(&tab_lock);
+    if (new_rkey != w->stag) {
+        if (new_rkey < STAG_MIN || find_locked(new_rkey)) {
+            pthread_mutex_unlock(&tab_lock);
+            return -EINVAL;
+        }
+        tab_remove(w);
+        w->stag = new_rkey;
+        atomic_store_explicit(&w->hstag, w->stag, memory_order_relaxed);
+        tab_insert(w);
+    }
+    if (w->parent)
+        atomic_fetch_sub(&w->parent->nwindows, 1);
+    w->parent = mr;
+    if (mr) {
+        atomic_fetch_add(&mr->nwindows, 1);
+        /* zero-based: the window's tagged offsets start at 0 */
+        w->iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : addr;
+        w->base = mr->base + (addr - mr->iova);
+        w->length = length;
+        w->access = access & REMOTE_ACCESS;
+        atomic_store(&w->valid, true); /* publishes the fields above */
+    }
+    pthread_mutex_unlock(&tab_lock);
+    ibmw->rkey = w->stag;
+    uiw_dbg(2, "bind_mw stag 0x%08x len %llu access 0x%x: %d", w->stag, (unsigned long long)length,
+            access, ret);
+    return ret;
+}
+
+/* ibv_bind_mw (type 1): the bind is a work request on the QP's send queue,
+ * with the window's next rkey (its key byte incremented, as
+ * ibv_inc_rkey) set in mw->rkey when it is posted. */
+int uiw_op_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *b)
+{
+    struct ibv_send_wr wr, *bad = NULL;
+    uint32_t next;
+    int ret;
+
+    if (!qp || !mw || !b || mw->type != IBV_MW_TYPE_1)
+        return EINVAL;
+    next = (mw->rkey & ~0xffu) | ((mw->rkey + 1) & 0xffu);
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = b->wr_id;
+    wr.send_flags = b->send_flags;
+    wr.opcode = IBV_WR_BIND_MW;
+    wr.bind_mw.mw = mw;
+    wr.bind_mw.rkey = next;
+    wr.bind_mw.bind_info = b->bind_info;
+    ret = qp->context->ops.post_send(qp, &wr, &bad);
+    if (!ret)
+        mw->rkey = next;
     return ret;
 }

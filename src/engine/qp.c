@@ -726,10 +726,13 @@ bool dp_send_wr_form_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
     case IBV_WR_ATOMIC_FETCH_AND_ADD:
     case IBV_WR_ATOMIC_CMP_AND_SWP:
     case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW:
         break;
     default:
         return false;
     }
+    if (wr->opcode == IBV_WR_BIND_MW && (!wr->bind_mw.mw || wr->num_sge))
+        return false; /* a bind names a window and carries no data */
     return wr->num_sge >= 0 && (unsigned)wr->num_sge <= qp->cap.max_send_sge &&
            wr->num_sge <= UIW_MAX_SGE && (!wr->num_sge || wr->sg_list);
 }
@@ -746,7 +749,7 @@ static bool send_wr_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr)
         len += wr->sg_list[i].length;
     return !(wr->send_flags & IBV_SEND_INLINE) || wr->opcode == IBV_WR_RDMA_READ ||
            wr->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD || wr->opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-           wr->opcode == IBV_WR_LOCAL_INV || len <= UIW_MAX_INLINE;
+           wr->opcode == IBV_WR_LOCAL_INV || wr->opcode == IBV_WR_BIND_MW || len <= UIW_MAX_INLINE;
 }
 
 /* Also the ibv_wr_* API's wr_complete (verbs_ex.c), which holds the lock. */

@@ -149,7 +149,8 @@ void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st)
     wc.status = st;
     wc.opcode = dp_wc_opcode(e->opcode);
     wc.qp_num = qp->ibqp.qp_num;
-    wc.byte_len = e->opcode == IBV_WR_LOCAL_INV ? 0 : (uint32_t)e->length;
+    wc.byte_len =
+        e->opcode == IBV_WR_LOCAL_INV || e->opcode == IBV_WR_BIND_MW ? 0 : (uint32_t)e->length;
     uiw_cq_push(qp->scq, &wc, false);
 }
 
@@ -498,6 +499,7 @@ static enum ibv_wc_status sqe_check(struct uiw_qp *qp, struct uiw_sqe *e, struct
             return IBV_WC_LOC_QP_OP_ERR;
         return IBV_WC_SUCCESS;
     case IBV_WR_LOCAL_INV:
+    case IBV_WR_BIND_MW: /* checked when executed (uiw_mw_bind) */
         return IBV_WC_SUCCESS;
     default:
         return IBV_WC_LOC_QP_OP_ERR;
@@ -649,6 +651,21 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
             if (t->niov)
                 return 0;
             sqe_fail(qp, pos, IBV_WC_LOC_PROT_ERR);
+            return -1;
+        }
+        e->state = SQE_DONE;
+        e->status = IBV_WC_SUCCESS;
+        t->sq_started++;
+        return 1;
+    case IBV_WR_BIND_MW:
+        /* executed in SQ order, like Local Invalidate (IB verbs: a failed
+         * bind completes with IBV_WC_MW_BIND_ERR) */
+        r = uiw_mw_bind(qp->pd, e->bind_mw, e->rkey, e->bind_mr, e->remote_addr, e->length,
+                        e->bind_access);
+        if (r) {
+            if (t->niov)
+                return 0;
+            sqe_fail(qp, pos, IBV_WC_MW_BIND_ERR);
             return -1;
         }
         e->state = SQE_DONE;
@@ -1231,6 +1248,14 @@ int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ib
         for (int i = 0; i < wr->num_sge; i++)
             e->sge[i] = wr->sg_list[i];
         e->length = len;
+        if (wr->opcode == IBV_WR_BIND_MW) {
+            e->bind_mw = wr->bind_mw.mw;
+            e->rkey = wr->bind_mw.rkey;
+            e->bind_mr = wr->bind_mw.bind_info.mr;
+            e->remote_addr = wr->bind_mw.bind_info.addr;
+            e->length = wr->bind_mw.bind_info.length;
+            e->bind_access = wr->bind_mw.bind_info.mw_access_flags;
+        }
         e->immediate_pending =
             wr->opcode == IBV_WR_SEND_WITH_IMM || wr->opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
         if (inl) {

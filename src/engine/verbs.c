@@ -38,25 +38,6 @@ static void *compat_stub(void)
     return NULL;
 }
 
-static struct ibv_mw *stub_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type)
-{
-    (void)pd, (void)type;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *bind)
-{
-    (void)qp, (void)mw, (void)bind;
-    return EOPNOTSUPP;
-}
-
-static int stub_dealloc_mw(struct ibv_mw *mw)
-{
-    (void)mw;
-    return EOPNOTSUPP;
-}
-
 static int stub_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
                           struct ibv_sge *sg, uint32_t n)
 {
@@ -271,9 +252,9 @@ void uiw_verbs_init_ops(struct uiw_context *ctx)
     o->_compat_reg_mr = compat_stub;
     o->_compat_rereg_mr = compat_stub;
     o->_compat_dereg_mr = compat_stub;
-    o->alloc_mw = stub_alloc_mw;
-    o->bind_mw = stub_bind_mw;
-    o->dealloc_mw = stub_dealloc_mw;
+    o->alloc_mw = uiw_op_alloc_mw;
+    o->bind_mw = uiw_op_bind_mw;
+    o->dealloc_mw = uiw_op_dealloc_mw;
     o->_compat_create_cq = compat_stub;
     o->poll_cq = uiw_op_poll_cq;
     o->req_notify_cq = uiw_op_req_notify_cq;

@@ -410,8 +410,14 @@ static void qpx_unsupported(struct ibv_qp_ex *ix)
 static void qpx_bind_mw(struct ibv_qp_ex *ix, struct ibv_mw *mw, uint32_t rkey,
                         const struct ibv_mw_bind_info *info)
 {
-    (void)mw, (void)rkey, (void)info;
-    qpx_unsupported(ix);
+    struct ibv_send_wr *w = qpx_new(ix, IBV_WR_BIND_MW);
+
+    if (w) {
+        w->bind_mw.mw = mw;
+        w->bind_mw.rkey = rkey;
+        if (info)
+            w->bind_mw.bind_info = *info;
+    }
 }
 
 static void qpx_send_tso(struct ibv_qp_ex *ix, void *hdr, uint16_t hdr_sz, uint16_t mss)

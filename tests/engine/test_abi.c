@@ -562,9 +562,9 @@ static void test_wr_traffic(void)
     ibv_wr_rdma_read(q, bmr->rkey, (uintptr_t)bbuf);
     ibv_wr_set_inline_data(q, abuf, 8);
     CHECK_EQ(ibv_wr_complete(q), EINVAL);
-    ibv_wr_start(q); /* an operation this device has not */
+    ibv_wr_start(q); /* a bind without a window */
     ibv_wr_bind_mw(q, NULL, 0, NULL);
-    CHECK_EQ(ibv_wr_complete(q), EOPNOTSUPP);
+    CHECK_EQ(ibv_wr_complete(q), EINVAL);
     ibv_wr_start(q);
     ibv_wr_send(q);
     ibv_wr_set_ud_addr(q, NULL, 1, 2);
@@ -778,7 +778,7 @@ static void test_unsupported(void)
         CHECK_EQ(errno, (err));                                                                    \
     } while (0)
 
-    CHECK_NULL_ERRNO(ibv_alloc_mw(pd, IBV_MW_TYPE_1), EOPNOTSUPP);
+    CHECK_NULL_ERRNO(ibv_alloc_mw(pd, (enum ibv_mw_type)9), EINVAL);
     {
         struct ibv_alloc_dm_attr a = {.length = 64};
         CHECK_NULL_ERRNO(ibv_alloc_dm(dp_ctx, &a), EOPNOTSUPP);

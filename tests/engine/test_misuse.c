@@ -441,7 +441,7 @@ RET(query_ece, EOPNOTSUPP, ibv_query_ece(qp_init, NULL))
 RET(set_ece, EOPNOTSUPP, ibv_set_ece(qp_init, NULL))
 RET(init_ah_from_wc, EOPNOTSUPP, ibv_init_ah_from_wc(ctx, 1, NULL, NULL, NULL))
 RET(ah_from_wc, EOPNOTSUPP, ibv_create_ah_from_wc(pd, NULL, NULL, 1))
-RET(alloc_mw, EOPNOTSUPP, ibv_alloc_mw(pd, IBV_MW_TYPE_1))
+RET(alloc_mw_bad_type, EINVAL, ibv_alloc_mw(pd, (enum ibv_mw_type)9))
 RET(alloc_td, EOPNOTSUPP, ibv_alloc_td(ctx, NULL))
 RET(open_xrcd, EOPNOTSUPP, ibv_open_xrcd(ctx, NULL))
 RET(create_wq, EOPNOTSUPP, ibv_create_wq(ctx, NULL))
@@ -672,7 +672,7 @@ static const struct row rows[] = {
     ROW(K_RET, EOPNOTSUPP, set_ece),
     ROW(K_NEG, EOPNOTSUPP, init_ah_from_wc),
     ROW(K_PTR, EOPNOTSUPP, ah_from_wc),
-    ROW(K_PTR, EOPNOTSUPP, alloc_mw),
+    ROW(K_PTR, EINVAL, alloc_mw_bad_type),
     ROW(K_PTR, EOPNOTSUPP, alloc_td),
     ROW(K_PTR, EOPNOTSUPP, open_xrcd),
     ROW(K_PTR, EOPNOTSUPP, create_wq),

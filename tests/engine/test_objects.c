@@ -179,9 +179,19 @@ static void test_context(void)
         CHECK(ibv_alloc_dm(ctx, &dma) == NULL);
         CHECK_EQ(errno, EOPNOTSUPP);
         struct ibv_pd *pd = ibv_alloc_pd(ctx);
-        errno = 0;
-        CHECK(ibv_alloc_mw(pd, IBV_MW_TYPE_1) == NULL);
-        CHECK_EQ(errno, EOPNOTSUPP);
+        /* memory windows of both types (test_dp_mw uses them) */
+        struct ibv_mw *mw1 = ibv_alloc_mw(pd, IBV_MW_TYPE_1);
+        struct ibv_mw *mw2 = ibv_alloc_mw(pd, IBV_MW_TYPE_2);
+        CHECK(mw1 && mw2);
+        if (mw1 && mw2) {
+            CHECK_EQ(mw1->type, IBV_MW_TYPE_1);
+            CHECK_EQ(mw2->type, IBV_MW_TYPE_2);
+            CHECK(mw1->pd == pd && mw1->context == ctx);
+            CHECK(mw1->rkey != mw2->rkey && mw1->rkey > 1 && mw2->rkey > 1);
+            CHECK_EQ(ibv_dealloc_pd(pd), EBUSY); /* the windows hold it */
+            CHECK_EQ(ibv_dealloc_mw(mw1), 0);
+            CHECK_EQ(ibv_dealloc_mw(mw2), 0);
+        }
         CHECK_EQ(ibv_dealloc_pd(pd), 0);
     }
 }
@@ -212,7 +222,9 @@ static void test_queries(void)
     CHECK_EQ(a.max_srq, UIW_MAX_SRQ);
     CHECK_EQ(a.max_srq_wr, UIW_MAX_SRQ_WR);
     CHECK_EQ(a.max_srq_sge, UIW_MAX_SGE);
-    CHECK_EQ(a.max_mw, 0);
+    CHECK_EQ(a.max_mw, UIW_MAX_MR);
+    CHECK(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW);
+    CHECK(a.device_cap_flags & IBV_DEVICE_MEM_WINDOW_TYPE_2B);
     CHECK_EQ(a.max_ah, 0);
     CHECK_EQ(a.max_pkeys, 1);
     CHECK_EQ(a.phys_port_cnt, 1);
