@@ -205,10 +205,30 @@ static inline uiw_mpa_result dp_mpa(bool crc, bool markers, uint16_t ird, uint16
  * engine's connection manager. MPA options are the process's (UIWARP_CRC,
  * UIWARP_MARKERS): crc and markers are not used. The connections live
  * until their QPs are destroyed. */
+static struct uiw_cm_channel *dp_cm_ch;
+static struct uiw_conn *dp_cm_conns[256];
+static unsigned dp_cm_nconns;
+
+static void dp_cm_cleanup(void)
+{
+    for (unsigned i = 0; i < dp_cm_nconns; i++)
+        uiw_cm_conn_destroy(dp_cm_conns[i]);
+    dp_cm_nconns = 0;
+    if (dp_cm_ch)
+        uiw_cm_channel_destroy(dp_cm_ch);
+    dp_cm_ch = NULL;
+}
+
+static inline void dp_cm_keep(struct uiw_conn *c)
+{
+    if (c && dp_cm_nconns < sizeof(dp_cm_conns) / sizeof(dp_cm_conns[0]))
+        dp_cm_conns[dp_cm_nconns++] = c;
+}
+
 static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool markers,
                              uint16_t ird_a, uint16_t ord_a, uint16_t ird_b, uint16_t ord_b)
 {
-    static struct uiw_cm_channel *ch;
+    struct uiw_cm_channel *ch;
     struct uiw_listener *l = NULL;
     struct uiw_conn *ca = NULL;
     struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -219,13 +239,19 @@ static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool ma
 
     (void)crc;
     (void)markers;
-    if (!ch && !(ch = uiw_cm_channel_create()))
-        return -ENOMEM;
+    if (!dp_cm_ch) {
+        if (!(dp_cm_ch = uiw_cm_channel_create()))
+            return -ENOMEM;
+        atexit(dp_cm_cleanup); /* the connections end with the program */
+    }
+    ch = dp_cm_ch;
     rc = uiw_cm_listen(NULL, (struct sockaddr *)&sa, 1, ch, NULL, &l);
     if (!rc)
         rc = uiw_cm_listener_addr(l, &bound);
     if (!rc)
         rc = uiw_cm_connect(a->qp, NULL, (struct sockaddr *)&bound, &pa, ch, a, &ca);
+    if (!rc)
+        dp_cm_keep(ca);
     while (!rc && established < 2) {
         struct pollfd pfd = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
         if (poll(&pfd, 1, DP_TIMEOUT_MS) != 1) {
@@ -235,9 +261,10 @@ static inline int dp_connect(struct dp_ep *a, struct dp_ep *b, bool crc, bool ma
         rc = uiw_cm_get_event(ch, &ev);
         if (rc)
             break;
-        if (ev.type == UIW_CM_CONNECT_REQUEST && ev.listener == l)
+        if (ev.type == UIW_CM_CONNECT_REQUEST && ev.listener == l) {
+            dp_cm_keep(ev.conn);
             rc = uiw_cm_accept(ev.conn, b->qp, &pb, b);
-        else if (ev.user != a && ev.user != b)
+        } else if (ev.user != a && ev.user != b)
             continue; /* an earlier connection's (DISCONNECTED) */
         else if (ev.type == UIW_CM_ESTABLISHED)
             established++;
