@@ -849,7 +849,7 @@ static int serve_irq(struct uiw_qp *qp, struct dp_tx *t)
     return 1;
 }
 
-/* The P2P RTR (RFC 6581 §9, siw's forms: notes §1.3), before any FPDU. */
+/* The P2P RTR (RFC 6581 §9, siw's forms: PEERS.md §3), before any FPDU. */
 static void start_rtr(struct uiw_qp *qp, struct dp_tx *t)
 {
     uiw_hdr h;
@@ -1466,7 +1466,7 @@ static unsigned pick_max_fpdu(int fd)
     unsigned mf = uiw_config()->max_fpdu;
 
     if (!mf) {
-        /* like siw (notes §2.6): one FPDU per TCP segment, MSS rounded
+        /* like siw (PEERS.md §7): one FPDU per TCP segment, MSS rounded
          * down to a multiple of 8 */
         int mss = 0;
         socklen_t l = sizeof(mss);
