@@ -1,8 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Setup helpers shared by the engine tests (test_cm.c, test_multi.c,
- * test_twoproc.c and, through dp_test.h, the data path tests): clocks, the
- * uiw_lo device, RC QPs moved to INIT, QP state queries and byte patterns.
+ * The engine test fixture, shared by the engine tests (test_cm*.c,
+ * test_multi.c, test_twoproc.c, test_peer_timeout.c and, through dp_test.h,
+ * the data path tests): clocks, the uiw_lo device, RC QPs moved to INIT, QP
+ * state queries, completion polling with a timeout, byte patterns, and the
+ * socket helpers of the tests that play a raw TCP peer. The uiw_cm helpers
+ * are in cm_test.h.
  */
 #ifndef UIWARP_ENG_TEST_H
 #define UIWARP_ENG_TEST_H
@@ -12,7 +15,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 #define ENG_ACCESS_ALL                                                                             \
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
@@ -89,6 +94,40 @@ static inline enum ibv_qp_state eng_qp_state(struct ibv_qp *qp)
     if (ibv_query_qp(qp, &a, IBV_QP_STATE, &ia))
         return (enum ibv_qp_state) - 1;
     return a.qp_state;
+}
+
+/* One completion within ms (polled every millisecond): ibv_poll_cq's
+ * result, 0 at the deadline. */
+static inline int eng_poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
+{
+    uint64_t end = eng_now_ms() + (uint64_t)ms;
+    for (;;) {
+        int n = ibv_poll_cq(cq, 1, wc);
+        if (n != 0 || eng_now_ms() > end)
+            return n;
+        usleep(1000);
+    }
+}
+
+/* Send all n bytes on a socket (no SIGPIPE): 0, or -1. */
+static inline int eng_send_all(int fd, const void *buf, size_t n)
+{
+    size_t off = 0;
+    while (off < n) {
+        ssize_t w = send(fd, (const char *)buf + off, n - off, MSG_NOSIGNAL);
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    return 0;
+}
+
+/* Close a socket with an RST (SO_LINGER 0). */
+static inline void eng_rst_close(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
 }
 
 /* Byte i of the test pattern `seed`. */

@@ -34,6 +34,7 @@
 
 #include "engine.h"
 #include "eng_test.h"
+#include "cm_test.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -73,33 +74,10 @@ static struct sockaddr_in loop4(uint16_t port)
     return a;
 }
 
-static struct uiw_cm_channel *mkchan(void)
-{
-    struct uiw_cm_channel *ch = uiw_cm_channel_create();
-    if (ch)
-        fcntl(uiw_cm_channel_fd(ch), F_SETFL, O_NONBLOCK);
-    return ch;
-}
-
-static int next_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int rc = uiw_cm_get_event(ch, ev);
-        if (rc != -EAGAIN)
-            return rc;
-        int64_t left = (int64_t)(end - eng_now_ms());
-        if (left <= 0)
-            return -ETIMEDOUT;
-        struct pollfd p = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
-        poll(&p, 1, (int)left);
-    }
-}
-
 static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
                          enum uiw_cm_event_type type, int status, const char *what)
 {
-    int rc = next_event(ch, ev, EV_MS);
+    int rc = eng_cm_next(ch, ev, EV_MS);
     tu_checks++;
     if (rc < 0 || ev->type != type || ev->status != status) {
         tu_failed++;
@@ -121,25 +99,6 @@ static int raw_connect(uint16_t port)
         return -1;
     }
     return fd;
-}
-
-static void rst_close(int fd)
-{
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    close(fd);
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, (const char *)buf + off, n - off, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
-    return 0;
 }
 
 /* Read up to n bytes within ms; returns bytes read, *eof set on EOF/RST. */
@@ -236,7 +195,7 @@ struct srv {
 static bool srv_up(struct srv *s)
 {
     memset(s, 0, sizeof(*s));
-    s->ch = mkchan();
+    s->ch = eng_cm_chan();
     struct sockaddr_in a = loop4(0);
     struct sockaddr_storage b;
     CHECK(s->ch != NULL);
@@ -271,7 +230,7 @@ static void check_base(struct srv *s, const char *what, int peak)
 static bool no_event(struct uiw_cm_channel *ch, int ms)
 {
     struct uiw_cm_event ev;
-    int rc = next_event(ch, &ev, ms);
+    int rc = eng_cm_next(ch, &ev, ms);
     if (rc == 0)
         fprintf(stderr, "unexpected event %d status %d\n", (int)ev.type, ev.status);
     return rc == -ETIMEDOUT;
@@ -313,17 +272,6 @@ static void tqp_free(struct tqp *t)
     memset(t, 0, sizeof(*t));
 }
 
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int n = ibv_poll_cq(cq, 1, wc);
-        if (n != 0 || eng_now_ms() > end)
-            return n;
-        usleep(1000);
-    }
-}
-
 /* A uiwarp client connects with a QP, the server accepts with a QP, and
  * 64 KiB sent each way arrive intact. Everything is torn down again. */
 static void legit_client(struct srv *s, const char *what)
@@ -336,7 +284,7 @@ static void legit_client(struct srv *s, const char *what)
     }
     bool ok = tqp_make(&a) && tqp_make(&b);
     CHECK(ok);
-    struct uiw_cm_channel *chc = mkchan();
+    struct uiw_cm_channel *chc = eng_cm_chan();
     uint8_t *sbuf = malloc(LEN), *rbuf = malloc(LEN);
     struct ibv_mr *smr = NULL, *rmr = NULL;
     struct uiw_conn *cc = NULL, *sc = NULL;
@@ -371,9 +319,9 @@ static void legit_client(struct srv *s, const char *what)
     CHECK_EQ(ibv_post_recv(b.qp, &rw, &rbad), 0);
     CHECK_EQ(ibv_post_send(a.qp, &sw, &sbad), 0);
     struct ibv_wc wc;
-    CHECK_EQ(poll_one(a.cq, &wc, EV_MS), 1);
+    CHECK_EQ(eng_poll_one(a.cq, &wc, EV_MS), 1);
     CHECK_EQ(wc.status, IBV_WC_SUCCESS);
-    CHECK_EQ(poll_one(b.cq, &wc, EV_MS), 1);
+    CHECK_EQ(eng_poll_one(b.cq, &wc, EV_MS), 1);
     CHECK_EQ(wc.status, IBV_WC_SUCCESS);
     CHECK_EQ(wc.byte_len, LEN);
     CHECK_EQ(eng_diff(rbuf, LEN, 12), -1);
@@ -382,7 +330,7 @@ static void legit_client(struct srv *s, const char *what)
     expect_event(chc, &ev, UIW_CM_DISCONNECTED, 0, what);
     /* the server's ESTABLISHED (P2P: after the RTR) and DISCONNECTED */
     for (int i = 0; i < 2; i++)
-        if (next_event(s->ch, &ev, EV_MS) == 0)
+        if (eng_cm_next(s->ch, &ev, EV_MS) == 0)
             CHECK(ev.type == UIW_CM_ESTABLISHED || ev.type == UIW_CM_DISCONNECTED);
 out:
     if (smr)
@@ -414,7 +362,7 @@ static void t_reject_storm(struct srv *s)
     for (int i = 0; i < STORM; i++) {
         size_t n = mk_request(req, i % 2);
         int fd = raw_connect(s->port);
-        if (fd < 0 || write_all(fd, req, n) < 0) {
+        if (fd < 0 || eng_send_all(fd, req, n) < 0) {
             CHECK(!"connect/write");
             if (fd >= 0)
                 close(fd);
@@ -446,7 +394,7 @@ static void t_garbage_storm(struct srv *s)
             CHECK(!"connect");
             continue;
         }
-        CHECK_EQ(write_all(fd, junk, 20 + (size_t)(i % 40)), 0);
+        CHECK_EQ(eng_send_all(fd, junk, 20 + (size_t)(i % 40)), 0);
         CHECK(closed_by_peer(fd, EV_MS));
         int f = count_fds();
         if (f > peak)
@@ -471,12 +419,12 @@ static void t_early_close_storm(struct srv *s)
             continue;
         }
         if (i % 3 == 1)
-            CHECK_EQ(write_all(fd, req, n / 2), 0);
+            CHECK_EQ(eng_send_all(fd, req, n / 2), 0);
         int f = count_fds();
         if (f > peak)
             peak = f;
         if (i % 3 == 2)
-            rst_close(fd);
+            eng_rst_close(fd);
         else
             close(fd);
     }
@@ -493,7 +441,7 @@ static void t_app_reject(struct srv *s)
     for (int i = 0; i < 100; i++) {
         int fd = raw_connect(s->port);
         struct uiw_cm_event ev;
-        if (fd < 0 || write_all(fd, req, n) < 0) {
+        if (fd < 0 || eng_send_all(fd, req, n) < 0) {
             CHECK(!"connect/write");
             if (fd >= 0)
                 close(fd);
@@ -527,7 +475,7 @@ static void t_accept_fails(struct srv *s)
     for (int i = 0; i < 100; i++) {
         int fd = raw_connect(s->port);
         struct uiw_cm_event ev;
-        if (fd < 0 || write_all(fd, req, n) < 0) {
+        if (fd < 0 || eng_send_all(fd, req, n) < 0) {
             CHECK(!"connect/write");
             if (fd >= 0)
                 close(fd);
@@ -538,7 +486,7 @@ static void t_accept_fails(struct srv *s)
             continue;
         }
         if (i % 2) {
-            CHECK_EQ(write_all(fd, "early!!!", 8), 0);
+            CHECK_EQ(eng_send_all(fd, "early!!!", 8), 0);
         } else {
             shutdown(fd, SHUT_WR);
         }
@@ -569,7 +517,7 @@ static void t_listener_teardown(void)
         fds[i] = raw_connect(s.port);
         size_t n = mk_request(req, i % 2 ? 0 : 2);
         if (fds[i] >= 0 && i % 4 < 2)
-            (void)write_all(fds[i], req, n);
+            (void)eng_send_all(fds[i], req, n);
     }
     eng_msleep(200); /* 10 CONNECT_REQUESTs queued, never retrieved: the listener frees them */
     srv_down(&s);
@@ -594,7 +542,7 @@ static void t_connect_emfile(void)
     }
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
     int base_conn = uiw_cm_conn_count();
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     int fill[512], nfill = 0;
     int top = 0;
     for (int fd = 0; fd < 4096; fd++)
@@ -676,7 +624,7 @@ static void t_dead_peer_opts(struct srv *s)
         struct tqp a, b;
         struct uiw_cm_event ev;
         struct uiw_conn *cc = NULL;
-        struct uiw_cm_channel *chc = mkchan();
+        struct uiw_cm_channel *chc = eng_cm_chan();
         struct sockaddr_in dst = loop4(s->port);
         struct uiw_conn_param pc = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].cli_ms};
         struct uiw_conn_param ps = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].srv_ms};
@@ -771,7 +719,7 @@ static void c_timeout(void)
         CHECK(fds[i] >= 0);
         if (fds[i] >= 0 && i >= SILENT) {
             size_t n = mk_request(req, 0);
-            CHECK_EQ(write_all(fds[i], req, n), 0);
+            CHECK_EQ(eng_send_all(fds[i], req, n), 0);
             uiw_mpa_frame rep;
             CHECK(read_reply(fds[i], &rep) && rep.reject);
         }
