@@ -11,13 +11,18 @@
 #define UIWARP_ENG_TEST_H
 
 #include <infiniband/verbs.h>
+#include <poll.h>
+#include <spawn.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "testutil.h"
 
 #define ENG_ACCESS_ALL                                                                             \
     (IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |                   \
@@ -128,6 +133,61 @@ static inline void eng_rst_close(int fd)
     struct linger lg = {.l_onoff = 1, .l_linger = 0};
     setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
     close(fd);
+}
+
+/* Run this executable again as `prog --case name` with environment envp,
+ * its descriptor 3 a pipe on which the case writes "CHECKS FAILED" (within
+ * 120 s), and add those counts to this process's; a case that crashed or
+ * gave no result counts as one failed check. */
+static inline void eng_run_case(const char *prog, const char *name, char **envp)
+{
+    int pfd[2];
+    if (pipe(pfd) < 0) {
+        CHECK(!"pipe");
+        return;
+    }
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    if (pfd[0] != 3)
+        posix_spawn_file_actions_addclose(&fa, pfd[0]);
+    posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
+    char *argv[] = {(char *)prog, (char *)"--case", (char *)name, NULL};
+    pid_t pid;
+    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
+    posix_spawn_file_actions_destroy(&fa);
+    close(pfd[1]);
+    if (rc) {
+        close(pfd[0]);
+        CHECK(!"posix_spawn");
+        return;
+    }
+    char buf[128] = {0};
+    size_t n = 0;
+    uint64_t end = eng_now_ms() + 120000;
+    while (n < sizeof(buf) - 1) {
+        int64_t left = (int64_t)(end - eng_now_ms());
+        struct pollfd p = {.fd = pfd[0], .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, (int)left) <= 0)
+            break;
+        ssize_t r = read(pfd[0], buf + n, sizeof(buf) - 1 - n);
+        if (r <= 0)
+            break;
+        n += (size_t)r;
+    }
+    buf[n] = 0;
+    close(pfd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    unsigned long ch = 0, fa_ = 0;
+    if (sscanf(buf, "%lu %lu", &ch, &fa_) != 2 || !WIFEXITED(st)) {
+        fprintf(stderr, "case %s: crashed or no result (status 0x%x)\n", name, st);
+        tu_checks++;
+        tu_failed++;
+        return;
+    }
+    printf("%s: case %s: %lu checks, %lu failed\n", prog, name, ch, fa_);
+    tu_checks += ch;
+    tu_failed += fa_;
 }
 
 /* Byte i of the test pattern `seed`. */

@@ -951,43 +951,7 @@ static void run_child(const struct child_case *cc)
     for (int i = 0; i < 4 && cc->env[i]; i++)
         envp[k++] = (char *)cc->env[i];
     envp[k] = NULL;
-    int pfd[2];
-    if (pipe(pfd) < 0) {
-        CHECK(!"pipe");
-        return;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (pfd[0] != 3)
-        posix_spawn_file_actions_addclose(&fa, pfd[0]);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-    char *argv[] = {(char *)"test_cm_limits", (char *)"--case", (char *)cc->name, NULL};
-    pid_t pid;
-    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    if (rc) {
-        close(pfd[0]);
-        CHECK(!"posix_spawn");
-        return;
-    }
-    char buf[128] = {0};
-    bool eof;
-    size_t n = read_some(pfd[0], (uint8_t *)buf, sizeof(buf) - 1, 120000, &eof);
-    buf[n] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    unsigned long ch = 0, fa_ = 0;
-    if (sscanf(buf, "%lu %lu", &ch, &fa_) != 2 || !WIFEXITED(st)) {
-        fprintf(stderr, "case %s: crashed or no result (status 0x%x)\n", cc->name, st);
-        tu_checks++;
-        tu_failed++;
-        return;
-    }
-    printf("test_cm_limits: case %s: %lu checks, %lu failed\n", cc->name, ch, fa_);
-    tu_checks += ch;
-    tu_failed += fa_;
+    eng_run_case("test_cm_limits", cc->name, envp);
 }
 
 int main(int argc, char **argv)
