@@ -91,6 +91,91 @@ static inline struct ibv_qp *eng_qp_init(struct ibv_pd *pd, struct ibv_cq *scq, 
     return qp;
 }
 
+/* A PD, a 64-entry CQ and an RC QP on it (16 WRs, 1 SGE each way, moved to
+ * INIT with the given access flags): what the CM tests connect. */
+struct eng_tqp {
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+};
+
+/* false if a step failed (what was made stays in t for eng_tqp_free). */
+static inline bool eng_tqp_make(struct ibv_context *ctx, struct eng_tqp *t, int access)
+{
+    memset(t, 0, sizeof(*t));
+    t->pd = ibv_alloc_pd(ctx);
+    t->cq = t->pd ? ibv_create_cq(ctx, 64, NULL, NULL, 0) : NULL;
+    if (!t->cq)
+        return false;
+    struct ibv_qp_cap cap = {
+        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1};
+    t->qp = eng_qp_init(t->pd, t->cq, t->cq, NULL, cap, false, access, IBV_QP_PKEY_INDEX);
+    return t->qp != NULL;
+}
+
+static inline void eng_tqp_free(struct eng_tqp *t)
+{
+    if (t->qp)
+        ibv_destroy_qp(t->qp);
+    if (t->cq)
+        ibv_destroy_cq(t->cq);
+    if (t->pd)
+        ibv_dealloc_pd(t->pd);
+    memset(t, 0, sizeof(*t));
+}
+
+/* Post one work request with one SGE {laddr, len, lkey}: a Send or RDMA
+ * operation (raddr/rkey for Write and Read), signaled or not. */
+static inline int eng_post(struct ibv_qp *qp, enum ibv_wr_opcode op, void *laddr, uint32_t len,
+                           uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t wr_id,
+                           bool signaled)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)laddr, .length = len, .lkey = lkey};
+    struct ibv_send_wr wr, *bad = NULL;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
+    wr.wr.rdma.remote_addr = raddr;
+    wr.wr.rdma.rkey = rkey;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
+/* Post a signaled atomic (8 bytes at laddr receive the original value). */
+static inline int eng_post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, void *laddr,
+                                  uint32_t lkey, uint64_t raddr, uint32_t rkey, uint64_t cmp_add,
+                                  uint64_t swap, uint64_t wr_id)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)laddr, .length = 8, .lkey = lkey};
+    struct ibv_send_wr wr, *bad = NULL;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.opcode = op;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr.atomic.remote_addr = raddr;
+    wr.wr.atomic.rkey = rkey;
+    wr.wr.atomic.compare_add = cmp_add;
+    wr.wr.atomic.swap = swap;
+    return ibv_post_send(qp, &wr, &bad);
+}
+
+/* Post one receive of one SGE. */
+static inline int eng_post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey,
+                                uint64_t wr_id)
+{
+    struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
+    struct ibv_recv_wr wr, *bad = NULL;
+    memset(&wr, 0, sizeof(wr));
+    wr.wr_id = wr_id;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
+    return ibv_post_recv(qp, &wr, &bad);
+}
+
 /* The QP's state as ibv_query_qp reports it, or -1. */
 static inline enum ibv_qp_state eng_qp_state(struct ibv_qp *qp)
 {

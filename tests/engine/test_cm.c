@@ -342,12 +342,6 @@ static uiw_hdr rtr_read_hdr(void)
 
 /* ---- QPs (need the engine's verbs) ---- */
 
-struct tqp {
-    struct ibv_pd *pd;
-    struct ibv_cq *cq;
-    struct ibv_qp *qp;
-};
-
 static struct ibv_context *g_ctx;
 static bool g_have_qps;
 
@@ -364,30 +358,11 @@ static void verbs_init(bool quiet_skip)
         printf("test_cm: no uiwarp device: QP tests skipped\n");
 }
 
-static bool tqp_make(struct tqp *t)
+/* A QP for the connection tests (eng_tqp_make with this file's access). */
+static bool tqp_make(struct eng_tqp *t)
 {
-    memset(t, 0, sizeof(*t));
-    t->pd = ibv_alloc_pd(g_ctx);
-    t->cq = t->pd ? ibv_create_cq(g_ctx, 64, NULL, NULL, 0) : NULL;
-    if (!t->cq)
-        return false;
-    struct ibv_qp_cap cap = {
-        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1};
-    t->qp = eng_qp_init(t->pd, t->cq, t->cq, NULL, cap, false,
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-                        IBV_QP_PKEY_INDEX);
-    return t->qp != NULL;
-}
-
-static void tqp_free(struct tqp *t)
-{
-    if (t->qp)
-        ibv_destroy_qp(t->qp);
-    if (t->cq)
-        ibv_destroy_cq(t->cq);
-    if (t->pd)
-        ibv_dealloc_pd(t->pd);
-    memset(t, 0, sizeof(*t));
+    return eng_tqp_make(g_ctx, t,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
 /* A pair of channels and a port-0 listener on the loopback of fam. */
@@ -1157,7 +1132,7 @@ static void t_raw_requests(int fam)
 
 /* A Send from one connected QP to the other arrives intact: the FPDU stream
  * starts exactly after the MPA frames. */
-static void xfer(struct tqp *from, struct tqp *to, const char *msg)
+static void xfer(struct eng_tqp *from, struct eng_tqp *to, const char *msg)
 {
     static char sbuf[64], rbuf[64];
     size_t len = strlen(msg) + 1;
@@ -1200,11 +1175,11 @@ static void t_qp_pair(int fam, bool expect_p2p)
 {
     if (!g_have_qps)
         return;
-    struct tqp a, b;
+    struct eng_tqp a, b;
     if (!tqp_make(&a) || !tqp_make(&b)) {
         CHECK(!"QP setup");
-        tqp_free(&a);
-        tqp_free(&b);
+        eng_tqp_free(&a);
+        eng_tqp_free(&b);
         return;
     }
     struct env e;
@@ -1264,13 +1239,13 @@ static void t_qp_pair(int fam, bool expect_p2p)
          * rdma_cm's order: QP first, then the connection */
         if (mr)
             CHECK_EQ(ibv_dereg_mr(mr), 0);
-        tqp_free(&a);
-        tqp_free(&b);
+        eng_tqp_free(&a);
+        eng_tqp_free(&b);
         uiw_cm_conn_destroy(cc);
         uiw_cm_conn_destroy(sc);
     } else {
-        tqp_free(&a);
-        tqp_free(&b);
+        eng_tqp_free(&a);
+        eng_tqp_free(&b);
     }
     env_down(&e);
 }
@@ -1288,10 +1263,10 @@ static void t_qp_abort(int fam)
     if (!env_up(&e, fam))
         return;
     for (int k = 0; k < 2; k++) {
-        struct tqp b;
+        struct eng_tqp b;
         if (!tqp_make(&b)) {
             CHECK(!"QP setup");
-            tqp_free(&b);
+            eng_tqp_free(&b);
             break;
         }
         uint8_t f[64];
@@ -1309,16 +1284,16 @@ static void t_qp_abort(int fam)
                 uiw_cm_conn_destroy(sc);
                 CHECK_EQ(wait_close(fd, EV_MS), 0);
                 CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_ERR);
-                tqp_free(&b);
+                eng_tqp_free(&b);
             } else {
-                tqp_free(&b);
+                eng_tqp_free(&b);
                 expect_event(e.chs, &ev, UIW_CM_DISCONNECTED, -ECONNABORTED, sc, "qp gone");
                 CHECK_EQ(wait_close(fd, EV_MS), 0);
                 CHECK_EQ(uiw_cm_disconnect(sc), 0);
                 uiw_cm_conn_destroy(sc);
             }
         } else {
-            tqp_free(&b);
+            eng_tqp_free(&b);
         }
         close(fd);
     }
@@ -1332,10 +1307,10 @@ static void t_qp_p2p_responder(int fam, uint8_t rtr)
 {
     if (!g_have_qps)
         return;
-    struct tqp b;
+    struct eng_tqp b;
     if (!tqp_make(&b)) {
         CHECK(!"QP setup");
-        tqp_free(&b);
+        eng_tqp_free(&b);
         return;
     }
     struct env e;
@@ -1378,10 +1353,10 @@ static void t_qp_p2p_responder(int fam, uint8_t rtr)
             CHECK_EQ(rr.to, 0);
         }
         CHECK(quiet(fd, 50));
-        tqp_free(&b);
+        eng_tqp_free(&b);
         uiw_cm_conn_destroy(sc);
     } else {
-        tqp_free(&b);
+        eng_tqp_free(&b);
     }
     close(fd);
     env_down(&e);
@@ -1394,10 +1369,10 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
 {
     if (!g_have_qps)
         return;
-    struct tqp a;
+    struct eng_tqp a;
     if (!tqp_make(&a)) {
         CHECK(!"QP setup");
-        tqp_free(&a);
+        eng_tqp_free(&a);
         return;
     }
     struct uiw_cm_channel *ch = eng_cm_chan();
@@ -1457,7 +1432,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
         }
         close(fd);
     }
-    tqp_free(&a);
+    eng_tqp_free(&a);
     uiw_cm_conn_destroy(c);
     uiw_cm_channel_destroy(ch);
 }
@@ -1516,7 +1491,7 @@ static void c_timeout(void)
             }
             close(fd);
             /* P2P responder: no RTR within the timeout */
-            struct tqp b = {0};
+            struct eng_tqp b = {0};
             if (g_have_qps && tqp_make(&b)) {
                 n = mk_frame(f, true, S, 2, UIW_MPA_IRD_A_P2P | 1, UIW_MPA_ORD_C_WRITE0 | 1, NULL,
                              0);
@@ -1536,7 +1511,7 @@ static void c_timeout(void)
                 }
                 close(fd);
             }
-            tqp_free(&b);
+            eng_tqp_free(&b);
             env_down(&e);
         }
         uiw_cm_channel_destroy(ch);

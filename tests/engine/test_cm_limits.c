@@ -242,34 +242,10 @@ static bool no_event(struct uiw_cm_channel *ch, int ms)
 
 static struct ibv_context *g_ctx;
 
-struct tqp {
-    struct ibv_pd *pd;
-    struct ibv_cq *cq;
-    struct ibv_qp *qp;
-};
-
-static bool tqp_make(struct tqp *t)
+/* A QP for the connection tests (eng_tqp_make with this file's access). */
+static bool tqp_make(struct eng_tqp *t)
 {
-    memset(t, 0, sizeof(*t));
-    t->pd = ibv_alloc_pd(g_ctx);
-    t->cq = t->pd ? ibv_create_cq(g_ctx, 64, NULL, NULL, 0) : NULL;
-    if (!t->cq)
-        return false;
-    struct ibv_qp_cap cap = {
-        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1};
-    t->qp = eng_qp_init(t->pd, t->cq, t->cq, NULL, cap, false, ENG_ACCESS_ALL, IBV_QP_PKEY_INDEX);
-    return t->qp != NULL;
-}
-
-static void tqp_free(struct tqp *t)
-{
-    if (t->qp)
-        ibv_destroy_qp(t->qp);
-    if (t->cq)
-        ibv_destroy_cq(t->cq);
-    if (t->pd)
-        ibv_dealloc_pd(t->pd);
-    memset(t, 0, sizeof(*t));
+    return eng_tqp_make(g_ctx, t, ENG_ACCESS_ALL);
 }
 
 /* A uiwarp client connects with a QP, the server accepts with a QP, and
@@ -277,7 +253,7 @@ static void tqp_free(struct tqp *t)
 static void legit_client(struct srv *s, const char *what)
 {
     enum { LEN = 65536 };
-    struct tqp a, b;
+    struct eng_tqp a, b = {0}; /* b is freed even when making a failed */
     if (!g_ctx) {
         printf("test_cm_limits: no uiwarp device: %s skipped\n", what);
         return;
@@ -337,8 +313,8 @@ out:
         ibv_dereg_mr(smr);
     if (rmr)
         ibv_dereg_mr(rmr);
-    tqp_free(&a);
-    tqp_free(&b);
+    eng_tqp_free(&a);
+    eng_tqp_free(&b);
     if (cc)
         uiw_cm_conn_destroy(cc);
     if (sc)
@@ -535,7 +511,7 @@ static void t_listener_teardown(void)
 static void t_connect_emfile(void)
 {
     struct rlimit old, lim;
-    struct tqp q;
+    struct eng_tqp q;
     if (!g_ctx || !tqp_make(&q)) { /* the default policy is P2P: needs a QP */
         printf("test_cm_limits: no uiwarp device: connect under EMFILE skipped\n");
         return;
@@ -577,7 +553,7 @@ static void t_connect_emfile(void)
     uiw_cm_channel_destroy(ch);
     /* the QP is free for another connection: nothing kept it */
     CHECK_EQ(eng_qp_state(q.qp), IBV_QPS_INIT);
-    tqp_free(&q);
+    eng_tqp_free(&q);
 }
 
 /* The dead-peer socket options of both sides (docs/ENGINE.md "Dead
@@ -621,7 +597,7 @@ static void t_dead_peer_opts(struct srv *s)
     if (!g_ctx)
         return;
     for (unsigned i = 0; i < 3; i++) {
-        struct tqp a, b;
+        struct eng_tqp a, b;
         struct uiw_cm_event ev;
         struct uiw_conn *cc = NULL;
         struct uiw_cm_channel *chc = eng_cm_chan();
@@ -643,12 +619,12 @@ static void t_dead_peer_opts(struct srv *s)
                 expect_event(chc, &ev, UIW_CM_DISCONNECTED, 0, "opts c");
                 expect_event(s->ch, &ev, UIW_CM_DISCONNECTED, 0, "opts s");
             }
-            tqp_free(&a);
-            tqp_free(&b);
+            eng_tqp_free(&a);
+            eng_tqp_free(&b);
             uiw_cm_conn_destroy(sc);
         } else {
-            tqp_free(&a);
-            tqp_free(&b);
+            eng_tqp_free(&a);
+            eng_tqp_free(&b);
         }
         if (cc)
             uiw_cm_conn_destroy(cc);
