@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/eng_test.h"
 #include "testutil.h"
 
 /* The device serving loopback connections: the first listed (docs/APPS.md).
@@ -80,13 +81,6 @@ static bool host_ipv4(char *ip, size_t iplen, char *ifname, size_t iflen)
 /* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static bool readable(int fd, int ms)
 {
@@ -176,9 +170,9 @@ static void ack(struct rdma_cm_event *e)
 /* Wait for one completion on cq (driving progress by polling). */
 static bool wait_wc_at(struct ibv_cq *cq, struct ibv_wc *wc, int line)
 {
-    uint64_t end = now_ms() + EV_MS;
+    uint64_t end = eng_now_ms() + EV_MS;
     tu_checks++;
-    while (now_ms() < end) {
+    while (eng_now_ms() < end) {
         int n = ibv_poll_cq(cq, 1, wc);
         if (n == 1) {
             if (wc->status != IBV_WC_SUCCESS) {
@@ -200,21 +194,13 @@ static bool wait_wc_at(struct ibv_cq *cq, struct ibv_wc *wc, int line)
 
 static int post_recv(struct ibv_qp *qp, struct ibv_mr *mr, void *addr, uint32_t len, uint64_t id)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(qp, &wr, &bad);
+    return eng_post_recv(qp, addr, len, mr->lkey, id);
 }
 
 static int post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *mr, void *addr,
                      uint32_t len, uint64_t raddr, uint32_t rkey, uint64_t id)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op};
-    struct ibv_send_wr *bad;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    return ibv_post_send(qp, &wr, &bad);
+    return eng_post(qp, op, addr, len, mr->lkey, raddr, rkey, id, true);
 }
 
 /* Buffer advertisement carried in private data or a Send. */
@@ -627,9 +613,9 @@ static void test_disconnect_after_completions(void)
         CHECK_EQ(wc.opcode, IBV_WC_SEND);
     CHECK_EQ(rdma_disconnect(c->id), 0);
     ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
     struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
-    uint64_t held = now_ms() - t0;
+    uint64_t held = eng_now_ms() - t0;
     if (e)
         CHECK(e->id == s->id);
     ack(e);
@@ -1427,8 +1413,8 @@ static void on_sig(int s)
  * e.g. under ThreadSanitizer). */
 static bool wait_flag(atomic_int *flag)
 {
-    uint64_t end = now_ms() + EV_MS;
-    while (!atomic_load(flag) && now_ms() < end)
+    uint64_t end = eng_now_ms() + EV_MS;
+    while (!atomic_load(flag) && eng_now_ms() < end)
         usleep(1000);
     return atomic_load(flag) != 0;
 }
