@@ -110,3 +110,18 @@ run_one() {
     fi
     report "$name" "$kind" "$reason" "$ok" "rc=$rc" "$out" ""
 }
+
+# finish LABEL: the summary line; exit 1 if a REQUIRED case failed, 77
+# (skipped) if nothing ran, else 0.
+finish() {
+    echo
+    echo "$1: $pass passed, $fail failed, $xfail known failures, $xpass known failures now passing, $skip skipped"
+    if [ $fail -gt 0 ]; then
+        echo "failed: ${failed_names[*]}"
+        exit 1
+    fi
+    if [ $((pass + xfail + xpass)) -eq 0 ]; then
+        exit 77
+    fi
+    exit 0
+}
