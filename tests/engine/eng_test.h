@@ -10,7 +10,9 @@
 #ifndef UIWARP_ENG_TEST_H
 #define UIWARP_ENG_TEST_H
 
+#include <arpa/inet.h>
 #include <infiniband/verbs.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <spawn.h>
 #include <stdbool.h>
@@ -210,6 +212,17 @@ static inline int eng_send_all(int fd, const void *buf, size_t n)
         off += (size_t)w;
     }
     return 0;
+}
+
+/* 127.0.0.1:port */
+static inline struct sockaddr_in eng_loop4(uint16_t port)
+{
+    struct sockaddr_in a;
+    memset(&a, 0, sizeof(a));
+    a.sin_family = AF_INET;
+    a.sin_port = htons(port);
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    return a;
 }
 
 /* Close a socket with an RST (SO_LINGER 0). */

@@ -64,16 +64,6 @@ static int count_fds(void)
     return n - 3; /* ".", ".." and the directory's own descriptor */
 }
 
-static struct sockaddr_in loop4(uint16_t port)
-{
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return a;
-}
-
 static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
                          enum uiw_cm_event_type type, int status, const char *what)
 {
@@ -90,7 +80,7 @@ static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
 
 static int raw_connect(uint16_t port)
 {
-    struct sockaddr_in a = loop4(port);
+    struct sockaddr_in a = eng_loop4(port);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
@@ -196,7 +186,7 @@ static bool srv_up(struct srv *s)
 {
     memset(s, 0, sizeof(*s));
     s->ch = eng_cm_chan();
-    struct sockaddr_in a = loop4(0);
+    struct sockaddr_in a = eng_loop4(0);
     struct sockaddr_storage b;
     CHECK(s->ch != NULL);
     int rc = uiw_cm_listen(NULL, (struct sockaddr *)&a, 1024, s->ch, NULL, &s->l);
@@ -265,7 +255,7 @@ static void legit_client(struct srv *s, const char *what)
     struct ibv_mr *smr = NULL, *rmr = NULL;
     struct uiw_conn *cc = NULL, *sc = NULL;
     struct uiw_cm_event ev;
-    struct sockaddr_in dst = loop4(s->port);
+    struct sockaddr_in dst = eng_loop4(s->port);
     struct uiw_conn_param p = {.ird = 4, .ord = 4};
     if (!ok || !chc || !sbuf || !rbuf)
         goto out;
@@ -535,7 +525,7 @@ static void t_connect_emfile(void)
         }
         fill[nfill++] = fd;
     }
-    struct sockaddr_in dst = loop4(9); /* never reached */
+    struct sockaddr_in dst = eng_loop4(9); /* never reached */
     struct uiw_conn *c = NULL;
     int rc = uiw_cm_connect(to_uqp(q.qp), NULL, (struct sockaddr *)&dst, NULL, ch, NULL, &c);
     printf("test_cm_limits: uiw_cm_connect with no descriptor left: %d (%s)\n", rc, strerror(-rc));
@@ -544,7 +534,7 @@ static void t_connect_emfile(void)
     CHECK_EQ(uiw_cm_conn_count(), base_conn);
     /* a listener cannot be made either, and says why */
     struct uiw_listener *l = NULL;
-    struct sockaddr_in any = loop4(0);
+    struct sockaddr_in any = eng_loop4(0);
     CHECK_EQ(uiw_cm_listen(NULL, (struct sockaddr *)&any, 16, ch, NULL, &l), -EMFILE);
     for (int i = 0; i < nfill; i++)
         close(fill[i]);
@@ -601,7 +591,7 @@ static void t_dead_peer_opts(struct srv *s)
         struct uiw_cm_event ev;
         struct uiw_conn *cc = NULL;
         struct uiw_cm_channel *chc = eng_cm_chan();
-        struct sockaddr_in dst = loop4(s->port);
+        struct sockaddr_in dst = eng_loop4(s->port);
         struct uiw_conn_param pc = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].cli_ms};
         struct uiw_conn_param ps = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].srv_ms};
         CHECK(tqp_make(&a) && tqp_make(&b));
@@ -830,7 +820,7 @@ static void c_emfile(void)
         struct rlimit hi = lim;
         hi.rlim_cur = hi.rlim_max < 4096 ? hi.rlim_max : 4096;
         setrlimit(RLIMIT_NOFILE, &hi);
-        struct sockaddr_in a = loop4(s.port);
+        struct sockaddr_in a = eng_loop4(s.port);
         int made = 0, fl[FLOOD];
         for (int i = 0; i < FLOOD; i++) {
             int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);

@@ -647,6 +647,28 @@ static inline struct fl_proc fl_server_start(int nsfd, struct fl_server_arg *a, 
     return p;
 }
 
+/* The start of a suite (fl_need_root: no root, exit FL_SKIP): dead-peer
+ * detection at 3 s, SIGPIPE ignored, the random stream seeded, the
+ * namespaces set up (second: the second veth pair too) and one server
+ * started in namespace A (*port 0 if it did not come up, one failed
+ * check). 0, or 1 when the namespaces could not be set up (said). */
+static inline int fl_suite_start(const char *what, bool second, struct fl_net *net,
+                                 struct fl_proc *srv, unsigned *port)
+{
+    fl_need_root(what);
+    setenv("UIWARP_PEER_TIMEOUT", "3", 1);
+    signal(SIGPIPE, SIG_IGN);
+    fl_rng ^= (uint64_t)getpid() << 17 ^ eng_now_ms();
+    if (fl_net_setup(net, second)) {
+        fprintf(stderr, "network namespace setup failed\n");
+        return 1;
+    }
+    struct fl_server_arg sa = {.ip = FL_A_IP};
+    *srv = fl_server_start(net->a, &sa, port);
+    CHECK(*port != 0);
+    return 0;
+}
+
 static inline void fl_server_stop(struct fl_proc *p)
 {
     if (p->pid <= 0)

@@ -194,17 +194,9 @@ static void kill_server_accepting(int rounds)
 
 int main(void)
 {
-    fl_need_root("test_faults_kill");
-    setenv("UIWARP_PEER_TIMEOUT", "3", 1);
-    signal(SIGPIPE, SIG_IGN);
-    fl_rng ^= (uint64_t)getpid() << 17 ^ eng_now_ms();
-    if (fl_net_setup(&net, false)) {
-        fprintf(stderr, "network namespace setup failed\n");
-        return 1;
-    }
-    struct fl_server_arg sa = {.ip = FL_A_IP};
-    srv = fl_server_start(net.a, &sa, &srv_port);
-    CHECK(srv_port != 0);
+    int setup = fl_suite_start("test_faults_kill", false, &net, &srv, &srv_port);
+    if (setup)
+        return setup;
     if (!srv_port)
         TEST_MAIN_END();
 

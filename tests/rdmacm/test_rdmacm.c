@@ -248,6 +248,28 @@ static void qp_caps(struct ibv_qp_init_attr *a)
 }
 
 /* Listener on ip (wildcard: the family's any address), port 0. */
+/* An end's buffer (BUF_LEN, registered with ACCESS), four 256-byte receives
+ * (wr_id first..first+3), and the advertisement of the buffer in adv, which
+ * cp (zeroed) carries as private data. false if registration failed. */
+static bool end_ready(struct end *e, uint64_t first, struct adv *adv, const char *tag,
+                      struct rdma_conn_param *cp)
+{
+    e->buf = calloc(1, BUF_LEN);
+    e->mr = ibv_reg_mr(e->pd, e->buf, BUF_LEN, ACCESS);
+    CHECK(e->mr != NULL);
+    if (!e->mr)
+        return false;
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(post_recv(e->id->qp, e->mr, e->buf + 256 * i, 256, first + (uint64_t)i), 0);
+    adv->addr = (uintptr_t)e->buf;
+    adv->rkey = e->mr->rkey;
+    snprintf(adv->tag, sizeof(adv->tag), "%s", tag);
+    memset(cp, 0, sizeof(*cp));
+    cp->private_data = adv;
+    cp->private_data_len = sizeof(*adv);
+    return true;
+}
+
 static bool listen_on(struct pair *p, int fam, const char *ip, bool wildcard)
 {
     memset(p, 0, sizeof(*p));
@@ -318,21 +340,9 @@ static bool client_connect(struct pair *p, uint16_t port, uint8_t init_depth, ui
     c->pd = c->id->pd;
     c->scq = c->id->send_cq;
     c->rcq = c->id->recv_cq;
-    c->buf = calloc(1, BUF_LEN);
-    c->mr = ibv_reg_mr(c->pd, c->buf, BUF_LEN, ACCESS);
-    CHECK(c->mr != NULL);
-    if (!c->mr)
-        return false;
-    for (int i = 0; i < 4; i++)
-        CHECK_EQ(post_recv(c->id->qp, c->mr, c->buf + 256 * i, 256, 100 + (uint64_t)i), 0);
-
-    p->cadv.addr = (uintptr_t)c->buf;
-    p->cadv.rkey = c->mr->rkey;
-    snprintf(p->cadv.tag, sizeof(p->cadv.tag), "hello-connect");
     struct rdma_conn_param cp;
-    memset(&cp, 0, sizeof(cp));
-    cp.private_data = &p->cadv;
-    cp.private_data_len = sizeof(p->cadv);
+    if (!end_ready(c, 100, &p->cadv, "hello-connect", &cp))
+        return false;
     cp.initiator_depth = init_depth;
     cp.responder_resources = resp_res;
     cp.retry_count = 7;
@@ -390,20 +400,9 @@ static bool server_accept(struct pair *p, uint8_t want_init_depth, uint8_t want_
     CHECK(s->id->send_cq == NULL); /* given CQs: none created */
     CHECK(s->id->pd == s->pd);
     s->scq = s->rcq = s->cq;
-    s->buf = calloc(1, BUF_LEN);
-    s->mr = ibv_reg_mr(s->pd, s->buf, BUF_LEN, ACCESS);
-    CHECK(s->mr != NULL);
-    if (!s->mr)
-        return false;
-    for (int i = 0; i < 4; i++)
-        CHECK_EQ(post_recv(s->id->qp, s->mr, s->buf + 256 * i, 256, 200 + (uint64_t)i), 0);
-    p->sadv.addr = (uintptr_t)s->buf;
-    p->sadv.rkey = s->mr->rkey;
-    snprintf(p->sadv.tag, sizeof(p->sadv.tag), "hello-accept");
     struct rdma_conn_param cp;
-    memset(&cp, 0, sizeof(cp));
-    cp.private_data = &p->sadv;
-    cp.private_data_len = sizeof(p->sadv);
+    if (!end_ready(s, 200, &p->sadv, "hello-accept", &cp))
+        return false;
     cp.initiator_depth = want_init_depth;
     cp.responder_resources = want_resp_res;
     CHECK_EQ(rdma_accept(s->id, &cp), 0);

@@ -18,6 +18,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/eng_test.h"
 #include "misuse.h"
 #include "testutil.h"
 
@@ -30,19 +31,9 @@ static struct rdma_cm_id *id, *id_unbound;
         return (intptr_t)(expr);                                                                   \
     }
 
-static struct sockaddr_in lo(uint16_t port)
-{
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return a;
-}
-
 static int bad_family(void)
 {
-    struct sockaddr_in a = lo(0);
+    struct sockaddr_in a = eng_loop4(0);
     a.sin_family = 77;
     return rdma_bind_addr(id_unbound, (struct sockaddr *)&a);
 }
@@ -66,7 +57,7 @@ RET(create_id_bad_ps, ({
 RET(destroy_id_null, rdma_destroy_id(NULL))
 RET(destroy_channel_null, (rdma_destroy_event_channel(NULL), 0))
 RET(bind_null_id, ({
-        struct sockaddr_in a = lo(0);
+        struct sockaddr_in a = eng_loop4(0);
         rdma_bind_addr(NULL, (struct sockaddr *)&a);
     }))
 RET(bind_null_addr, rdma_bind_addr(id_unbound, NULL))
@@ -74,7 +65,7 @@ RET(bind_bad_family, bad_family())
 RET(listen_null, rdma_listen(NULL, 4))
 RET(listen_unbound, rdma_listen(id_unbound, 4))
 RET(resolve_addr_null_id, ({
-        struct sockaddr_in a = lo(1);
+        struct sockaddr_in a = eng_loop4(1);
         rdma_resolve_addr(NULL, NULL, (struct sockaddr *)&a, 100);
     }))
 RET(resolve_addr_null_dst, rdma_resolve_addr(id, NULL, NULL, 100))
@@ -144,7 +135,7 @@ RET(get_remote_ece, rdma_get_remote_ece(NULL, NULL))
 RET(reject_ece, rdma_reject_ece(NULL, NULL, 0))
 RET(join_mc_ex_null, rdma_join_multicast_ex(NULL, NULL, NULL))
 RET(bind_twice, ({
-        struct sockaddr_in a = lo(0);
+        struct sockaddr_in a = eng_loop4(0);
         rdma_bind_addr(id, (struct sockaddr *)&a);
     }))
 RET(getaddrinfo_bad_host, ({
@@ -231,7 +222,7 @@ static const struct row rows[] = {
 int main(void)
 {
     unsigned n = sizeof(rows) / sizeof(rows[0]);
-    struct sockaddr_in a = lo(0);
+    struct sockaddr_in a = eng_loop4(0);
 
     ch = rdma_create_event_channel();
     CHECK(ch != NULL);
