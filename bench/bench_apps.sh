@@ -58,26 +58,13 @@ fi
 UIW_LD=$LIB${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 
 tmp=$(mktemp -d /tmp/uiwarp-bench-apps.XXXXXX)
-procs=()
-reap() {
-    local pid
-    for pid in "${procs[@]}"; do
-        kill -KILL -- "-$pid" 2>/dev/null
-    done
-    procs=()
-}
-cleanup() {
-    reap
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
+# procs/reap (what is left of the programs started), have, free_port [4|6],
+# wait_listen PORT [SECONDS]
+# shellcheck source=../tests/lib.sh
+source "$here/../tests/lib.sh"
+cleanup() { reap_and_remove "$tmp"; }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-
-have() { command -v "$1" >/dev/null 2>&1; }
-
-# free_port [4|6], wait_listen PORT [SECONDS]
-source "$here/../tests/lib_net.sh"
 
 # pair NAME TIMEOUT LD SERVER_CMD CLIENT_CMD: run a server and a client, each
 # in its own session under timeout -k (what either forks dies with it).

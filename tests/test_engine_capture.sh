@@ -37,27 +37,9 @@ cleanup() {
 }
 trap cleanup EXIT
 
-checks=0
-failed=0
-ok() { checks=$((checks + 1)); echo "ok   $*"; }
-bad() { checks=$((checks + 1)); failed=$((failed + 1)); echo "FAIL $*"; }
-expect() { # expect DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else bad "$what"; fi
-}
-
-# wait_for SECONDS COMMAND...: until COMMAND succeeds (polled every 50 ms)
-wait_for() {
-    local n=$(($1 * 20))
-    shift
-    while [ $n -gt 0 ]; do
-        "$@" && return 0
-        sleep 0.05
-        n=$((n - 1))
-    done
-    return 1
-}
+# checks, failed, ok, bad, expect wait_for (and free_port, wait_listen)
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # probe_seen FILE PORT: send one UDP datagram to 127.0.0.1:PORT; true once
 # FILE has grown past the size it first had (dumpcap writes its section and

@@ -159,7 +159,7 @@ static void expect_cause(const char *what, const uint8_t *img, size_t len, unsig
 
 static void test_ctrl_words(void)
 {
-    /* siw's values (notes §2.3), which follow RFC 5040 §4.1 Figure 3 */
+    /* siw's values (PEERS.md §4), which follow RFC 5040 §4.1 Figure 3 */
     static const struct {
         bool tagged, last;
         unsigned op;
@@ -422,7 +422,7 @@ static void test_terminate(void)
     roundtrip("terminate, untagged DDP header", &h, img, 42);
 
     /* (d) Remote protection error on a Read Request: M, D, R, 48 bytes
-     * attached as siw sends them (notes §2.8) */
+     * attached as siw sends them (PEERS.md §9) */
     static const uint8_t bad_rreq[48] = {
         0x00, 0x2E, 0x41, 0x41, 0, 0, 0, 0, 0, 0, 0, 1,    0, 0, 0,    3,    0, 0, 0, 0, 0, 0, 0, 5,
         0,    0,    0,    0,    0, 0, 0, 0, 0, 0, 0, 0x40, 0, 0, 0x66, 0x66, 0, 0, 0, 0, 0, 0, 0, 0,
@@ -523,7 +523,7 @@ static void test_term_ctrl(void)
     uiw_term t;
     uint8_t out[4];
 
-    /* notes §2.4: layer 2, etype 1, ecode 0x33, M */
+    /* PEERS.md §5: layer 2, etype 1, ecode 0x33, M */
     memset(&t, 0, sizeof(t));
     t.cause.layer = 2;
     t.cause.etype = 1;

@@ -14,6 +14,9 @@
 set -uo pipefail
 build=${UIWARP_BUILD:?}
 src=${UIWARP_SRC:?}
+# free_port (its ok/bad below, counting into passed/failed, replace the library's)
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 passed=0 failed=0
 ok() { echo "ok: $*"; passed=$((passed + 1)); }
 bad() { echo "FAIL: $*"; failed=$((failed + 1)); }
@@ -114,9 +117,6 @@ if command -v ibv_devices >/dev/null; then
         bad "installed uiwarp run ibv_devices"
     fi
 fi
-free_port() { # a port nobody uses now (other tests run in parallel)
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
-}
 if command -v rping >/dev/null; then
     rc=1
     for attempt in 1 2 3; do # a port taken between choosing and binding: another

@@ -23,15 +23,9 @@ fi
 TMP=$(mktemp -d /tmp/uiw_test_pcap.XXXXXX)
 trap 'rm -rf "$TMP"' EXIT
 
-checks=0
-failed=0
-ok() { checks=$((checks + 1)); echo "ok   $*"; }
-bad() { checks=$((checks + 1)); failed=$((failed + 1)); echo "FAIL $*"; }
-expect() { # expect DESCRIPTION COMMAND...
-    local what=$1
-    shift
-    if "$@"; then ok "$what"; else bad "$what"; fi
-}
+# checks, failed, ok, bad, expect (and wait_for, free_port, wait_listen)
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # summary FILE: "FPDUs payload-bytes" of the dump total line
 summary() {

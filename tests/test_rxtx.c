@@ -560,7 +560,7 @@ static void test_rfc_vectors(void)
 
 /* A Send siw 6.1 sent with CRC on (../shared/siw-peer/pcaps/crc-ib_write_bw.pcap,
  * first connection, initiator -> responder, MSN 4): 2 payload bytes and the
- * pad 00 40 -- non-zero pad from siw's short-FPDU path (notes §2.5), but
+ * pad 00 40 -- non-zero pad from siw's short-FPDU path (PEERS.md §6), but
  * covered by a good CRC. RFC 5044 §4.1: the receiver ignores the pad. */
 static const uint8_t siw_send_pad[] = {
     0x00, 0x14, 0x41, 0x43, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,
@@ -1547,7 +1547,7 @@ static void test_tx(void)
         CHECK_EQ(uiw_tx_next(&tx, &m, &f), -EINVAL);
     }
 
-    /* siw sizing (notes §2.6): MSS 1448 -> Write 1428, Send 1424 per FPDU */
+    /* siw sizing (PEERS.md §7): MSS 1448 -> Write 1428, Send 1424 per FPDU */
     CHECK_EQ(uiw_tx_init(&tx, &tc), 0);
     CHECK_EQ(uiw_tx_msg_init(&m, &w, &v, 1, 5000), 0);
     CHECK_EQ(uiw_tx_next(&tx, &m, &f), 1);

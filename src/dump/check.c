@@ -106,15 +106,17 @@ static const struct {
     int cls;
     const char *desc;
 } qinfo[UIW_QUIRK_COUNT] = {
-    [UIW_QUIRK_SIW_PAD] = {"siw-pad", V_PAD,
-                           "non-zero pad bytes on short FPDUs (siw, notes §2.5; RFC 5044 §4.1 "
-                           "says pad MUST be zero, the receiver ignores it)"},
+    [UIW_QUIRK_SIW_PAD] =
+        {"siw-pad", V_PAD,
+         "non-zero pad bytes on short FPDUs (siw, docs/PEERS.md §6; RFC 5044 §4.1 "
+         "says pad MUST be zero, the receiver ignores it)"},
     [UIW_QUIRK_SIW_TERM_LAYOUT] = {"siw-term-layout", V_TERM,
                                    "Terminate control word in siw's little-endian bitfield "
-                                   "layout (notes §2.4; RFC 5040 §4.8)"},
-    [UIW_QUIRK_SIW_MPA_GSO] = {"siw-mpa-gso", V_MPA_RESERVED,
-                               "MPA Res bit 0x08 set (siw GSO_EXP, notes §1.3; RFC 5044 §7.1.1 "
-                               "says Res MUST be zero)"},
+                                   "layout (docs/PEERS.md §5; RFC 5040 §4.8)"},
+    [UIW_QUIRK_SIW_MPA_GSO] =
+        {"siw-mpa-gso", V_MPA_RESERVED,
+         "MPA Res bit 0x08 set (siw GSO_EXP, docs/PEERS.md §2; RFC 5044 §7.1.1 "
+         "says Res MUST be zero)"},
     [UIW_QUIRK_SIW_REJECT_WORDS] = {"siw-reject-words", V_MPA_6581,
                                     "MPA Reject (R=1) whose IRD/ORD words are all zero, so A is "
                                     "not copied from the Request (siw's reject of a markers "

@@ -3,7 +3,7 @@
  * Devices, contexts, queries and async events.
  *
  * One device per network interface that is up (loopback included), named
- * "uiw_<ifname>", as siw creates one per netdev (notes §1.2). Devices are
+ * "uiw_<ifname>", as siw creates one per netdev (PEERS.md §1). Devices are
  * never freed: ibv_get_device_list rescans and reuses them by name, so a
  * pointer an application holds stays valid for the life of the process.
  *
@@ -349,7 +349,7 @@ UIW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
     c->async_fd = fds[0];
     c->num_comp_vectors = 1;
     pthread_mutex_init(&c->mutex, NULL);
-    /* notes §4.2: what verbs_get_ctx() / verbs_get_ctx_op() check */
+    /* PEERS.md §10: what verbs_get_ctx() / verbs_get_ctx_op() check */
     c->abi_compat = __VERBS_ABI_IS_EXTENDED;
     ctx->vctx.sz = sizeof(struct verbs_context);
     uiw_verbs_init_ops(ctx);

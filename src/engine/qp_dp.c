@@ -180,7 +180,7 @@ static unsigned pick_max_fpdu(int fd)
     unsigned mf = uiw_config()->max_fpdu;
 
     if (!mf) {
-        /* like siw (notes §2.6): one FPDU per TCP segment, MSS rounded
+        /* like siw (docs/PEERS.md §7): one FPDU per TCP segment, MSS rounded
          * down to a multiple of 8 */
         int mss = 0;
         socklen_t l = sizeof(mss);

@@ -156,7 +156,7 @@ static void doom(struct dp_rx *r, unsigned layer, unsigned etype, unsigned ecode
 /* RFC 5041 §7.2 tagged codes. The DDP layer has no "access rights" code:
  * a region that does not allow the placement fails check 2 ("The STag has
  * an associated buffer that allows Placement"), reported as Invalid STag
- * (as siw does, notes §2.8). */
+ * (as siw does, PEERS.md §9). */
 static uint8_t ddp_tagged_code(enum uiw_mem_err err)
 {
     switch (err) {
@@ -791,7 +791,7 @@ static void end_rreq(struct uiw_qp *qp, struct dp_rx *r)
     if (!useq_next(qp->rx_msn[UIW_QN_READ_REQ], h))
         return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
                          true);
-    /* RFC 5040 §6.1: no more than IRD outstanding; notes §2.7 (as siw) */
+    /* RFC 5040 §6.1: no more than IRD outstanding; PEERS.md §8 (as siw) */
     if (qp->irq_count >= dp_ird(qp))
         return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
                          UIW_RDMAP_EC_CATASTROPHIC_STREAM, true);

@@ -799,7 +799,7 @@ static int serve_irq(struct uiw_qp *qp, struct dp_tx *t)
     return 1;
 }
 
-/* The P2P RTR (RFC 6581 §9, siw's forms: notes §1.3), before any FPDU. */
+/* The P2P RTR (RFC 6581 §9, siw's forms: PEERS.md §3), before any FPDU. */
 static void start_rtr(struct uiw_qp *qp, struct dp_tx *t)
 {
     uiw_hdr h;

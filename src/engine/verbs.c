@@ -3,7 +3,7 @@
  * The context op tables and the small exported verbs.
  *
  * Applications compiled against rdma-core's <infiniband/verbs.h> call some
- * verbs as inline functions that jump through the context (notes §4.2):
+ * verbs as inline functions that jump through the context (PEERS.md §10):
  * ibv_post_send/recv, ibv_poll_cq, ibv_req_notify_cq, ibv_post_srq_recv via
  * struct ibv_context_ops, and the extended verbs via struct verbs_context,
  * whose slots they test for NULL (verbs_get_ctx_op). As rdma-core's

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The extended verbs that applications reach through struct verbs_context
- * (notes §4.2): ibv_create_cq_ex with the start/next/end_poll and
+ * (PEERS.md §10): ibv_create_cq_ex with the start/next/end_poll and
  * ibv_wc_read_* interface, ibv_create_qp_ex with the ibv_wr_* work request
  * builder (ibv_qp_to_qp_ex), ibv_create_srq_ex.
  *

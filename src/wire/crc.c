@@ -4,7 +4,7 @@
  *
  * RFC 5044 §4.4 uses the iSCSI CRC (RFC 3720 §12.1, polynomial 0x1EDC6F41)
  * over the whole FPDU up to the CRC field. Conventions, checked against the
- * RFC 3720 B.4 vectors in ../shared/refs/crc32c-vectors.txt:
+ * RFC 3720 B.4 vectors (written into tests/test_crc.c):
  *  - ISA-L's crc32_iscsi(buf, len, init) is the bare reflected CRC register
  *    update: it neither inverts init nor the result
  *    (crc32_iscsi("123456789", 9, 0xFFFFFFFF) == 0x1CF96D7C == ~0xE3069283).

@@ -160,7 +160,7 @@ void uiw_term_ctrl_encode(const uiw_term *t, uint8_t out[4])
     uint8_t l = t->cause.layer & 0xFu, e = t->cause.etype & 0xFu;
 
     if (t->siw_layout) {
-        /* Linux siw, little-endian bitfield (notes §2.4) */
+        /* Linux siw, little-endian bitfield (PEERS.md §5) */
         out[0] = (uint8_t)(e << 4 | l);
         out[2] = (uint8_t)((t->hdr_mpa ? TERM_SIW_M : 0) | (t->hdr_ddp ? TERM_SIW_D : 0) |
                            (t->hdr_rdma ? TERM_SIW_R : 0));
@@ -429,7 +429,7 @@ static int decode_term(const uint8_t *p, size_t len, uiw_term *t)
 
     if (len < UIW_TERM_CTRL_LEN)
         return -EAGAIN;
-    /* siw's bitfield layout or the RFC's (wire.h, notes §2.4) */
+    /* siw's bitfield layout or the RFC's (wire.h, PEERS.md §5) */
     if (uiw_term_ctrl_looks_siw(p))
         uiw_term_ctrl_decode_siw(p, t);
     else

@@ -507,7 +507,7 @@ static int check_reply(uiw_mpa_neg *n)
 }
 
 /* Linux siw rejects an enhanced Request (M=1, say) by echoing the Request's
- * flags with R set and PD_Length 0, S still set (notes §1.3: "R flag set, M
+ * flags with R set and PD_Length 0, S still set (PEERS.md §2: "R flag set, M
  * cleared, pd_len 0"). Strictly that is malformed (RFC 6581 §6: S means the
  * Private Data begins with the 4 IRD/ORD bytes), but its meaning is plain:
  * be lenient and take it as a Reject without IRD/ORD words. True when buf

@@ -33,6 +33,7 @@
 
 #include "engine.h"
 #include "eng_test.h"
+#include "cm_test.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -74,36 +75,12 @@ static socklen_t ss_len(const struct sockaddr_storage *ss)
     return ss->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
-static struct uiw_cm_channel *mkchan(void)
-{
-    struct uiw_cm_channel *ch = uiw_cm_channel_create();
-    if (ch)
-        fcntl(uiw_cm_channel_fd(ch), F_SETFL, O_NONBLOCK);
-    return ch;
-}
-
-/* Next event within ms: 0, -ETIMEDOUT or an error. */
-static int next_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int rc = uiw_cm_get_event(ch, ev);
-        if (rc != -EAGAIN)
-            return rc;
-        int64_t left = (int64_t)(end - eng_now_ms());
-        if (left <= 0)
-            return -ETIMEDOUT;
-        struct pollfd p = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
-        poll(&p, 1, (int)left);
-    }
-}
-
 /* Expect an event of the given type (and status) for conn (NULL: any). */
 static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
                          enum uiw_cm_event_type type, int status, struct uiw_conn *conn,
                          const char *what)
 {
-    int rc = next_event(ch, ev, EV_MS);
+    int rc = eng_cm_next(ch, ev, EV_MS);
     tu_checks++;
     if (rc < 0 || ev->type != type || ev->status != status || (conn && ev->conn != conn)) {
         tu_failed++;
@@ -117,7 +94,7 @@ static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
 static bool no_event(struct uiw_cm_channel *ch, int ms)
 {
     struct uiw_cm_event ev;
-    int rc = next_event(ch, &ev, ms);
+    int rc = eng_cm_next(ch, &ev, ms);
     if (rc == 0)
         fprintf(stderr, "unexpected event %d status %d\n", (int)ev.type, ev.status);
     return rc == -ETIMEDOUT;
@@ -172,25 +149,6 @@ static int raw_connect(const struct sockaddr_storage *a)
     int one = 1;
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     return fd;
-}
-
-static void raw_rst_close(int fd)
-{
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    close(fd);
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, (const char *)buf + off, n - off, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
-    return 0;
 }
 
 /* Read exactly n bytes within ms: n, or fewer on EOF/error/timeout (then
@@ -384,12 +342,6 @@ static uiw_hdr rtr_read_hdr(void)
 
 /* ---- QPs (need the engine's verbs) ---- */
 
-struct tqp {
-    struct ibv_pd *pd;
-    struct ibv_cq *cq;
-    struct ibv_qp *qp;
-};
-
 static struct ibv_context *g_ctx;
 static bool g_have_qps;
 
@@ -406,30 +358,11 @@ static void verbs_init(bool quiet_skip)
         printf("test_cm: no uiwarp device: QP tests skipped\n");
 }
 
-static bool tqp_make(struct tqp *t)
+/* A QP for the connection tests (eng_tqp_make with this file's access). */
+static bool tqp_make(struct eng_tqp *t)
 {
-    memset(t, 0, sizeof(*t));
-    t->pd = ibv_alloc_pd(g_ctx);
-    t->cq = t->pd ? ibv_create_cq(g_ctx, 64, NULL, NULL, 0) : NULL;
-    if (!t->cq)
-        return false;
-    struct ibv_qp_cap cap = {
-        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1};
-    t->qp = eng_qp_init(t->pd, t->cq, t->cq, NULL, cap, false,
-                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ,
-                        IBV_QP_PKEY_INDEX);
-    return t->qp != NULL;
-}
-
-static void tqp_free(struct tqp *t)
-{
-    if (t->qp)
-        ibv_destroy_qp(t->qp);
-    if (t->cq)
-        ibv_destroy_cq(t->cq);
-    if (t->pd)
-        ibv_dealloc_pd(t->pd);
-    memset(t, 0, sizeof(*t));
+    return eng_tqp_make(g_ctx, t,
+                        IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
 }
 
 /* A pair of channels and a port-0 listener on the loopback of fam. */
@@ -442,8 +375,8 @@ struct env {
 static bool env_up(struct env *e, int fam)
 {
     memset(e, 0, sizeof(*e));
-    e->chs = mkchan();
-    e->chc = mkchan();
+    e->chs = eng_cm_chan();
+    e->chc = eng_cm_chan();
     struct sockaddr_storage a = loop_addr(fam, 0);
     int rc = uiw_cm_listen(NULL, (struct sockaddr *)&a, 16, e->chs, (void *)0x5e, &e->l);
     CHECK_EQ(rc, 0);
@@ -658,7 +591,7 @@ static void t_reject(int fam)
 
 static void t_unreachable(int fam)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     uint16_t port;
     int fd = raw_listen(fam, &port); /* a port that was free, now closed */
     close(fd);
@@ -692,7 +625,7 @@ static void t_concurrent(int fam)
     int nreq = 0, nest_s = 0, nest_c = 0;
     struct uiw_cm_event ev;
     /* the server sees CONNECT_REQUESTs and ESTABLISHEDs interleaved */
-    while ((nreq < N || nest_s < nreq) && next_event(e.chs, &ev, EV_MS) == 0) {
+    while ((nreq < N || nest_s < nreq) && eng_cm_next(e.chs, &ev, EV_MS) == 0) {
         if (ev.type == UIW_CM_ESTABLISHED) {
             nest_s++;
             continue;
@@ -710,7 +643,7 @@ static void t_concurrent(int fam)
         nreq++;
     }
     CHECK_EQ(nreq, N);
-    while (nest_c < N && next_event(e.chc, &ev, EV_MS) == 0) {
+    while (nest_c < N && eng_cm_next(e.chc, &ev, EV_MS) == 0) {
         CHECK_EQ(ev.type, UIW_CM_ESTABLISHED);
         int idx = (int)(intptr_t)ev.user - 1;
         CHECK(idx >= 0 && idx < N && ev.conn == cc[idx]);
@@ -723,9 +656,9 @@ static void t_concurrent(int fam)
         if (sc[i])
             CHECK_EQ(uiw_cm_disconnect(sc[i]), 0);
     int nd_s = 0, nd_c = 0;
-    while (nd_c < nreq && next_event(e.chc, &ev, EV_MS) == 0)
+    while (nd_c < nreq && eng_cm_next(e.chc, &ev, EV_MS) == 0)
         nd_c += ev.type == UIW_CM_DISCONNECTED && ev.status == 0;
-    while (nd_s < nreq && next_event(e.chs, &ev, EV_MS) == 0)
+    while (nd_s < nreq && eng_cm_next(e.chs, &ev, EV_MS) == 0)
         nd_s += ev.type == UIW_CM_DISCONNECTED && ev.status == 0;
     CHECK_EQ(nd_c, N);
     CHECK_EQ(nd_s, N);
@@ -757,7 +690,7 @@ static void t_churn(int fam)
         if (i % 4 == 1)
             usleep(200);
         /* serve what is there: accept, reject or drop alternately */
-        while (next_event(e.chs, &ev, 0) == 0) {
+        while (eng_cm_next(e.chs, &ev, 0) == 0) {
             if (ev.type != UIW_CM_CONNECT_REQUEST) {
                 continue;
             }
@@ -774,7 +707,7 @@ static void t_churn(int fam)
         }
     }
     usleep(20000);
-    while (next_event(e.chs, &ev, 200) == 0) {
+    while (eng_cm_next(e.chs, &ev, 200) == 0) {
         if (ev.type == UIW_CM_CONNECT_REQUEST) {
             nreq++;
             uiw_cm_conn_destroy(ev.conn);
@@ -821,7 +754,7 @@ static void t_listener_destroy(void)
 /* A wildcard IPv6 listener takes IPv4 too (dual stack). */
 static void t_wildcard(void)
 {
-    struct uiw_cm_channel *chs = mkchan(), *chc = mkchan();
+    struct uiw_cm_channel *chs = eng_cm_chan(), *chc = eng_cm_chan();
     struct sockaddr_in6 any;
     memset(&any, 0, sizeof(any));
     any.sin6_family = AF_INET6;
@@ -886,7 +819,7 @@ static int raw_responder(int fam, const struct uiw_conn_param *p, struct ibv_qp 
 /* Our Request as the default policy sends it, and every bad Reply. */
 static void t_raw_replies(int fam)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     uiw_mpa_frame rq;
     struct uiw_conn *c = NULL;
     struct uiw_cm_event ev;
@@ -911,7 +844,7 @@ static void t_raw_replies(int fam)
         CHECK_EQ(rq.ulp_pd_len, 3);
         CHECK_MEM(rq.ulp_pd, pd, 3);
         memset(f, 'x', 24);
-        write_all(fd, f, 24);
+        eng_send_all(fd, f, 24);
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -EPROTO, c, "garbage reply");
         CHECK(wait_close(fd, EV_MS) <= 0);
         close(fd);
@@ -921,7 +854,7 @@ static void t_raw_replies(int fam)
     fd = raw_responder(fam, &p, NULL, ch, &c, &rq);
     if (fd >= 0) {
         n = mk_frame(f, true, S, 2, 1, 1, NULL, 0);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -EPROTO, c, "wrong key");
         close(fd);
         uiw_cm_conn_destroy(c);
@@ -930,7 +863,7 @@ static void t_raw_replies(int fam)
     fd = raw_responder(fam, &p, NULL, ch, &c, &rq);
     if (fd >= 0) {
         n = mk_frame(f, false, 0, 3, 0, 0, NULL, 0);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -EPROTO, c, "rev 3");
         close(fd);
         uiw_cm_conn_destroy(c);
@@ -939,7 +872,7 @@ static void t_raw_replies(int fam)
     fd = raw_responder(fam, &p, NULL, ch, &c, &rq);
     if (fd >= 0) {
         n = mk_frame(f, false, S | UIW_MPA_FLAG_M, 2, 4, 2, NULL, 0);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -EOPNOTSUPP, c, "markers refused");
         CHECK(wait_close(fd, EV_MS) <= 0); /* closed without a Terminate */
         close(fd);
@@ -949,7 +882,7 @@ static void t_raw_replies(int fam)
     fd = raw_responder(fam, &p, NULL, ch, &c, &rq);
     if (fd >= 0) {
         n = mk_frame(f, false, S, 2, 4, 200, NULL, 0);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ENOBUFS, c, "insufficient IRD");
         uiw_hdr h;
         int pl = read_fpdu(fd, false, &h, NULL, EV_MS);
@@ -974,7 +907,7 @@ static void t_raw_replies(int fam)
     if (fd >= 0) {
         n = mk_frame(f, false, S | UIW_MPA_FLAG_C, 2, UIW_MPA_IRD_A_P2P | 4,
                      UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -EOPNOTSUPP, c, "unwanted p2p");
         uiw_hdr h;
         int pl = read_fpdu(fd, true, &h, NULL, EV_MS); /* C=1 in the Reply: CRC on */
@@ -1001,7 +934,7 @@ static void t_raw_replies(int fam)
     if (fd >= 0) {
         n = mk_frame(f, false, UIW_MPA_FLAG_R, 2, 0, 0, NULL, 0);
         f[16] |= S;
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         if (expect_event(ch, &ev, UIW_CM_REJECTED, -ECONNREFUSED, c, "siw reject"))
             CHECK_EQ(ev.private_data_len, 0);
         close(fd);
@@ -1019,7 +952,7 @@ static void t_raw_replies(int fam)
                      rpd, 5);
         uiw_hdr w = rtr_write_hdr();
         n += mk_fpdu(&w, true, f + n);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         if (expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "good reply")) {
             CHECK(ev.crc);
             CHECK_EQ(ev.mpa_rev, rev);
@@ -1038,7 +971,7 @@ static void t_raw_replies(int fam)
             expect_event(ch, &ev, UIW_CM_DISCONNECTED, 0, c, "peer FIN");
             CHECK_EQ(wait_close(fd, EV_MS), 0); /* answered with our FIN */
         } else {
-            raw_rst_close(fd);
+            eng_rst_close(fd);
             fd = -1;
             expect_event(ch, &ev, UIW_CM_DISCONNECTED, -ECONNRESET, c, "peer RST");
         }
@@ -1055,7 +988,7 @@ static int raw_initiator(struct env *e, const uint8_t *req, size_t n)
     int fd = raw_connect(&e->addr);
     CHECK(fd >= 0);
     if (fd >= 0 && n)
-        write_all(fd, req, n);
+        eng_send_all(fd, req, n);
     return fd;
 }
 
@@ -1157,7 +1090,7 @@ static void t_raw_requests(int fam)
             /* the initiator's FPDUs then its FIN: DISCONNECTED, our FIN */
             uiw_hdr w = rtr_write_hdr();
             n = mk_fpdu(&w, true, f);
-            write_all(fd, f, n);
+            eng_send_all(fd, f, n);
             shutdown(fd, SHUT_WR);
             expect_event(e.chs, &ev, UIW_CM_DISCONNECTED, 0, sc, "raw FIN");
             CHECK_EQ(wait_close(fd, EV_MS), 0);
@@ -1181,7 +1114,7 @@ static void t_raw_requests(int fam)
             continue;
         }
         if (k == 0)
-            write_all(fd, f, 4);
+            eng_send_all(fd, f, 4);
         else
             shutdown(fd, SHUT_WR);
         usleep(50000);
@@ -1197,21 +1130,9 @@ static void t_raw_requests(int fam)
  * With QPs (the engine's data path)
  * ---------------------------------------------------------------------- */
 
-/* Poll cq for one completion within ms. */
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int n = ibv_poll_cq(cq, 1, wc);
-        if (n != 0 || eng_now_ms() > end)
-            return n;
-        usleep(1000);
-    }
-}
-
 /* A Send from one connected QP to the other arrives intact: the FPDU stream
  * starts exactly after the MPA frames. */
-static void xfer(struct tqp *from, struct tqp *to, const char *msg)
+static void xfer(struct eng_tqp *from, struct eng_tqp *to, const char *msg)
 {
     static char sbuf[64], rbuf[64];
     size_t len = strlen(msg) + 1;
@@ -1233,10 +1154,10 @@ static void xfer(struct tqp *from, struct tqp *to, const char *msg)
         CHECK_EQ(ibv_post_recv(to->qp, &rw, &rbad), 0);
         CHECK_EQ(ibv_post_send(from->qp, &sw, &sbad), 0);
         struct ibv_wc wc;
-        CHECK_EQ(poll_one(from->cq, &wc, EV_MS), 1);
+        CHECK_EQ(eng_poll_one(from->cq, &wc, EV_MS), 1);
         CHECK_EQ(wc.status, IBV_WC_SUCCESS);
         CHECK_EQ(wc.wr_id, 2);
-        CHECK_EQ(poll_one(to->cq, &wc, EV_MS), 1);
+        CHECK_EQ(eng_poll_one(to->cq, &wc, EV_MS), 1);
         CHECK_EQ(wc.status, IBV_WC_SUCCESS);
         CHECK_EQ(wc.wr_id, 1);
         CHECK_EQ(wc.byte_len, len);
@@ -1254,11 +1175,11 @@ static void t_qp_pair(int fam, bool expect_p2p)
 {
     if (!g_have_qps)
         return;
-    struct tqp a, b;
+    struct eng_tqp a, b;
     if (!tqp_make(&a) || !tqp_make(&b)) {
         CHECK(!"QP setup");
-        tqp_free(&a);
-        tqp_free(&b);
+        eng_tqp_free(&a);
+        eng_tqp_free(&b);
         return;
     }
     struct env e;
@@ -1317,13 +1238,13 @@ static void t_qp_pair(int fam, bool expect_p2p)
          * rdma_cm's order: QP first, then the connection */
         if (mr)
             CHECK_EQ(ibv_dereg_mr(mr), 0);
-        tqp_free(&a);
-        tqp_free(&b);
+        eng_tqp_free(&a);
+        eng_tqp_free(&b);
         uiw_cm_conn_destroy(cc);
         uiw_cm_conn_destroy(sc);
     } else {
-        tqp_free(&a);
-        tqp_free(&b);
+        eng_tqp_free(&a);
+        eng_tqp_free(&b);
     }
     env_down(&e);
 }
@@ -1341,10 +1262,10 @@ static void t_qp_abort(int fam)
     if (!env_up(&e, fam))
         return;
     for (int k = 0; k < 2; k++) {
-        struct tqp b;
+        struct eng_tqp b;
         if (!tqp_make(&b)) {
             CHECK(!"QP setup");
-            tqp_free(&b);
+            eng_tqp_free(&b);
             break;
         }
         uint8_t f[64];
@@ -1362,16 +1283,16 @@ static void t_qp_abort(int fam)
                 uiw_cm_conn_destroy(sc);
                 CHECK_EQ(wait_close(fd, EV_MS), 0);
                 CHECK_EQ(eng_qp_state(b.qp), IBV_QPS_ERR);
-                tqp_free(&b);
+                eng_tqp_free(&b);
             } else {
-                tqp_free(&b);
+                eng_tqp_free(&b);
                 expect_event(e.chs, &ev, UIW_CM_DISCONNECTED, -ECONNABORTED, sc, "qp gone");
                 CHECK_EQ(wait_close(fd, EV_MS), 0);
                 CHECK_EQ(uiw_cm_disconnect(sc), 0);
                 uiw_cm_conn_destroy(sc);
             }
         } else {
-            tqp_free(&b);
+            eng_tqp_free(&b);
         }
         close(fd);
     }
@@ -1385,10 +1306,10 @@ static void t_qp_p2p_responder(int fam, uint8_t rtr)
 {
     if (!g_have_qps)
         return;
-    struct tqp b;
+    struct eng_tqp b;
     if (!tqp_make(&b)) {
         CHECK(!"QP setup");
-        tqp_free(&b);
+        eng_tqp_free(&b);
         return;
     }
     struct env e;
@@ -1418,7 +1339,7 @@ static void t_qp_p2p_responder(int fam, uint8_t rtr)
         CHECK(no_event(e.chs, 20)); /* no ESTABLISHED before the RTR */
         uiw_hdr h = rtr == UIW_RTR_READ ? rtr_read_hdr() : rtr_write_hdr();
         n = mk_fpdu(&h, false, f);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         expect_event(e.chs, &ev, UIW_CM_ESTABLISHED, 0, sc, "p2p est");
         if (rtr == UIW_RTR_READ) {
             uiw_hdr rr;
@@ -1431,10 +1352,10 @@ static void t_qp_p2p_responder(int fam, uint8_t rtr)
             CHECK_EQ(rr.to, 0);
         }
         CHECK(quiet(fd, 50));
-        tqp_free(&b);
+        eng_tqp_free(&b);
         uiw_cm_conn_destroy(sc);
     } else {
-        tqp_free(&b);
+        eng_tqp_free(&b);
     }
     close(fd);
     env_down(&e);
@@ -1447,13 +1368,13 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
 {
     if (!g_have_qps)
         return;
-    struct tqp a;
+    struct eng_tqp a;
     if (!tqp_make(&a)) {
         CHECK(!"QP setup");
-        tqp_free(&a);
+        eng_tqp_free(&a);
         return;
     }
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     struct uiw_conn *c = NULL;
     uiw_mpa_frame rq;
     struct uiw_cm_event ev;
@@ -1466,7 +1387,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
             (uint16_t)((pick == UIW_RTR_READ ? UIW_MPA_ORD_D_READ0 : UIW_MPA_ORD_C_WRITE0) | 2);
         uint8_t f[64];
         size_t n = mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, ordw, NULL, 0);
-        write_all(fd, f, n);
+        eng_send_all(fd, f, n);
         uiw_hdr h;
         if (!(offered & pick)) {
             expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -EOPNOTSUPP, c, "no matching rtr");
@@ -1499,7 +1420,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
                 resp.opcode = UIW_OP_READ_RESP;
                 resp.stag = 0;
                 n = mk_fpdu(&resp, false, f);
-                write_all(fd, f, n);
+                eng_send_all(fd, f, n);
             }
             if (expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "p2p init est")) {
                 CHECK(ev.p2p);
@@ -1510,7 +1431,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
         }
         close(fd);
     }
-    tqp_free(&a);
+    eng_tqp_free(&a);
     uiw_cm_conn_destroy(c);
     uiw_cm_channel_destroy(ch);
 }
@@ -1523,7 +1444,7 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
 static void c_timeout(void)
 {
     for (int fam = AF_INET; fam; fam = fam == AF_INET ? AF_INET6 : 0) {
-        struct uiw_cm_channel *ch = mkchan();
+        struct uiw_cm_channel *ch = eng_cm_chan();
         uint16_t port;
         int lfd = raw_listen(fam, &port);
         struct sockaddr_storage a = loop_addr(fam, port);
@@ -1548,7 +1469,7 @@ static void c_timeout(void)
                 t0 = eng_now_ms();
                 fd = raw_connect(&e.addr);
                 if (k)
-                    write_all(fd, KEY_REQ, 10);
+                    eng_send_all(fd, KEY_REQ, 10);
                 CHECK(wait_close(fd, EV_MS) <= 0);
                 dt = eng_now_ms() - t0;
                 CHECK(dt >= 280 && dt < 3000);
@@ -1569,7 +1490,7 @@ static void c_timeout(void)
             }
             close(fd);
             /* P2P responder: no RTR within the timeout */
-            struct tqp b = {0};
+            struct eng_tqp b = {0};
             if (g_have_qps && tqp_make(&b)) {
                 n = mk_frame(f, true, S, 2, UIW_MPA_IRD_A_P2P | 1, UIW_MPA_ORD_C_WRITE0 | 1, NULL,
                              0);
@@ -1589,7 +1510,7 @@ static void c_timeout(void)
                 }
                 close(fd);
             }
-            tqp_free(&b);
+            eng_tqp_free(&b);
             env_down(&e);
         }
         uiw_cm_channel_destroy(ch);
@@ -1610,7 +1531,7 @@ static bool raw_reply(int fam, struct uiw_cm_channel *ch, uint8_t flags, uiw_mpa
 
     if (fd < 0)
         return false;
-    write_all(fd, f, mk_frame(f, false, flags, 2, 1, 1, NULL, 0));
+    eng_send_all(fd, f, mk_frame(f, false, flags, 2, 1, 1, NULL, 0));
     ok = expect_event(ch, ev, type, status, c, what);
     close(fd);
     uiw_cm_conn_destroy(c);
@@ -1620,7 +1541,7 @@ static bool raw_reply(int fam, struct uiw_cm_channel *ch, uint8_t flags, uiw_mpa
 /* UIWARP_CRC=required: we ask (C=1); a peer's C=0 cannot refuse it. */
 static void c_crc_required(void)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     uiw_mpa_frame rq;
     struct uiw_cm_event ev;
     uint8_t f[UIW_MPA_MAX_FRAME];
@@ -1669,7 +1590,7 @@ static void c_crc_required(void)
 /* UIWARP_CRC=off: the peer's C=1 still turns CRC on (RFC 5044 §7.1.1). */
 static void c_crc_off(void)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     uiw_mpa_frame rq;
     struct uiw_cm_event ev;
     if (raw_reply(AF_INET6, ch, S | UIW_MPA_FLAG_C, &rq, UIW_CM_ESTABLISHED, 0, &ev,
@@ -1683,7 +1604,7 @@ static void c_crc_off(void)
 /* UIWARP_MARKERS=1: we ask for markers (M=1) and can send them. */
 static void c_markers(void)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     uiw_mpa_frame rq;
     struct uiw_cm_event ev;
     /* a responder that cannot mark (siw) rejects: REJECTED, no hang */
@@ -1725,7 +1646,7 @@ static void c_markers(void)
  * private data). */
 static void c_rev1(void)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     uiw_mpa_frame rq;
     struct uiw_conn *c = NULL;
     struct uiw_cm_event ev;
@@ -1779,7 +1700,7 @@ static void c_rev1(void)
 /* UIWARP_P2P=1 UIWARP_RTR=write (write,read for the pair) */
 static void c_p2p_write(void)
 {
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     struct uiw_conn *c = NULL;
     struct sockaddr_storage a = loop_addr(AF_INET, 9);
     CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, NULL, ch, NULL, &c), -EINVAL);
@@ -1833,42 +1754,7 @@ static void run_child(const struct child_case *cc)
     if (!sets_p2p)
         envp[k++] = (char *)"UIWARP_P2P=0";
     envp[k] = NULL;
-    int pfd[2];
-    if (pipe(pfd) < 0) {
-        CHECK(!"pipe");
-        return;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (pfd[0] != 3)
-        posix_spawn_file_actions_addclose(&fa, pfd[0]);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-    char *argv[] = {(char *)"test_cm", (char *)"--case", (char *)cc->name, NULL};
-    pid_t pid;
-    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    if (rc) {
-        close(pfd[0]);
-        CHECK(!"posix_spawn");
-        return;
-    }
-    char buf[128] = {0};
-    size_t n = read_n(pfd[0], buf, sizeof(buf) - 1, 120000, NULL);
-    buf[n] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    unsigned long ch = 0, fa_ = 0;
-    if (sscanf(buf, "%lu %lu", &ch, &fa_) != 2 || !WIFEXITED(st)) {
-        fprintf(stderr, "case %s: crashed or no result (status 0x%x)\n", cc->name, st);
-        tu_checks++;
-        tu_failed++;
-        return;
-    }
-    printf("test_cm: case %s: %lu checks, %lu failed\n", cc->name, ch, fa_);
-    tu_checks += ch;
-    tu_failed += fa_;
+    eng_run_case("test_cm", cc->name, envp);
 }
 
 int main(int argc, char **argv)

@@ -34,6 +34,7 @@
 
 #include "engine.h"
 #include "eng_test.h"
+#include "cm_test.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -63,43 +64,10 @@ static int count_fds(void)
     return n - 3; /* ".", ".." and the directory's own descriptor */
 }
 
-static struct sockaddr_in loop4(uint16_t port)
-{
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return a;
-}
-
-static struct uiw_cm_channel *mkchan(void)
-{
-    struct uiw_cm_channel *ch = uiw_cm_channel_create();
-    if (ch)
-        fcntl(uiw_cm_channel_fd(ch), F_SETFL, O_NONBLOCK);
-    return ch;
-}
-
-static int next_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int rc = uiw_cm_get_event(ch, ev);
-        if (rc != -EAGAIN)
-            return rc;
-        int64_t left = (int64_t)(end - eng_now_ms());
-        if (left <= 0)
-            return -ETIMEDOUT;
-        struct pollfd p = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
-        poll(&p, 1, (int)left);
-    }
-}
-
 static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
                          enum uiw_cm_event_type type, int status, const char *what)
 {
-    int rc = next_event(ch, ev, EV_MS);
+    int rc = eng_cm_next(ch, ev, EV_MS);
     tu_checks++;
     if (rc < 0 || ev->type != type || ev->status != status) {
         tu_failed++;
@@ -112,7 +80,7 @@ static bool expect_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev,
 
 static int raw_connect(uint16_t port)
 {
-    struct sockaddr_in a = loop4(port);
+    struct sockaddr_in a = eng_loop4(port);
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -1;
@@ -121,25 +89,6 @@ static int raw_connect(uint16_t port)
         return -1;
     }
     return fd;
-}
-
-static void rst_close(int fd)
-{
-    struct linger lg = {.l_onoff = 1, .l_linger = 0};
-    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
-    close(fd);
-}
-
-static int write_all(int fd, const void *buf, size_t n)
-{
-    size_t off = 0;
-    while (off < n) {
-        ssize_t w = send(fd, (const char *)buf + off, n - off, MSG_NOSIGNAL);
-        if (w <= 0)
-            return -1;
-        off += (size_t)w;
-    }
-    return 0;
 }
 
 /* Read up to n bytes within ms; returns bytes read, *eof set on EOF/RST. */
@@ -236,8 +185,8 @@ struct srv {
 static bool srv_up(struct srv *s)
 {
     memset(s, 0, sizeof(*s));
-    s->ch = mkchan();
-    struct sockaddr_in a = loop4(0);
+    s->ch = eng_cm_chan();
+    struct sockaddr_in a = eng_loop4(0);
     struct sockaddr_storage b;
     CHECK(s->ch != NULL);
     int rc = uiw_cm_listen(NULL, (struct sockaddr *)&a, 1024, s->ch, NULL, &s->l);
@@ -271,7 +220,7 @@ static void check_base(struct srv *s, const char *what, int peak)
 static bool no_event(struct uiw_cm_channel *ch, int ms)
 {
     struct uiw_cm_event ev;
-    int rc = next_event(ch, &ev, ms);
+    int rc = eng_cm_next(ch, &ev, ms);
     if (rc == 0)
         fprintf(stderr, "unexpected event %d status %d\n", (int)ev.type, ev.status);
     return rc == -ETIMEDOUT;
@@ -283,45 +232,10 @@ static bool no_event(struct uiw_cm_channel *ch, int ms)
 
 static struct ibv_context *g_ctx;
 
-struct tqp {
-    struct ibv_pd *pd;
-    struct ibv_cq *cq;
-    struct ibv_qp *qp;
-};
-
-static bool tqp_make(struct tqp *t)
+/* A QP for the connection tests (eng_tqp_make with this file's access). */
+static bool tqp_make(struct eng_tqp *t)
 {
-    memset(t, 0, sizeof(*t));
-    t->pd = ibv_alloc_pd(g_ctx);
-    t->cq = t->pd ? ibv_create_cq(g_ctx, 64, NULL, NULL, 0) : NULL;
-    if (!t->cq)
-        return false;
-    struct ibv_qp_cap cap = {
-        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1};
-    t->qp = eng_qp_init(t->pd, t->cq, t->cq, NULL, cap, false, ENG_ACCESS_ALL, IBV_QP_PKEY_INDEX);
-    return t->qp != NULL;
-}
-
-static void tqp_free(struct tqp *t)
-{
-    if (t->qp)
-        ibv_destroy_qp(t->qp);
-    if (t->cq)
-        ibv_destroy_cq(t->cq);
-    if (t->pd)
-        ibv_dealloc_pd(t->pd);
-    memset(t, 0, sizeof(*t));
-}
-
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int n = ibv_poll_cq(cq, 1, wc);
-        if (n != 0 || eng_now_ms() > end)
-            return n;
-        usleep(1000);
-    }
+    return eng_tqp_make(g_ctx, t, ENG_ACCESS_ALL);
 }
 
 /* A uiwarp client connects with a QP, the server accepts with a QP, and
@@ -329,19 +243,19 @@ static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
 static void legit_client(struct srv *s, const char *what)
 {
     enum { LEN = 65536 };
-    struct tqp a, b;
+    struct eng_tqp a, b = {0}; /* b is freed even when making a failed */
     if (!g_ctx) {
         printf("test_cm_limits: no uiwarp device: %s skipped\n", what);
         return;
     }
     bool ok = tqp_make(&a) && tqp_make(&b);
     CHECK(ok);
-    struct uiw_cm_channel *chc = mkchan();
+    struct uiw_cm_channel *chc = eng_cm_chan();
     uint8_t *sbuf = malloc(LEN), *rbuf = malloc(LEN);
     struct ibv_mr *smr = NULL, *rmr = NULL;
     struct uiw_conn *cc = NULL, *sc = NULL;
     struct uiw_cm_event ev;
-    struct sockaddr_in dst = loop4(s->port);
+    struct sockaddr_in dst = eng_loop4(s->port);
     struct uiw_conn_param p = {.ird = 4, .ord = 4};
     if (!ok || !chc || !sbuf || !rbuf)
         goto out;
@@ -371,9 +285,9 @@ static void legit_client(struct srv *s, const char *what)
     CHECK_EQ(ibv_post_recv(b.qp, &rw, &rbad), 0);
     CHECK_EQ(ibv_post_send(a.qp, &sw, &sbad), 0);
     struct ibv_wc wc;
-    CHECK_EQ(poll_one(a.cq, &wc, EV_MS), 1);
+    CHECK_EQ(eng_poll_one(a.cq, &wc, EV_MS), 1);
     CHECK_EQ(wc.status, IBV_WC_SUCCESS);
-    CHECK_EQ(poll_one(b.cq, &wc, EV_MS), 1);
+    CHECK_EQ(eng_poll_one(b.cq, &wc, EV_MS), 1);
     CHECK_EQ(wc.status, IBV_WC_SUCCESS);
     CHECK_EQ(wc.byte_len, LEN);
     CHECK_EQ(eng_diff(rbuf, LEN, 12), -1);
@@ -382,15 +296,15 @@ static void legit_client(struct srv *s, const char *what)
     expect_event(chc, &ev, UIW_CM_DISCONNECTED, 0, what);
     /* the server's ESTABLISHED (P2P: after the RTR) and DISCONNECTED */
     for (int i = 0; i < 2; i++)
-        if (next_event(s->ch, &ev, EV_MS) == 0)
+        if (eng_cm_next(s->ch, &ev, EV_MS) == 0)
             CHECK(ev.type == UIW_CM_ESTABLISHED || ev.type == UIW_CM_DISCONNECTED);
 out:
     if (smr)
         ibv_dereg_mr(smr);
     if (rmr)
         ibv_dereg_mr(rmr);
-    tqp_free(&a);
-    tqp_free(&b);
+    eng_tqp_free(&a);
+    eng_tqp_free(&b);
     if (cc)
         uiw_cm_conn_destroy(cc);
     if (sc)
@@ -414,7 +328,7 @@ static void t_reject_storm(struct srv *s)
     for (int i = 0; i < STORM; i++) {
         size_t n = mk_request(req, i % 2);
         int fd = raw_connect(s->port);
-        if (fd < 0 || write_all(fd, req, n) < 0) {
+        if (fd < 0 || eng_send_all(fd, req, n) < 0) {
             CHECK(!"connect/write");
             if (fd >= 0)
                 close(fd);
@@ -446,7 +360,7 @@ static void t_garbage_storm(struct srv *s)
             CHECK(!"connect");
             continue;
         }
-        CHECK_EQ(write_all(fd, junk, 20 + (size_t)(i % 40)), 0);
+        CHECK_EQ(eng_send_all(fd, junk, 20 + (size_t)(i % 40)), 0);
         CHECK(closed_by_peer(fd, EV_MS));
         int f = count_fds();
         if (f > peak)
@@ -471,12 +385,12 @@ static void t_early_close_storm(struct srv *s)
             continue;
         }
         if (i % 3 == 1)
-            CHECK_EQ(write_all(fd, req, n / 2), 0);
+            CHECK_EQ(eng_send_all(fd, req, n / 2), 0);
         int f = count_fds();
         if (f > peak)
             peak = f;
         if (i % 3 == 2)
-            rst_close(fd);
+            eng_rst_close(fd);
         else
             close(fd);
     }
@@ -493,7 +407,7 @@ static void t_app_reject(struct srv *s)
     for (int i = 0; i < 100; i++) {
         int fd = raw_connect(s->port);
         struct uiw_cm_event ev;
-        if (fd < 0 || write_all(fd, req, n) < 0) {
+        if (fd < 0 || eng_send_all(fd, req, n) < 0) {
             CHECK(!"connect/write");
             if (fd >= 0)
                 close(fd);
@@ -527,7 +441,7 @@ static void t_accept_fails(struct srv *s)
     for (int i = 0; i < 100; i++) {
         int fd = raw_connect(s->port);
         struct uiw_cm_event ev;
-        if (fd < 0 || write_all(fd, req, n) < 0) {
+        if (fd < 0 || eng_send_all(fd, req, n) < 0) {
             CHECK(!"connect/write");
             if (fd >= 0)
                 close(fd);
@@ -538,7 +452,7 @@ static void t_accept_fails(struct srv *s)
             continue;
         }
         if (i % 2) {
-            CHECK_EQ(write_all(fd, "early!!!", 8), 0);
+            CHECK_EQ(eng_send_all(fd, "early!!!", 8), 0);
         } else {
             shutdown(fd, SHUT_WR);
         }
@@ -569,7 +483,7 @@ static void t_listener_teardown(void)
         fds[i] = raw_connect(s.port);
         size_t n = mk_request(req, i % 2 ? 0 : 2);
         if (fds[i] >= 0 && i % 4 < 2)
-            (void)write_all(fds[i], req, n);
+            (void)eng_send_all(fds[i], req, n);
     }
     eng_msleep(200); /* 10 CONNECT_REQUESTs queued, never retrieved: the listener frees them */
     srv_down(&s);
@@ -587,14 +501,14 @@ static void t_listener_teardown(void)
 static void t_connect_emfile(void)
 {
     struct rlimit old, lim;
-    struct tqp q;
+    struct eng_tqp q;
     if (!g_ctx || !tqp_make(&q)) { /* the default policy is P2P: needs a QP */
         printf("test_cm_limits: no uiwarp device: connect under EMFILE skipped\n");
         return;
     }
     CHECK_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
     int base_conn = uiw_cm_conn_count();
-    struct uiw_cm_channel *ch = mkchan();
+    struct uiw_cm_channel *ch = eng_cm_chan();
     int fill[512], nfill = 0;
     int top = 0;
     for (int fd = 0; fd < 4096; fd++)
@@ -611,7 +525,7 @@ static void t_connect_emfile(void)
         }
         fill[nfill++] = fd;
     }
-    struct sockaddr_in dst = loop4(9); /* never reached */
+    struct sockaddr_in dst = eng_loop4(9); /* never reached */
     struct uiw_conn *c = NULL;
     int rc = uiw_cm_connect(q.qp, NULL, (struct sockaddr *)&dst, NULL, ch, NULL, &c);
     printf("test_cm_limits: uiw_cm_connect with no descriptor left: %d (%s)\n", rc, strerror(-rc));
@@ -620,7 +534,7 @@ static void t_connect_emfile(void)
     CHECK_EQ(uiw_cm_conn_count(), base_conn);
     /* a listener cannot be made either, and says why */
     struct uiw_listener *l = NULL;
-    struct sockaddr_in any = loop4(0);
+    struct sockaddr_in any = eng_loop4(0);
     CHECK_EQ(uiw_cm_listen(NULL, (struct sockaddr *)&any, 16, ch, NULL, &l), -EMFILE);
     for (int i = 0; i < nfill; i++)
         close(fill[i]);
@@ -629,7 +543,7 @@ static void t_connect_emfile(void)
     uiw_cm_channel_destroy(ch);
     /* the QP is free for another connection: nothing kept it */
     CHECK_EQ(eng_qp_state(q.qp), IBV_QPS_INIT);
-    tqp_free(&q);
+    eng_tqp_free(&q);
 }
 
 /* The dead-peer socket options of both sides (docs/ENGINE.md "Dead
@@ -673,11 +587,11 @@ static void t_dead_peer_opts(struct srv *s)
     if (!g_ctx)
         return;
     for (unsigned i = 0; i < 3; i++) {
-        struct tqp a, b;
+        struct eng_tqp a, b;
         struct uiw_cm_event ev;
         struct uiw_conn *cc = NULL;
-        struct uiw_cm_channel *chc = mkchan();
-        struct sockaddr_in dst = loop4(s->port);
+        struct uiw_cm_channel *chc = eng_cm_chan();
+        struct sockaddr_in dst = eng_loop4(s->port);
         struct uiw_conn_param pc = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].cli_ms};
         struct uiw_conn_param ps = {.ird = 4, .ord = 4, .peer_timeout_ms = v[i].srv_ms};
         CHECK(tqp_make(&a) && tqp_make(&b));
@@ -694,12 +608,12 @@ static void t_dead_peer_opts(struct srv *s)
                 expect_event(chc, &ev, UIW_CM_DISCONNECTED, 0, "opts c");
                 expect_event(s->ch, &ev, UIW_CM_DISCONNECTED, 0, "opts s");
             }
-            tqp_free(&a);
-            tqp_free(&b);
+            eng_tqp_free(&a);
+            eng_tqp_free(&b);
             uiw_cm_conn_destroy(sc);
         } else {
-            tqp_free(&a);
-            tqp_free(&b);
+            eng_tqp_free(&a);
+            eng_tqp_free(&b);
         }
         if (cc)
             uiw_cm_conn_destroy(cc);
@@ -770,7 +684,7 @@ static void c_timeout(void)
         CHECK(fds[i] >= 0);
         if (fds[i] >= 0 && i >= SILENT) {
             size_t n = mk_request(req, 0);
-            CHECK_EQ(write_all(fds[i], req, n), 0);
+            CHECK_EQ(eng_send_all(fds[i], req, n), 0);
             uiw_mpa_frame rep;
             CHECK(read_reply(fds[i], &rep) && rep.reject);
         }
@@ -905,7 +819,7 @@ static void c_emfile(void)
         struct rlimit hi = lim;
         hi.rlim_cur = hi.rlim_max < 4096 ? hi.rlim_max : 4096;
         setrlimit(RLIMIT_NOFILE, &hi);
-        struct sockaddr_in a = loop4(s.port);
+        struct sockaddr_in a = eng_loop4(s.port);
         int made = 0, fl[FLOOD];
         for (int i = 0; i < FLOOD; i++) {
             int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
@@ -1002,43 +916,7 @@ static void run_child(const struct child_case *cc)
     for (int i = 0; i < 4 && cc->env[i]; i++)
         envp[k++] = (char *)cc->env[i];
     envp[k] = NULL;
-    int pfd[2];
-    if (pipe(pfd) < 0) {
-        CHECK(!"pipe");
-        return;
-    }
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    if (pfd[0] != 3)
-        posix_spawn_file_actions_addclose(&fa, pfd[0]);
-    posix_spawn_file_actions_adddup2(&fa, pfd[1], 3);
-    char *argv[] = {(char *)"test_cm_limits", (char *)"--case", (char *)cc->name, NULL};
-    pid_t pid;
-    int rc = posix_spawn(&pid, "/proc/self/exe", &fa, NULL, argv, envp);
-    posix_spawn_file_actions_destroy(&fa);
-    close(pfd[1]);
-    if (rc) {
-        close(pfd[0]);
-        CHECK(!"posix_spawn");
-        return;
-    }
-    char buf[128] = {0};
-    bool eof;
-    size_t n = read_some(pfd[0], (uint8_t *)buf, sizeof(buf) - 1, 120000, &eof);
-    buf[n] = 0;
-    close(pfd[0]);
-    int st = 0;
-    waitpid(pid, &st, 0);
-    unsigned long ch = 0, fa_ = 0;
-    if (sscanf(buf, "%lu %lu", &ch, &fa_) != 2 || !WIFEXITED(st)) {
-        fprintf(stderr, "case %s: crashed or no result (status 0x%x)\n", cc->name, st);
-        tu_checks++;
-        tu_failed++;
-        return;
-    }
-    printf("test_cm_limits: case %s: %lu checks, %lu failed\n", cc->name, ch, fa_);
-    tu_checks += ch;
-    tu_failed += fa_;
+    eng_run_case("test_cm_limits", cc->name, envp);
 }
 
 int main(int argc, char **argv)

@@ -466,7 +466,7 @@ static void t_ird(void)
     CHECK_EQ(dp_write_all(P.fd, b, n), 0); /* one write: B sees all three at once */
     free(b);
     il = img_of(&h, 0, true, img);
-    /* RFC 5040 §6.1 / notes §2.7: IRD exceeded */
+    /* RFC 5040 §6.1 / PEERS.md §8: IRD exceeded */
     expect_term(UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_CATASTROPHIC_STREAM, img, il);
     expect_dead(IBV_EVENT_QP_FATAL);
     teardown();
@@ -807,7 +807,7 @@ static void t_received(void)
             t.u.term.rdma_hdr_len = UIW_RREQ_LEN;
             memcpy(t.u.term.rdma_hdr, img + 20, il - 20);
         } else {
-            /* siw's bit layout (notes §2.4), DDP / tagged / base-bounds, no
+            /* siw's bit layout (PEERS.md §5), DDP / tagged / base-bounds, no
              * headers: the oldest outstanding WR (the Read) takes it */
             t.u.term.cause =
                 (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_TAGGED, UIW_DDP_EC_T_BASE_BOUNDS};
@@ -860,7 +860,7 @@ static void t_eof(void)
     teardown();
 }
 
-/* P2P RTR (RFC 6581 §9; siw's forms, notes §1.3). */
+/* P2P RTR (RFC 6581 §9; siw's forms, PEERS.md §3). */
 static void t_rtr(void)
 {
     static const uint8_t types[] = {UIW_RTR_WRITE, UIW_RTR_READ, UIW_RTR_SEND};

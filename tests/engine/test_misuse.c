@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "eng_test.h"
+#include "misuse.h"
 #include "testutil.h"
 
 /* the fixture */
@@ -46,22 +47,10 @@ static uint8_t buf[4096];
 static struct ibv_sge sge[32];
 static struct ibv_device **devs;
 
-enum kind { K_RET, K_NEG, K_PTR };
-struct row {
-    const char *name;
-    enum kind kind;
-    int want; /* errno */
-    intptr_t (*fn)(void);
-};
-
 #define RET(name, want, expr)                                                                      \
     static intptr_t name(void)                                                                     \
     {                                                                                              \
         return (intptr_t)(expr);                                                                   \
-    }
-#define ROW(kind, want, name)                                                                      \
-    {                                                                                              \
-#name, kind, want, name                                                                    \
     }
 
 /* ------------------------------------------------------------------------
@@ -782,55 +771,14 @@ static void teardown(void)
 
 int main(void)
 {
-    unsigned n = sizeof(rows) / sizeof(rows[0]), failed = 0;
+    unsigned n = sizeof(rows) / sizeof(rows[0]);
 
     setup();
     if (!ctx)
         TEST_MAIN_END();
-    if (getenv("MISUSE_FORK")) { /* diagnosis: which rows crash */
-        for (unsigned i = 0; i < n; i++) {
-            pid_t pid = fork();
-            int st = 0;
-            if (pid == 0) {
-                alarm(5);
-                rows[i].fn();
-                _exit(0);
-            }
-            waitpid(pid, &st, 0);
-            if (!WIFEXITED(st))
-                printf("row %u %s: crashed (%d)\n", i, rows[i].name, st);
-        }
+    if (misuse_fork_diag(rows, n))
         return 0;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        const struct row *r = &rows[i];
-        unsigned long before = tu_failed;
-        intptr_t v;
-        int e;
-
-        errno = 0;
-        v = r->fn();
-        e = errno;
-        switch (r->kind) {
-        case K_RET:
-            CHECK_EQ(v, r->want);
-            break;
-        case K_NEG:
-            CHECK_EQ(v, -1);
-            CHECK_EQ(e, r->want);
-            break;
-        case K_PTR:
-            CHECK_EQ(v, 0);
-            CHECK_EQ(e, r->want);
-            break;
-        }
-        if (tu_failed != before) {
-            failed++;
-            fprintf(stderr, "  row %u %s: got %ld errno %d (%s), want %d\n", i, r->name, (long)v, e,
-                    strerror(e), r->want);
-        }
-    }
-    printf("misuse: %u rows, %u failed\n", n, failed);
+    misuse_run(rows, n, "misuse");
     teardown();
     TEST_MAIN_END();
 }

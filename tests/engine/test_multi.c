@@ -258,51 +258,6 @@ static void async_drain(struct ibv_context *ctx)
 /* ------------------------------------------------------------------------
  * Posting helpers
  * ---------------------------------------------------------------------- */
-static int post(struct ibv_qp *qp, enum ibv_wr_opcode op, void *laddr, uint32_t len, uint32_t lkey,
-                uint64_t raddr, uint32_t rkey, uint64_t wr_id, bool signaled)
-{
-    struct ibv_sge sge = {.addr = (uintptr_t)laddr, .length = len, .lkey = lkey};
-    struct ibv_send_wr wr, *bad = NULL;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = signaled ? IBV_SEND_SIGNALED : 0;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    return ibv_post_send(qp, &wr, &bad);
-}
-
-static int post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, void *laddr, uint32_t lkey,
-                       uint64_t raddr, uint32_t rkey, uint64_t cmp_add, uint64_t swap,
-                       uint64_t wr_id)
-{
-    struct ibv_sge sge = {.addr = (uintptr_t)laddr, .length = 8, .lkey = lkey};
-    struct ibv_send_wr wr, *bad = NULL;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.atomic.remote_addr = raddr;
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.compare_add = cmp_add;
-    wr.wr.atomic.swap = swap;
-    return ibv_post_send(qp, &wr, &bad);
-}
-
-static int post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey, uint64_t wr_id)
-{
-    struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
-    struct ibv_recv_wr wr, *bad = NULL;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    return ibv_post_recv(qp, &wr, &bad);
-}
 
 /* ------------------------------------------------------------------------
  * (a) 64 pairs, concurrent Send / Write / Read in both directions
@@ -341,13 +296,13 @@ static void qp_sync(struct ibv_qp *qp)
 static int post_three(struct ep *me, struct ep *peer, uint32_t len)
 {
     uint64_t pb = (uintptr_t)peer->buf;
-    int r = post(me->qp, IBV_WR_RDMA_WRITE, R_SRC(me), len, me->mr->lkey, pb + REG, peer->mr->rkey,
-                 1, true);
+    int r = eng_post(me->qp, IBV_WR_RDMA_WRITE, R_SRC(me), len, me->mr->lkey, pb + REG,
+                     peer->mr->rkey, 1, true);
     if (!r)
-        r = post(me->qp, IBV_WR_RDMA_READ, R_RDST(me), len, me->mr->lkey, pb, peer->mr->rkey, 2,
-                 true);
+        r = eng_post(me->qp, IBV_WR_RDMA_READ, R_RDST(me), len, me->mr->lkey, pb, peer->mr->rkey, 2,
+                     true);
     if (!r)
-        r = post(me->qp, IBV_WR_SEND, R_SRC(me), len, me->mr->lkey, 0, 0, 3, true);
+        r = eng_post(me->qp, IBV_WR_SEND, R_SRC(me), len, me->mr->lkey, 0, 0, 3, true);
     return r;
 }
 
@@ -404,8 +359,8 @@ static void *pair_worker(void *arg)
         memset(R_RECV(b), 0, REG);
         /* posting takes the QP locks after the buffers were written: the
          * progress threads that read them later are ordered after us */
-        if (post_recv(a->qp, R_RECV(a), REG, a->mr->lkey, 10 + r) ||
-            post_recv(b->qp, R_RECV(b), REG, b->mr->lkey, 10 + r)) {
+        if (eng_post_recv(a->qp, R_RECV(a), REG, a->mr->lkey, 10 + r) ||
+            eng_post_recv(b->qp, R_RECV(b), REG, b->mr->lkey, 10 + r)) {
             wfail(w, "post_recv", r);
             break;
         }
@@ -543,8 +498,8 @@ static void *atomic_worker(void *arg)
     /* pipelined Fetch-and-Add 1 */
     while (atomic_load_explicit(&q->done[a->t], memory_order_acquire) < NFA) {
         if (posted < NFA && posted - atomic_load(&q->done[a->t]) < AWIN) {
-            if (post_atomic(q->p->a.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, &slot[posted], q->mr->lkey,
-                            q->raddr, q->rkey, 1, 0, (uint64_t)a->t << 32 | posted)) {
+            if (eng_post_atomic(q->p->a.qp, IBV_WR_ATOMIC_FETCH_AND_ADD, &slot[posted], q->mr->lkey,
+                                q->raddr, q->rkey, 1, 0, (uint64_t)a->t << 32 | posted)) {
                 afail(q, "post FetchAdd", posted);
                 return NULL;
             }
@@ -560,9 +515,9 @@ static void *atomic_worker(void *arg)
     for (unsigned k = 0; k < NCAS; k++) {
         for (;;) {
             unsigned before = atomic_load_explicit(&q->done[a->t], memory_order_acquire);
-            if (post_atomic(q->p->a.qp, IBV_WR_ATOMIC_CMP_AND_SWP, &slot[NFA + k], q->mr->lkey,
-                            q->raddr, q->rkey, guess, guess + 1,
-                            (uint64_t)a->t << 32 | (NFA + k))) {
+            if (eng_post_atomic(q->p->a.qp, IBV_WR_ATOMIC_CMP_AND_SWP, &slot[NFA + k], q->mr->lkey,
+                                q->raddr, q->rkey, guess, guess + 1,
+                                (uint64_t)a->t << 32 | (NFA + k))) {
                 afail(q, "post CmpSwap", k);
                 return NULL;
             }
@@ -715,10 +670,10 @@ static void *stream_worker(void *arg)
             atomic_store(&s->posting_stopped, true);
         if (post_more && outstanding < SWIN) {
             bool send = s->sends && sends < SMAXSEND && s->posted % 4 == 3;
-            int r = send ? post(s->e->qp, IBV_WR_SEND, s->e->buf, SSEND, s->e->mr->lkey, 0, 0,
-                                s->posted, true)
-                         : post(s->e->qp, IBV_WR_RDMA_WRITE, s->e->buf, s->wlen, s->e->mr->lkey,
-                                s->raddr, s->rkey, s->posted, true);
+            int r = send ? eng_post(s->e->qp, IBV_WR_SEND, s->e->buf, SSEND, s->e->mr->lkey, 0, 0,
+                                    s->posted, true)
+                         : eng_post(s->e->qp, IBV_WR_RDMA_WRITE, s->e->buf, s->wlen, s->e->mr->lkey,
+                                    s->raddr, s->rkey, s->posted, true);
             if (r == 0) {
                 s->posted++;
                 outstanding++;
@@ -760,7 +715,7 @@ static bool stream_pair(struct pair *p, unsigned idx)
         return false;
     eng_fill(p->a.buf, SBIG, 0x1234);
     for (unsigned i = 0; i < SRECVS; i++)
-        if (post_recv(p->b.qp, p->b.buf, SBIG, p->b.mr->lkey, i))
+        if (eng_post_recv(p->b.qp, p->b.buf, SBIG, p->b.mr->lkey, i))
             return false;
     /* connect_pairs uses the index in the private data: connect as #0 */
     return connect_pairs(&pp, 1) == 1;
@@ -834,7 +789,7 @@ static void test_destroy_target(void)
     CHECK_EQ(st, -ECONNABORTED);
     CHECK(expect_disconnected(&A, p.a.conn, &st)); /* FIN or RST: any status */
     /* a post after the failure is flushed, not lost */
-    CHECK_EQ(post(p.a.qp, IBV_WR_SEND, p.a.buf, 8, p.a.mr->lkey, 0, 0, 777, true), 0);
+    CHECK_EQ(eng_post(p.a.qp, IBV_WR_SEND, p.a.buf, 8, p.a.mr->lkey, 0, 0, 777, true), 0);
     {
         struct ibv_wc wc;
         uint64_t end = eng_now_ms() + WAIT_MS;

@@ -39,6 +39,7 @@
 
 #include "engine.h"
 #include "eng_test.h"
+#include "cm_test.h"
 #include "testutil.h"
 
 extern char **environ;
@@ -126,33 +127,10 @@ static struct sockaddr_in addr4(int host, uint16_t port)
     return a;
 }
 
-static struct uiw_cm_channel *mkchan(void)
-{
-    struct uiw_cm_channel *ch = uiw_cm_channel_create();
-    if (ch)
-        fcntl(uiw_cm_channel_fd(ch), F_SETFL, O_NONBLOCK);
-    return ch;
-}
-
-static int next_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int rc = uiw_cm_get_event(ch, ev);
-        if (rc != -EAGAIN)
-            return rc;
-        int64_t left = (int64_t)(end - eng_now_ms());
-        if (left <= 0)
-            return -ETIMEDOUT;
-        struct pollfd p = {.fd = uiw_cm_channel_fd(ch), .events = POLLIN};
-        poll(&p, 1, (int)left);
-    }
-}
-
 static bool expect_event(struct uiw_cm_channel *ch, enum uiw_cm_event_type type,
                          struct uiw_cm_event *ev, const char *what)
 {
-    int rc = next_event(ch, ev, EV_MS);
+    int rc = eng_cm_next(ch, ev, EV_MS);
     tu_checks++;
     if (rc < 0 || ev->type != type || ev->status != 0) {
         tu_failed++;
@@ -189,7 +167,7 @@ static bool side_make(struct side *s, const char *name)
     s->buf = malloc(BUF);
     s->pd = ibv_alloc_pd(g_ctx);
     s->cq = s->pd ? ibv_create_cq(g_ctx, 64, NULL, NULL, 0) : NULL;
-    s->ch = mkchan();
+    s->ch = eng_cm_chan();
     if (!s->buf || !s->cq || !s->ch)
         return false;
     s->mr = ibv_reg_mr(s->pd, s->buf, BUF, IBV_ACCESS_LOCAL_WRITE);
@@ -233,17 +211,6 @@ static int post_send(struct side *s, uint64_t id, uint32_t len)
                              .send_flags = IBV_SEND_SIGNALED},
                        *bad;
     return ibv_post_send(s->qp, &wr, &bad);
-}
-
-static int poll_one(struct ibv_cq *cq, struct ibv_wc *wc, int ms)
-{
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    for (;;) {
-        int n = ibv_poll_cq(cq, 1, wc);
-        if (n != 0 || eng_now_ms() > end)
-            return n;
-        usleep(1000);
-    }
 }
 
 /* Collect completions, async events and CM events until both sides saw
@@ -327,7 +294,7 @@ static void run_case(const char *tag, int parent, unsigned expect_s, unsigned li
     struct uiw_conn_param p = {.ird = 4, .ord = 4};
     CHECK_EQ(uiw_cm_connect(cl.qp, NULL, (struct sockaddr *)&sa, &p, cl.ch, NULL, &cl.conn), 0);
     CHECK_EQ(setns(orig, CLONE_NEWNET), 0);
-    if (!cl.conn || next_event(sv.ch, &ev, EV_MS) != 0 || ev.type != UIW_CM_CONNECT_REQUEST) {
+    if (!cl.conn || eng_cm_next(sv.ch, &ev, EV_MS) != 0 || ev.type != UIW_CM_CONNECT_REQUEST) {
         CHECK(!"CONNECT_REQUEST");
         goto out;
     }
@@ -340,8 +307,9 @@ static void run_case(const char *tag, int parent, unsigned expect_s, unsigned li
     eng_fill(cl.buf, SMALL, 5);
     CHECK_EQ(post_recv(&sv, 1, 0, SMALL), 0);
     CHECK_EQ(post_send(&cl, 2, SMALL), 0);
-    CHECK(poll_one(cl.cq, &wc, EV_MS) == 1 && wc.status == IBV_WC_SUCCESS);
-    CHECK(poll_one(sv.cq, &wc, EV_MS) == 1 && wc.status == IBV_WC_SUCCESS && wc.byte_len == SMALL);
+    CHECK(eng_poll_one(cl.cq, &wc, EV_MS) == 1 && wc.status == IBV_WC_SUCCESS);
+    CHECK(eng_poll_one(sv.cq, &wc, EV_MS) == 1 && wc.status == IBV_WC_SUCCESS &&
+          wc.byte_len == SMALL);
     CHECK_EQ(eng_diff(sv.buf, SMALL, 5), -1);
     expect_event(sv.ch, UIW_CM_ESTABLISHED, &ev, "server established");
     /* receives that only a flush can complete */

@@ -187,47 +187,19 @@ static int cm_wait(struct ep *e, enum uiw_cm_event_type type, struct uiw_cm_even
 static int post_send(struct ep *e, enum ibv_wr_opcode op, uint32_t loff, uint32_t len,
                      uint64_t raddr, uint32_t rkey, uint64_t wr_id)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)e->buf + loff, .length = len, .lkey = e->mr->lkey};
-    struct ibv_send_wr wr, *bad;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    return ibv_post_send(e->qp, &wr, &bad);
+    return eng_post(e->qp, op, e->buf + loff, len, e->mr->lkey, raddr, rkey, wr_id, true);
 }
 
 static int post_atomic(struct ep *e, enum ibv_wr_opcode op, uint32_t loff, uint64_t raddr,
                        uint32_t rkey, uint64_t cmp_add, uint64_t swap, uint64_t wr_id)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)e->buf + loff, .length = 8, .lkey = e->mr->lkey};
-    struct ibv_send_wr wr, *bad;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = wr_id;
-    wr.opcode = op;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.atomic.remote_addr = raddr;
-    wr.wr.atomic.rkey = rkey;
-    wr.wr.atomic.compare_add = cmp_add;
-    wr.wr.atomic.swap = swap;
-    return ibv_post_send(e->qp, &wr, &bad);
+    return eng_post_atomic(e->qp, op, e->buf + loff, e->mr->lkey, raddr, rkey, cmp_add, swap,
+                           wr_id);
 }
 
 static int post_recv(struct ep *e, unsigned slot)
 {
-    struct ibv_sge sge = {
-        .addr = (uintptr_t)e->buf + OFF_RECV + slot * RSLOT, .length = RSLOT, .lkey = e->mr->lkey};
-    struct ibv_recv_wr wr, *bad;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = slot;
-    wr.sg_list = &sge;
-    wr.num_sge = 1;
-    return ibv_post_recv(e->qp, &wr, &bad);
+    return eng_post_recv(e->qp, e->buf + OFF_RECV + slot * RSLOT, RSLOT, e->mr->lkey, slot);
 }
 
 /* One completion on cq within the timeout; checks status, opcode, wr_id. */

@@ -47,6 +47,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/eng_test.h"
 #include "testutil.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -75,13 +76,6 @@
 #define FL_PEER_TIMEOUT_S 3
 #define FL_DEAD_MS        ((FL_PEER_TIMEOUT_S + 2) * 1000)
 
-static inline uint64_t fl_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 static inline void fl_sleep_ms(unsigned ms)
 {
     struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
@@ -96,28 +90,6 @@ static inline uint64_t fl_rand(void)
     fl_rng ^= fl_rng >> 7;
     fl_rng ^= fl_rng << 17;
     return fl_rng;
-}
-
-static inline uint8_t fl_pat(uint32_t seed, uint64_t i)
-{
-    uint64_t x = (i + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t)(seed + 1) * 0xC2B2AE3D27D4EB4Full;
-    x ^= x >> 29;
-    x *= 0xBF58476D1CE4E5B9ull;
-    return (uint8_t)(x >> 32);
-}
-
-static inline void fl_fill(uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        p[i] = fl_pat(seed, i);
-}
-
-static inline bool fl_same(const uint8_t *p, size_t n, uint32_t seed)
-{
-    for (size_t i = 0; i < n; i++)
-        if (p[i] != fl_pat(seed, i))
-            return false;
-    return true;
 }
 
 /* ------------------------------------------------------------------------
@@ -176,9 +148,9 @@ static inline long fl_cpu_ms(pid_t pid)
 /* Wait (bounded) until pid has at most `want` fds; returns the last count. */
 static inline int fl_fd_settle(pid_t pid, int want, unsigned ms)
 {
-    uint64_t end = fl_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     int n;
-    while ((n = fl_fd_count(pid)) > want && fl_ms() < end)
+    while ((n = fl_fd_count(pid)) > want && eng_now_ms() < end)
         fl_sleep_ms(20);
     return n;
 }
@@ -260,9 +232,9 @@ static inline int fl_hear(int ctl, char *buf, size_t cap, unsigned ms)
 static inline int fl_expect(struct fl_proc *p, const char *prefix, char *buf, size_t cap,
                             unsigned ms)
 {
-    uint64_t end = fl_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     for (;;) {
-        uint64_t now = fl_ms();
+        uint64_t now = eng_now_ms();
         if (now >= end)
             return 0;
         int n = fl_hear(p->ctl, buf, cap, (unsigned)(end - now));
@@ -287,7 +259,7 @@ static inline void fl_drain(struct fl_proc *p)
  * when it had to be killed (a hang). */
 static inline int fl_reap(struct fl_proc *p, unsigned ms)
 {
-    uint64_t end = fl_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     int st = 0, rc = -1;
     if (p->pid <= 0)
         return -1;
@@ -297,7 +269,7 @@ static inline int fl_reap(struct fl_proc *p, unsigned ms)
             rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
             break;
         }
-        if (fl_ms() >= end) {
+        if (eng_now_ms() >= end) {
             kill(p->pid, SIGKILL);
             waitpid(p->pid, &st, 0);
             rc = -1;
@@ -554,7 +526,7 @@ static inline void fl_sconn_poll(int ctl, struct fl_sconn *c)
         if (wc[i].status != IBV_WC_SUCCESS) {
             if (!c->wcerr)
                 fl_say(ctl, "WCERR %s t=%llu", ibv_wc_status_str(wc[i].status),
-                       (unsigned long long)fl_ms());
+                       (unsigned long long)eng_now_ms());
             c->wcerr = true;
             continue;
         }
@@ -622,7 +594,7 @@ static inline int fl_server(int ctl, void *argp)
                 int i = 0;
                 while (i < FL_SRV_MAXC && conns[i].id)
                     i++;
-                fl_say(ctl, "REQ t=%llu port=%u", (unsigned long long)fl_ms(),
+                fl_say(ctl, "REQ t=%llu port=%u", (unsigned long long)eng_now_ms(),
                        ntohs(rdma_get_dst_port(id)));
                 if (i == FL_SRV_MAXC) {
                     rdma_reject(id, NULL, 0);
@@ -642,14 +614,14 @@ static inline int fl_server(int ctl, void *argp)
                 continue;
             }
             if (t == RDMA_CM_EVENT_ESTABLISHED) {
-                fl_say(ctl, "EST t=%llu", (unsigned long long)fl_ms());
+                fl_say(ctl, "EST t=%llu", (unsigned long long)eng_now_ms());
                 continue;
             }
             /* DISCONNECTED, CONNECT_ERROR, UNREACHABLE, REJECTED, ...: the
              * connection is over; release everything. */
             fl_sconn_poll(ctl, c);
             fl_say(ctl, "DISC %s st=%d t=%llu port=%u", rdma_event_str(t), st,
-                   (unsigned long long)fl_ms(), ntohs(rdma_get_dst_port(id)));
+                   (unsigned long long)eng_now_ms(), ntohs(rdma_get_dst_port(id)));
             fl_sconn_free(c);
         }
         for (int i = 0; i < FL_SRV_MAXC; i++)
@@ -673,6 +645,28 @@ static inline struct fl_proc fl_server_start(int nsfd, struct fl_server_arg *a, 
     if (p.pid > 0 && fl_expect(&p, "PORT ", buf, sizeof(buf), FL_EV_MS) > 0)
         *port = (unsigned)atoi(buf + 5);
     return p;
+}
+
+/* The start of a suite (fl_need_root: no root, exit FL_SKIP): dead-peer
+ * detection at 3 s, SIGPIPE ignored, the random stream seeded, the
+ * namespaces set up (second: the second veth pair too) and one server
+ * started in namespace A (*port 0 if it did not come up, one failed
+ * check). 0, or 1 when the namespaces could not be set up (said). */
+static inline int fl_suite_start(const char *what, bool second, struct fl_net *net,
+                                 struct fl_proc *srv, unsigned *port)
+{
+    fl_need_root(what);
+    setenv("UIWARP_PEER_TIMEOUT", "3", 1);
+    signal(SIGPIPE, SIG_IGN);
+    fl_rng ^= (uint64_t)getpid() << 17 ^ eng_now_ms();
+    if (fl_net_setup(net, second)) {
+        fprintf(stderr, "network namespace setup failed\n");
+        return 1;
+    }
+    struct fl_server_arg sa = {.ip = FL_A_IP};
+    *srv = fl_server_start(net->a, &sa, port);
+    CHECK(*port != 0);
+    return 0;
 }
 
 static inline void fl_server_stop(struct fl_proc *p)
@@ -722,7 +716,7 @@ static inline void fl_cli_watch(struct fl_cli *c)
     struct rdma_cm_event *e;
     while (rdma_get_cm_event(c->ch, &e) == 0) {
         if (!c->t_cm) {
-            c->t_cm = fl_ms();
+            c->t_cm = eng_now_ms();
             snprintf(c->cm_event, sizeof(c->cm_event), "%s", rdma_event_str(e->event));
         }
         rdma_ack_cm_event(e);
@@ -732,7 +726,7 @@ static inline void fl_cli_watch(struct fl_cli *c)
         struct pollfd pf = {.fd = c->id->verbs->async_fd, .events = POLLIN};
         while (poll(&pf, 1, 0) == 1 && ibv_get_async_event(c->id->verbs, &ae) == 0) {
             if (!c->t_async) {
-                c->t_async = fl_ms();
+                c->t_async = eng_now_ms();
                 snprintf(c->async_event, sizeof(c->async_event), "%s",
                          ibv_event_type_str(ae.event_type));
             }
@@ -745,14 +739,14 @@ static inline void fl_cli_watch(struct fl_cli *c)
  * receive CQ when recv). 0: ok; 1: an error was seen (recorded); 2: bound. */
 static inline int fl_cli_wait(struct fl_cli *c, struct ibv_cq *cq, int n, unsigned ms)
 {
-    uint64_t end = fl_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     while (n > 0) {
         struct ibv_wc wc;
         int r = ibv_poll_cq(cq, 1, &wc);
         if (r == 1) {
             if (wc.status != IBV_WC_SUCCESS) {
                 if (!c->t_wc) {
-                    c->t_wc = fl_ms();
+                    c->t_wc = eng_now_ms();
                     snprintf(c->wc_status, sizeof(c->wc_status), "%s",
                              ibv_wc_status_str(wc.status));
                 }
@@ -764,7 +758,7 @@ static inline int fl_cli_wait(struct fl_cli *c, struct ibv_cq *cq, int n, unsign
         fl_cli_watch(c);
         if (c->t_cm || c->t_async)
             return 1;
-        if (fl_ms() >= end)
+        if (eng_now_ms() >= end)
             return 2;
         struct timespec ts = {0, 200000};
         nanosleep(&ts, NULL);
@@ -809,14 +803,14 @@ static inline void fl_cli_report_err(int ctl, struct fl_cli *c, const char *what
 {
     /* After the first sign, wait (bounded) for the others: the completion,
      * the rdma_cm event and the async event. */
-    uint64_t end = fl_ms() + FL_EV_MS, grace = 0;
-    while ((!c->t_wc || !c->t_cm || !c->t_async) && fl_ms() < end) {
+    uint64_t end = eng_now_ms() + FL_EV_MS, grace = 0;
+    while ((!c->t_wc || !c->t_cm || !c->t_async) && eng_now_ms() < end) {
         /* the async event (not raised for every kind of end) gets 300 ms
          * more once the completion and the rdma_cm event are in */
         if (c->t_wc && c->t_cm) {
             if (!grace)
-                grace = fl_ms() + 300;
-            else if (fl_ms() >= grace)
+                grace = eng_now_ms() + 300;
+            else if (eng_now_ms() >= grace)
                 break;
         }
         struct ibv_wc wc;
@@ -824,7 +818,7 @@ static inline void fl_cli_report_err(int ctl, struct fl_cli *c, const char *what
             if (ibv_poll_cq(c->id->send_cq, 1, &wc) == 1 ||
                 ibv_poll_cq(c->id->recv_cq, 1, &wc) == 1) {
                 if (wc.status != IBV_WC_SUCCESS && !c->t_wc) {
-                    c->t_wc = fl_ms();
+                    c->t_wc = eng_now_ms();
                     snprintf(c->wc_status, sizeof(c->wc_status), "%s",
                              ibv_wc_status_str(wc.status));
                 }
@@ -881,7 +875,7 @@ static inline int fl_client(int ctl, void *argp)
     cp.responder_resources = 4;
     for (unsigned i = 0; i < 4; i++)
         fl_post_recv(c->id->qp, c->mr, c->buf + FL_SRV_BUF + 4096 + i * FL_SLOT, FL_SLOT, i);
-    fl_say(ctl, "CONNECTING t=%llu", (unsigned long long)fl_ms());
+    fl_say(ctl, "CONNECTING t=%llu", (unsigned long long)eng_now_ms());
     if (rdma_connect(c->id, &cp)) {
         fl_say(ctl, "ERR connect %d", errno);
         return 3;
@@ -891,7 +885,7 @@ static inline int fl_client(int ctl, void *argp)
         fl_say(ctl, "ERR connect-event %s", t < 0 ? "none" : rdma_event_str(t));
         return t < 0 ? 4 : 3;
     }
-    fl_say(ctl, "UP t=%llu", (unsigned long long)fl_ms());
+    fl_say(ctl, "UP t=%llu", (unsigned long long)eng_now_ms());
 
     uint64_t raddr = c->adv.addr, word = c->adv.addr + FL_WORDS;
     uint64_t *res = (uint64_t *)(c->buf + FL_SRV_BUF);
@@ -901,13 +895,13 @@ static inline int fl_client(int ctl, void *argp)
     if (size > FL_SRV_BUF / 2)
         size = FL_SRV_BUF / 2;
     if (a->op == FL_READ) { /* the region Reads will return */
-        fl_fill(c->buf, FL_SRV_BUF / 2, 777);
+        eng_fill(c->buf, FL_SRV_BUF / 2, 777);
         if (fl_cli_post(c, IBV_WR_RDMA_WRITE, (uintptr_t)c->buf, FL_SRV_BUF / 2, raddr, 0, 0) ||
             (w = fl_cli_wait(c, c->id->send_cq, 1, op_ms)))
             goto out;
     }
     if (a->op == FL_IDLE)
-        fl_say(ctl, "OP1 t=%llu port=%u", (unsigned long long)fl_ms(),
+        fl_say(ctl, "OP1 t=%llu port=%u", (unsigned long long)eng_now_ms(),
                ntohs(rdma_get_src_port(c->id)));
     for (unsigned i = 0; !a->nops || i < a->nops; i++) {
         uint32_t seed = i * 7919u + 1;
@@ -916,12 +910,12 @@ static inline int fl_client(int ctl, void *argp)
         case FL_SEND:
             if (size > FL_SLOT)
                 size = FL_SLOT;
-            fl_fill(c->buf, size, seed);
+            eng_fill(c->buf, size, seed);
             if (fl_cli_post(c, IBV_WR_SEND, lo, size, 0, 0, 0) ||
                 (w = fl_cli_wait(c, c->id->send_cq, 1, op_ms)) ||
                 (w = fl_cli_wait(c, c->id->recv_cq, 1, op_ms)))
                 goto out;
-            if (!fl_same(echo + echo_slot * FL_SLOT, size, seed)) {
+            if (eng_diff(echo + echo_slot * FL_SLOT, size, seed) >= 0) {
                 fl_say(ctl, "BAD echo %u", i);
                 return 5;
             }
@@ -932,13 +926,13 @@ static inline int fl_client(int ctl, void *argp)
             uint64_t off = (i * (uint64_t)size) % (FL_SRV_BUF / 2);
             if (off + size > FL_SRV_BUF / 2)
                 off = 0;
-            fl_fill(c->buf, size, seed);
+            eng_fill(c->buf, size, seed);
             memset(c->buf + FL_SRV_BUF / 2, 0, size);
             if (fl_cli_post(c, IBV_WR_RDMA_WRITE, lo, size, raddr + off, 0, 0) ||
                 fl_cli_post(c, IBV_WR_RDMA_READ, lo + FL_SRV_BUF / 2, size, raddr + off, 0, 0) ||
                 (w = fl_cli_wait(c, c->id->send_cq, 2, op_ms)))
                 goto out;
-            if (!fl_same(c->buf + FL_SRV_BUF / 2, size, seed)) {
+            if (eng_diff(c->buf + FL_SRV_BUF / 2, size, seed) >= 0) {
                 fl_say(ctl, "BAD write %u", i);
                 return 5;
             }
@@ -949,7 +943,7 @@ static inline int fl_client(int ctl, void *argp)
             if (fl_cli_post(c, IBV_WR_RDMA_READ, lo + FL_SRV_BUF / 2, size, raddr, 0, 0) ||
                 (w = fl_cli_wait(c, c->id->send_cq, 1, op_ms)))
                 goto out;
-            if (!fl_same(c->buf + FL_SRV_BUF / 2, size, 777)) {
+            if (eng_diff(c->buf + FL_SRV_BUF / 2, size, 777) >= 0) {
                 fl_say(ctl, "BAD read %u", i);
                 return 5;
             }
@@ -983,13 +977,13 @@ static inline int fl_client(int ctl, void *argp)
             if ((w = fl_cli_wait(c, c->id->send_cq, 8, op_ms)))
                 goto out;
             if (a->nops && i + 1 == a->nops) {
-                fl_fill(c->buf, chunk, seed);
+                eng_fill(c->buf, chunk, seed);
                 memset(c->buf + FL_SRV_BUF / 2, 0, chunk);
                 if (fl_cli_post(c, IBV_WR_RDMA_WRITE, lo, chunk, raddr, 0, 0) ||
                     fl_cli_post(c, IBV_WR_RDMA_READ, lo + FL_SRV_BUF / 2, chunk, raddr, 0, 0) ||
                     (w = fl_cli_wait(c, c->id->send_cq, 2, op_ms)))
                     goto out;
-                if (!fl_same(c->buf + FL_SRV_BUF / 2, chunk, seed)) {
+                if (eng_diff(c->buf + FL_SRV_BUF / 2, chunk, seed) >= 0) {
                     fl_say(ctl, "BAD stream %u", i);
                     return 5;
                 }
@@ -1001,10 +995,10 @@ static inline int fl_client(int ctl, void *argp)
             goto out;
         }
         if (i == 0)
-            fl_say(ctl, "OP1 t=%llu port=%u", (unsigned long long)fl_ms(),
+            fl_say(ctl, "OP1 t=%llu port=%u", (unsigned long long)eng_now_ms(),
                    ntohs(rdma_get_src_port(c->id)));
     }
-    fl_say(ctl, "DONE t=%llu", (unsigned long long)fl_ms());
+    fl_say(ctl, "DONE t=%llu", (unsigned long long)eng_now_ms());
     rdma_disconnect(c->id);
     return 0;
 out:

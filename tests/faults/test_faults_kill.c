@@ -53,10 +53,10 @@ static void warmup(void)
 static long srv_disc_after(uint64_t t0, unsigned port, unsigned ms)
 {
     char buf[512], want[32];
-    uint64_t end = fl_ms() + ms;
+    uint64_t end = eng_now_ms() + ms;
     snprintf(want, sizeof(want), " port=%u", port);
-    while (fl_ms() < end) {
-        if (fl_expect(&srv, "DISC", buf, sizeof(buf), (unsigned)(end - fl_ms())) <= 0)
+    while (eng_now_ms() < end) {
+        if (fl_expect(&srv, "DISC", buf, sizeof(buf), (unsigned)(end - eng_now_ms())) <= 0)
             return -1;
         const char *p = strstr(buf, want);
         if (!p || p[strlen(want)] != 0) {
@@ -65,7 +65,7 @@ static long srv_disc_after(uint64_t t0, unsigned port, unsigned ms)
             continue; /* another (earlier) connection */
         }
         const char *t = strstr(buf, " t=");
-        uint64_t at = t ? strtoull(t + 3, NULL, 10) : fl_ms();
+        uint64_t at = t ? strtoull(t + 3, NULL, 10) : eng_now_ms();
         return at > t0 ? (long)(at - t0) : 0;
     }
     return -1;
@@ -87,7 +87,7 @@ static void kill_client_during(enum fl_op op, int rounds, bool quiet)
         const char *pp = strstr(buf, "port=");
         unsigned port = pp ? (unsigned)atoi(pp + 5) : 0;
         fl_sleep_ms((unsigned)(fl_rand() % 60));
-        uint64_t t0 = fl_ms();
+        uint64_t t0 = eng_now_ms();
         kill(c.pid, SIGKILL);
         CHECK_EQ(fl_reap(&c, 5000), 128 + SIGKILL);
         long d = srv_disc_after(t0, port, FL_GONE_MS);
@@ -118,7 +118,7 @@ static void kill_server_during(enum fl_op op, int rounds)
         int n = fl_expect(&c, "OP1", buf, sizeof(buf), FL_EV_MS * 2);
         CHECK(n > 0);
         fl_sleep_ms((unsigned)(fl_rand() % 60));
-        uint64_t t0 = fl_ms();
+        uint64_t t0 = eng_now_ms();
         fl_kill(&s);
         n = fl_expect(&c, "ERR", buf, sizeof(buf), FL_GONE_MS + FL_EV_MS);
         CHECK(n > 0);
@@ -194,17 +194,9 @@ static void kill_server_accepting(int rounds)
 
 int main(void)
 {
-    fl_need_root("test_faults_kill");
-    setenv("UIWARP_PEER_TIMEOUT", "3", 1);
-    signal(SIGPIPE, SIG_IGN);
-    fl_rng ^= (uint64_t)getpid() << 17 ^ fl_ms();
-    if (fl_net_setup(&net, false)) {
-        fprintf(stderr, "network namespace setup failed\n");
-        return 1;
-    }
-    struct fl_server_arg sa = {.ip = FL_A_IP};
-    srv = fl_server_start(net.a, &sa, &srv_port);
-    CHECK(srv_port != 0);
+    int setup = fl_suite_start("test_faults_kill", false, &net, &srv, &srv_port);
+    if (setup)
+        return setup;
     if (!srv_port)
         TEST_MAIN_END();
 
@@ -224,21 +216,21 @@ int main(void)
     int fd0 = fl_fd_settle(srv.pid, 0, 2000);
     fd0 = fl_fd_count(srv.pid);
     long rss0 = fl_rss_kb(srv.pid);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     kill_client_during(FL_SEND, 100, true);
     int fd1 = fl_fd_settle(srv.pid, fd0, FL_EV_MS);
     long rss1 = fl_rss_kb(srv.pid);
     printf("100 rounds client killed during Send (%llu ms): server fds %d -> %d, RSS %ld -> %ld "
            "KiB\n",
-           (unsigned long long)(fl_ms() - t0), fd0, fd1, rss0, rss1);
+           (unsigned long long)(eng_now_ms() - t0), fd0, fd1, rss0, rss1);
     CHECK_EQ(fd1, fd0);
-    t0 = fl_ms();
+    t0 = eng_now_ms();
     kill_client_connecting(100);
     int fd2 = fl_fd_settle(srv.pid, fd0, FL_EV_MS);
     long rss2 = fl_rss_kb(srv.pid);
     printf("100 rounds client killed during connect (%llu ms): server fds %d -> %d, RSS %ld -> "
            "%ld KiB\n",
-           (unsigned long long)(fl_ms() - t0), fd0, fd2, rss0, rss2);
+           (unsigned long long)(eng_now_ms() - t0), fd0, fd2, rss0, rss2);
     CHECK_EQ(fd2, fd0);
     /* RSS: a small margin for allocator noise; not under ASan, whose
      * allocator keeps freed memory in quarantine. */

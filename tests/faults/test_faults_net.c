@@ -57,9 +57,9 @@ static uint64_t msg_t(const char *m)
 static uint64_t srv_disc(struct fl_proc *s, unsigned port, unsigned ms)
 {
     char buf[512];
-    uint64_t end = fl_ms() + ms;
-    while (fl_ms() < end) {
-        if (fl_expect(s, "DISC", buf, sizeof(buf), (unsigned)(end - fl_ms())) <= 0)
+    uint64_t end = eng_now_ms() + ms;
+    while (eng_now_ms() < end) {
+        if (fl_expect(s, "DISC", buf, sizeof(buf), (unsigned)(end - eng_now_ms())) <= 0)
             return 0;
         if (msg_port(buf) == port)
             return msg_t(buf);
@@ -166,7 +166,7 @@ static void stop_forever(void)
     struct fl_proc c;
     CHECK(start_client(&c, &a) != 0);
     fl_sleep_ms(20);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     kill(s.pid, SIGSTOP);
     long d = client_err(&c, t0, FL_DEAD_BOUND_MS, true, "server stopped for good during stream");
     if (d > (long)worst_dead_ms)
@@ -217,7 +217,7 @@ static void rst_injection(enum fl_op op)
     struct fl_proc c;
     unsigned cport = start_client(&c, &a);
     fl_sleep_ms(op == FL_IDLE ? 500 : 20); /* idle: past the last delayed ACK */
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     nft_rst(srv_port);
     /* an idle connection sends nothing to reject until a keepalive probe */
     unsigned bound = op == FL_IDLE ? FL_DEAD_BOUND_MS : FL_GONE_MS;
@@ -241,7 +241,7 @@ static void half_open(enum fl_op op)
     struct fl_proc c;
     unsigned cport = start_client(&c, &a);
     fl_sleep_ms(op == FL_IDLE ? 500 : 20);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     nft_flow(net.b, srv_port, "drop");
     long d = client_err(&c, t0, FL_DEAD_BOUND_MS, true, what);
     if (d > (long)worst_dead_ms)
@@ -266,7 +266,7 @@ static void three_clients(unsigned port, const char *what)
     struct fl_client_arg as = cli_arg(FL_SEND, 400, port);
     struct fl_client_arg ac = cli_arg(FL_CSWP, 400, port);
     struct fl_proc c[3];
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     c[0] = fl_spawn(net.b, fl_client, &aw);
     c[1] = fl_spawn(net.b, fl_client, &as);
     c[2] = fl_spawn(net.b, fl_client, &ac);
@@ -276,7 +276,7 @@ static void three_clients(unsigned port, const char *what)
     if (ok)
         printf("  %s: 7.5 MiB Written and Read back, 400 Sends echoed, 400 CmpSwaps, all "
                "verified in %llu ms\n",
-               what, (unsigned long long)(fl_ms() - t0));
+               what, (unsigned long long)(eng_now_ms() - t0));
 }
 
 /* A TcpExt counter of namespace ns (/proc/net/netstat), -1 if unknown. */
@@ -389,17 +389,9 @@ static bool want(const char *name)
 
 int main(void)
 {
-    fl_need_root("test_faults_net");
-    setenv("UIWARP_PEER_TIMEOUT", "3", 1);
-    signal(SIGPIPE, SIG_IGN);
-    fl_rng ^= (uint64_t)getpid() << 17 ^ fl_ms();
-    if (fl_net_setup(&net, true)) {
-        fprintf(stderr, "network namespace setup failed\n");
-        return 1;
-    }
-    struct fl_server_arg sa = {.ip = FL_A_IP};
-    srv = fl_server_start(net.a, &sa, &srv_port);
-    CHECK(srv_port != 0);
+    int setup = fl_suite_start("test_faults_net", true, &net, &srv, &srv_port);
+    if (setup)
+        return setup;
     if (!srv_port)
         TEST_MAIN_END();
     int fd0 = fl_fd_count(srv.pid);

@@ -96,11 +96,11 @@ static enum answer answer(int fd, unsigned ms)
 {
     uint8_t buf[1024];
     size_t len = 0;
-    uint64_t end = fl_ms() + ms;
-    while (fl_ms() < end) {
+    uint64_t end = eng_now_ms() + ms;
+    while (eng_now_ms() < end) {
         struct pollfd pf = {.fd = fd, .events = POLLIN};
         pump();
-        uint64_t left = end - fl_ms();
+        uint64_t left = end - eng_now_ms();
         int pr = poll(&pf, 1, left > 50 ? 50 : (int)left);
         if (pr == 0)
             continue;
@@ -193,7 +193,7 @@ static void only_legit_req(unsigned mark, const char *attack)
  * baseline at the end). */
 static void fds_back(const char *attack, int before, unsigned ms)
 {
-    uint64_t end = fl_ms() + ms, settled = 0;
+    uint64_t end = eng_now_ms() + ms, settled = 0;
     int n;
     /* back and staying back for 500 ms: connections the attacker completed
      * and closed may still sit in the listen backlog and be accepted (then
@@ -203,8 +203,8 @@ static void fds_back(const char *attack, int before, unsigned ms)
         if (n > before)
             settled = 0;
         else if (!settled)
-            settled = fl_ms();
-        if ((settled && fl_ms() - settled >= 500) || fl_ms() >= end)
+            settled = eng_now_ms();
+        if ((settled && eng_now_ms() - settled >= 500) || eng_now_ms() >= end)
             break;
         pump();
         fl_sleep_ms(20);
@@ -255,7 +255,7 @@ static void slowloris(void)
     for (int i = 0; i < N; i++)
         fds[i] = tcp_connect(false);
     struct fl_proc c = legit_start(FL_EV_MS);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     for (int b = 0; b < len; b++) {
         for (int i = 0; i < N; i++)
             if (fds[i] >= 0)
@@ -268,7 +268,7 @@ static void slowloris(void)
             close(fds[i]);
     }
     printf("  slowloris: %d Requests of %d bytes sent one byte per 40 ms (%llu ms): %d Replies\n",
-           N, len, (unsigned long long)(fl_ms() - t0), counts[A_REPLY]);
+           N, len, (unsigned long long)(eng_now_ms() - t0), counts[A_REPLY]);
     CHECK_EQ(counts[A_REPLY], N);
     legit_check(&c, LEGIT_MS, "slowloris");
     fds_back("slowloris", before, CLOSE_MS);
@@ -281,7 +281,7 @@ static void incomplete(void)
     int fds[N], counts[5] = {0};
     uint8_t req[UIW_MPA_MAX_FRAME];
     CHECK(mpa_request(req, false, UIW_RTR_WRITE) > 0);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     for (int i = 0; i < N; i++) {
         fds[i] = tcp_connect(false);
         if (fds[i] >= 0)
@@ -291,11 +291,11 @@ static void incomplete(void)
     legit_check(&c, LEGIT_MS, "incomplete Requests");
     uint64_t worst = 0;
     for (int i = 0; i < N; i++) {
-        int64_t left = (int64_t)(t0 + (MPA_TMO_S + 2) * 1000) - (int64_t)fl_ms();
+        int64_t left = (int64_t)(t0 + (MPA_TMO_S + 2) * 1000) - (int64_t)eng_now_ms();
         enum answer a = fds[i] >= 0 ? answer(fds[i], left > 0 ? (unsigned)left : 0) : A_NOTHING;
         counts[a]++;
-        if (a == A_CLOSED && fl_ms() - t0 > worst)
-            worst = fl_ms() - t0;
+        if (a == A_CLOSED && eng_now_ms() - t0 > worst)
+            worst = eng_now_ms() - t0;
         if (fds[i] >= 0)
             close(fds[i]);
     }
@@ -357,7 +357,7 @@ static void reject_storm(void)
     CHECK(mlen > 0 && rlen > 0);
     unsigned mark = req_mark();
     struct fl_proc c = legit_start(FL_EV_MS);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     for (int i = 0; i < N; i++) {
         int fd = tcp_connect(false);
         if (fd < 0) {
@@ -374,7 +374,7 @@ static void reject_storm(void)
     printf("  reject storm: %d Requests asking for markers (Rev 2 P2P, Rev 1) in %llu ms: %d "
            "Rejects, "
            "%d closed, %d accepted, %d unanswered\n",
-           N, (unsigned long long)(fl_ms() - t0), counts[A_REJECT], counts[A_CLOSED],
+           N, (unsigned long long)(eng_now_ms() - t0), counts[A_REJECT], counts[A_CLOSED],
            counts[A_REPLY], counts[A_NOTHING]);
     CHECK_EQ(counts[A_REJECT] + counts[A_CLOSED], N);
     legit_check(&c, LEGIT_MS, "reject storm");
@@ -394,7 +394,7 @@ static void bad_fpdu(void)
     uint8_t req[UIW_MPA_MAX_FRAME];
     int len = mpa_request(req, false, UIW_RTR_WRITE);
     struct fl_proc c = legit_start(FL_EV_MS);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     for (int i = 0; i < N; i++) {
         int fd = tcp_connect(false);
         if (fd < 0)
@@ -405,8 +405,8 @@ static void bad_fpdu(void)
         size_t rl = 0;
         uiw_mpa_frame f;
         int r = -EAGAIN;
-        uint64_t end = fl_ms() + CLOSE_MS;
-        while (r == -EAGAIN && fl_ms() < end) {
+        uint64_t end = eng_now_ms() + CLOSE_MS;
+        while (r == -EAGAIN && eng_now_ms() < end) {
             struct pollfd pf = {.fd = fd, .events = POLLIN};
             pump();
             if (poll(&pf, 1, 50) != 1)
@@ -446,8 +446,8 @@ static void bad_fpdu(void)
         uiw_rx_cfg rc = {.crc = f.crc};
         uiw_rx_init(&rx, &rc);
         bool term = false, eof = false;
-        end = fl_ms() + CLOSE_MS;
-        while (!eof && fl_ms() < end) {
+        end = eng_now_ms() + CLOSE_MS;
+        while (!eof && eng_now_ms() < end) {
             struct pollfd pf = {.fd = fd, .events = POLLIN};
             pump();
             if (poll(&pf, 1, 50) != 1)
@@ -475,7 +475,7 @@ static void bad_fpdu(void)
     }
     printf("  bad first FPDU: %d connections accepted, %d Terminates received, %d closed by the "
            "server (%llu ms)\n",
-           replies, terms, eofs, (unsigned long long)(fl_ms() - t0));
+           replies, terms, eofs, (unsigned long long)(eng_now_ms() - t0));
     CHECK_EQ(replies, N);
     CHECK_EQ(terms, N);
     CHECK_EQ(eofs, N);
@@ -490,7 +490,7 @@ static void silent_flood(void)
     static int fds[N];
     int opened = 0;
     long cpu0 = fl_cpu_ms(srv.pid), log0 = file_size(log_path);
-    uint64_t t0 = fl_ms();
+    uint64_t t0 = eng_now_ms();
     for (int i = 0; i < N; i++) {
         fds[i] = tcp_connect(true);
         opened += fds[i] >= 0;
@@ -504,24 +504,24 @@ static void silent_flood(void)
      * transfer within LEGIT_MS. (The server's librdmacm maps the incoming
      * address to its device without a new descriptor then: src/rdmacm/dev.c
      * keeps the last mappings for resource failures.) */
-    uint64_t tl = fl_ms();
+    uint64_t tl = eng_now_ms();
     int tries = 0;
     long d = -1;
-    while (d < 0 && fl_ms() - tl < HOLD_MS) {
+    while (d < 0 && eng_now_ms() - tl < HOLD_MS) {
         struct fl_proc c = legit_start(FL_EV_MS);
         tries++;
         d = legit_end(&c, FL_EV_MS * 3);
         if (d < 0)
             fl_sleep_ms(200);
     }
-    long total = (long)(fl_ms() - tl);
-    if (fl_ms() - tl < HOLD_MS) /* the flood holds on */
-        fl_sleep_ms((unsigned)(HOLD_MS - (fl_ms() - tl)));
+    long total = (long)(eng_now_ms() - tl);
+    if (eng_now_ms() - tl < HOLD_MS) /* the flood holds on */
+        fl_sleep_ms((unsigned)(HOLD_MS - (eng_now_ms() - tl)));
     long cpu1 = fl_cpu_ms(srv.pid), log1 = file_size(log_path);
     int sfd = fl_fd_count(srv.pid);
     printf("  silent flood: %d connections opened; in %llu ms the server used %ld ms of CPU, wrote "
            "%ld bytes of log, holds %d fds (limit 1024)\n",
-           opened, (unsigned long long)(fl_ms() - t0), cpu1 - cpu0, log1 - log0, sfd);
+           opened, (unsigned long long)(eng_now_ms() - t0), cpu1 - cpu0, log1 - log0, sfd);
     CHECK(opened > 1500);
     CHECK(cpu1 - cpu0 < HOLD_MS / 5); /* not spinning */
     CHECK(log1 - log0 < 64 * 1024);   /* rate-limited log */
@@ -549,7 +549,7 @@ static bool want(const char *name)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    fl_rng ^= (uint64_t)getpid() << 17 ^ fl_ms();
+    fl_rng ^= (uint64_t)getpid() << 17 ^ eng_now_ms();
     struct rlimit rl;
     getrlimit(RLIMIT_NOFILE, &rl);
     rl.rlim_cur = rl.rlim_max;

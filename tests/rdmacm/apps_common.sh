@@ -10,29 +10,15 @@
 # skip_case into skip, and print a PASS/FAIL/XFAIL/XPASS/SKIP line.
 
 tmp=$(mktemp -d "/tmp/uiwarp-${APPS_NAME:-apps}.XXXXXX")
-servers=()
-# Kill what is left of the programs started (their process groups).
-reap() {
-    local pid
-    for pid in "${servers[@]}"; do
-        kill -KILL -- "-$pid" 2>/dev/null
-    done
-    servers=()
-}
-cleanup() {
-    reap
-    wait 2>/dev/null
-    rm -rf "$tmp"
-}
+# procs/reap (what is left of the programs started), have, free_port [4|6],
+# wait_listen PORT [SECONDS]
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
+cleanup() { reap_and_remove "$tmp"; }
 trap cleanup EXIT
 
 pass=0 fail=0 xfail=0 xpass=0 skip=0
 failed_names=()
-
-have() { command -v "$1" >/dev/null 2>&1; }
-
-# free_port [4|6], wait_listen PORT [SECONDS]
-source "$(dirname "${BASH_SOURCE[0]}")/../lib_net.sh"
 
 have_ipv6() {
     python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0))' 2>/dev/null
@@ -49,14 +35,14 @@ run_case() {
     # forked is killed with it afterwards.
     setsid bash -c "exec timeout -k 3 $t $scmd" >"$sout" 2>&1 &
     spid=$!
-    servers+=("$spid")
+    procs+=("$spid")
     if ! wait_listen "$port" 10; then
         echo "server did not listen on port $port" >>"$sout"
         ok=0
     else
         setsid bash -c "exec timeout -k 3 $t $ccmd" >"$cout" 2>&1 &
         cpid=$!
-        servers+=("$cpid")
+        procs+=("$cpid")
         wait "$cpid" 2>/dev/null || crc=$?
     fi
     [ $ok = 0 ] && kill -TERM "$spid" 2>/dev/null
@@ -115,7 +101,7 @@ run_one() {
     local out=$tmp/$name.out pid rc=0 ok=1
     setsid bash -c "exec timeout -k 3 $t $cmd" >"$out" 2>&1 &
     pid=$!
-    servers+=("$pid")
+    procs+=("$pid")
     wait "$pid" 2>/dev/null || rc=$?
     reap
     [ "$rc" = 0 ] || ok=0
@@ -123,4 +109,19 @@ run_one() {
         ok=0
     fi
     report "$name" "$kind" "$reason" "$ok" "rc=$rc" "$out" ""
+}
+
+# finish LABEL: the summary line; exit 1 if a REQUIRED case failed, 77
+# (skipped) if nothing ran, else 0.
+finish() {
+    echo
+    echo "$1: $pass passed, $fail failed, $xfail known failures, $xpass known failures now passing, $skip skipped"
+    if [ $fail -gt 0 ]; then
+        echo "failed: ${failed_names[*]}"
+        exit 1
+    fi
+    if [ $((pass + xfail + xpass)) -eq 0 ]; then
+        exit 77
+    fi
+    exit 0
 }

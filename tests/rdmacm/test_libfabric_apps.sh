@@ -161,13 +161,4 @@ else
     skip_case mpi-mtl-ofi-rxm "openmpi-bin / libopenmpi-dev not installed"
 fi
 
-echo
-echo "libfabric/MPI programs: $pass passed, $fail failed, $xfail known failures, $xpass known failures now passing, $skip skipped"
-if [ $fail -gt 0 ]; then
-    echo "failed: ${failed_names[*]}"
-    exit 1
-fi
-if [ $((pass + xfail + xpass)) -eq 0 ]; then
-    exit 77
-fi
-exit 0
+finish "libfabric/MPI programs"

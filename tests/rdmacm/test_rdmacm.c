@@ -36,6 +36,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/eng_test.h"
 #include "testutil.h"
 
 /* The device serving loopback connections: the first listed (docs/APPS.md).
@@ -80,13 +81,6 @@ static bool host_ipv4(char *ip, size_t iplen, char *ifname, size_t iflen)
 /* ------------------------------------------------------------------------
  * Helpers
  * ---------------------------------------------------------------------- */
-
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 static bool readable(int fd, int ms)
 {
@@ -176,9 +170,9 @@ static void ack(struct rdma_cm_event *e)
 /* Wait for one completion on cq (driving progress by polling). */
 static bool wait_wc_at(struct ibv_cq *cq, struct ibv_wc *wc, int line)
 {
-    uint64_t end = now_ms() + EV_MS;
+    uint64_t end = eng_now_ms() + EV_MS;
     tu_checks++;
-    while (now_ms() < end) {
+    while (eng_now_ms() < end) {
         int n = ibv_poll_cq(cq, 1, wc);
         if (n == 1) {
             if (wc->status != IBV_WC_SUCCESS) {
@@ -200,21 +194,13 @@ static bool wait_wc_at(struct ibv_cq *cq, struct ibv_wc *wc, int line)
 
 static int post_recv(struct ibv_qp *qp, struct ibv_mr *mr, void *addr, uint32_t len, uint64_t id)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(qp, &wr, &bad);
+    return eng_post_recv(qp, addr, len, mr->lkey, id);
 }
 
 static int post_send(struct ibv_qp *qp, enum ibv_wr_opcode op, struct ibv_mr *mr, void *addr,
                      uint32_t len, uint64_t raddr, uint32_t rkey, uint64_t id)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1, .opcode = op};
-    struct ibv_send_wr *bad;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr.rdma.remote_addr = raddr;
-    wr.wr.rdma.rkey = rkey;
-    return ibv_post_send(qp, &wr, &bad);
+    return eng_post(qp, op, addr, len, mr->lkey, raddr, rkey, id, true);
 }
 
 /* Buffer advertisement carried in private data or a Send. */
@@ -262,6 +248,28 @@ static void qp_caps(struct ibv_qp_init_attr *a)
 }
 
 /* Listener on ip (wildcard: the family's any address), port 0. */
+/* An end's buffer (BUF_LEN, registered with ACCESS), four 256-byte receives
+ * (wr_id first..first+3), and the advertisement of the buffer in adv, which
+ * cp (zeroed) carries as private data. false if registration failed. */
+static bool end_ready(struct end *e, uint64_t first, struct adv *adv, const char *tag,
+                      struct rdma_conn_param *cp)
+{
+    e->buf = calloc(1, BUF_LEN);
+    e->mr = ibv_reg_mr(e->pd, e->buf, BUF_LEN, ACCESS);
+    CHECK(e->mr != NULL);
+    if (!e->mr)
+        return false;
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(post_recv(e->id->qp, e->mr, e->buf + 256 * i, 256, first + (uint64_t)i), 0);
+    adv->addr = (uintptr_t)e->buf;
+    adv->rkey = e->mr->rkey;
+    snprintf(adv->tag, sizeof(adv->tag), "%s", tag);
+    memset(cp, 0, sizeof(*cp));
+    cp->private_data = adv;
+    cp->private_data_len = sizeof(*adv);
+    return true;
+}
+
 static bool listen_on(struct pair *p, int fam, const char *ip, bool wildcard)
 {
     memset(p, 0, sizeof(*p));
@@ -332,21 +340,9 @@ static bool client_connect(struct pair *p, uint16_t port, uint8_t init_depth, ui
     c->pd = c->id->pd;
     c->scq = c->id->send_cq;
     c->rcq = c->id->recv_cq;
-    c->buf = calloc(1, BUF_LEN);
-    c->mr = ibv_reg_mr(c->pd, c->buf, BUF_LEN, ACCESS);
-    CHECK(c->mr != NULL);
-    if (!c->mr)
-        return false;
-    for (int i = 0; i < 4; i++)
-        CHECK_EQ(post_recv(c->id->qp, c->mr, c->buf + 256 * i, 256, 100 + (uint64_t)i), 0);
-
-    p->cadv.addr = (uintptr_t)c->buf;
-    p->cadv.rkey = c->mr->rkey;
-    snprintf(p->cadv.tag, sizeof(p->cadv.tag), "hello-connect");
     struct rdma_conn_param cp;
-    memset(&cp, 0, sizeof(cp));
-    cp.private_data = &p->cadv;
-    cp.private_data_len = sizeof(p->cadv);
+    if (!end_ready(c, 100, &p->cadv, "hello-connect", &cp))
+        return false;
     cp.initiator_depth = init_depth;
     cp.responder_resources = resp_res;
     cp.retry_count = 7;
@@ -404,20 +400,9 @@ static bool server_accept(struct pair *p, uint8_t want_init_depth, uint8_t want_
     CHECK(s->id->send_cq == NULL); /* given CQs: none created */
     CHECK(s->id->pd == s->pd);
     s->scq = s->rcq = s->cq;
-    s->buf = calloc(1, BUF_LEN);
-    s->mr = ibv_reg_mr(s->pd, s->buf, BUF_LEN, ACCESS);
-    CHECK(s->mr != NULL);
-    if (!s->mr)
-        return false;
-    for (int i = 0; i < 4; i++)
-        CHECK_EQ(post_recv(s->id->qp, s->mr, s->buf + 256 * i, 256, 200 + (uint64_t)i), 0);
-    p->sadv.addr = (uintptr_t)s->buf;
-    p->sadv.rkey = s->mr->rkey;
-    snprintf(p->sadv.tag, sizeof(p->sadv.tag), "hello-accept");
     struct rdma_conn_param cp;
-    memset(&cp, 0, sizeof(cp));
-    cp.private_data = &p->sadv;
-    cp.private_data_len = sizeof(p->sadv);
+    if (!end_ready(s, 200, &p->sadv, "hello-accept", &cp))
+        return false;
     cp.initiator_depth = want_init_depth;
     cp.responder_resources = want_resp_res;
     CHECK_EQ(rdma_accept(s->id, &cp), 0);
@@ -627,9 +612,9 @@ static void test_disconnect_after_completions(void)
         CHECK_EQ(wc.opcode, IBV_WC_SEND);
     CHECK_EQ(rdma_disconnect(c->id), 0);
     ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
-    uint64_t t0 = now_ms();
+    uint64_t t0 = eng_now_ms();
     struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
-    uint64_t held = now_ms() - t0;
+    uint64_t held = eng_now_ms() - t0;
     if (e)
         CHECK(e->id == s->id);
     ack(e);
@@ -1427,8 +1412,8 @@ static void on_sig(int s)
  * e.g. under ThreadSanitizer). */
 static bool wait_flag(atomic_int *flag)
 {
-    uint64_t end = now_ms() + EV_MS;
-    while (!atomic_load(flag) && now_ms() < end)
+    uint64_t end = eng_now_ms() + EV_MS;
+    while (!atomic_load(flag) && eng_now_ms() < end)
         usleep(1000);
     return atomic_load(flag) != 0;
 }

@@ -246,13 +246,4 @@ else
     skip_case fio-rdma "fio without the rdma engine"
 fi
 
-echo
-echo "rdma_cm programs: $pass passed, $fail failed, $xfail known failures, $xpass known failures now passing, $skip skipped"
-if [ $fail -gt 0 ]; then
-    echo "failed: ${failed_names[*]}"
-    exit 1
-fi
-if [ $((pass + xfail + xpass)) -eq 0 ]; then
-    exit 77
-fi
-exit 0
+finish "rdma_cm programs"

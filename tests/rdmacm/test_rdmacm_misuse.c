@@ -18,41 +18,22 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "engine/eng_test.h"
+#include "misuse.h"
 #include "testutil.h"
 
 static struct rdma_event_channel *ch;
 static struct rdma_cm_id *id, *id_unbound;
 
-enum kind { K_NEG, K_PTR, K_VAL };
-struct row {
-    const char *name;
-    enum kind kind;
-    int want;
-    intptr_t (*fn)(void);
-};
 #define RET(name, expr)                                                                            \
     static intptr_t name(void)                                                                     \
     {                                                                                              \
         return (intptr_t)(expr);                                                                   \
     }
-#define ROW(kind, want, name)                                                                      \
-    {                                                                                              \
-#name, kind, want, name                                                                    \
-    }
-
-static struct sockaddr_in lo(uint16_t port)
-{
-    struct sockaddr_in a;
-    memset(&a, 0, sizeof(a));
-    a.sin_family = AF_INET;
-    a.sin_port = htons(port);
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    return a;
-}
 
 static int bad_family(void)
 {
-    struct sockaddr_in a = lo(0);
+    struct sockaddr_in a = eng_loop4(0);
     a.sin_family = 77;
     return rdma_bind_addr(id_unbound, (struct sockaddr *)&a);
 }
@@ -76,7 +57,7 @@ RET(create_id_bad_ps, ({
 RET(destroy_id_null, rdma_destroy_id(NULL))
 RET(destroy_channel_null, (rdma_destroy_event_channel(NULL), 0))
 RET(bind_null_id, ({
-        struct sockaddr_in a = lo(0);
+        struct sockaddr_in a = eng_loop4(0);
         rdma_bind_addr(NULL, (struct sockaddr *)&a);
     }))
 RET(bind_null_addr, rdma_bind_addr(id_unbound, NULL))
@@ -84,7 +65,7 @@ RET(bind_bad_family, bad_family())
 RET(listen_null, rdma_listen(NULL, 4))
 RET(listen_unbound, rdma_listen(id_unbound, 4))
 RET(resolve_addr_null_id, ({
-        struct sockaddr_in a = lo(1);
+        struct sockaddr_in a = eng_loop4(1);
         rdma_resolve_addr(NULL, NULL, (struct sockaddr *)&a, 100);
     }))
 RET(resolve_addr_null_dst, rdma_resolve_addr(id, NULL, NULL, 100))
@@ -154,7 +135,7 @@ RET(get_remote_ece, rdma_get_remote_ece(NULL, NULL))
 RET(reject_ece, rdma_reject_ece(NULL, NULL, 0))
 RET(join_mc_ex_null, rdma_join_multicast_ex(NULL, NULL, NULL))
 RET(bind_twice, ({
-        struct sockaddr_in a = lo(0);
+        struct sockaddr_in a = eng_loop4(0);
         rdma_bind_addr(id, (struct sockaddr *)&a);
     }))
 RET(getaddrinfo_bad_host, ({
@@ -178,12 +159,12 @@ static const struct row rows[] = {
     ROW(K_NEG, EINVAL, create_id_null_out),
     ROW(K_NEG, EOPNOTSUPP, create_id_bad_ps),
     ROW(K_NEG, EINVAL, destroy_id_null),
-    ROW(K_VAL, 0, destroy_channel_null),
+    ROW(K_RET, 0, destroy_channel_null),
     ROW(K_NEG, EINVAL, bind_null_id),
     ROW(K_NEG, EINVAL, bind_null_addr),
     ROW(K_NEG, EAFNOSUPPORT, bind_bad_family),
     ROW(K_NEG, EINVAL, listen_null),
-    ROW(K_VAL, 0, listen_unbound) /* the kernel binds to the wildcard */,
+    ROW(K_RET, 0, listen_unbound) /* the kernel binds to the wildcard */,
     ROW(K_NEG, EINVAL, resolve_addr_null_id),
     ROW(K_NEG, EINVAL, resolve_addr_null_dst),
     ROW(K_NEG, EINVAL, resolve_route_null),
@@ -199,7 +180,7 @@ static const struct row rows[] = {
     ROW(K_NEG, EINVAL, create_qp_null_id),
     ROW(K_NEG, EINVAL, create_qp_null_attr),
     ROW(K_NEG, EINVAL, create_qp_no_device),
-    ROW(K_VAL, 0, destroy_qp_null),
+    ROW(K_RET, 0, destroy_qp_null),
     ROW(K_NEG, EINVAL, get_event_null_ch),
     ROW(K_NEG, EINVAL, get_event_null_out),
     ROW(K_NEG, EAGAIN, get_event_empty),
@@ -218,14 +199,14 @@ static const struct row rows[] = {
     ROW(K_NEG, ENOSYS, join_mc_null),
     ROW(K_NEG, ENOSYS, leave_mc_null),
     ROW(K_NEG, EINVAL, create_srq_null),
-    ROW(K_VAL, 0, destroy_srq_null),
-    ROW(K_VAL, 0, destroy_ep_null),
-    ROW(K_VAL, 0, freeaddrinfo_null),
-    ROW(K_VAL, 0, free_devices_null),
-    ROW(K_VAL, 0, src_port_null),
-    ROW(K_VAL, 0, dst_port_null),
-    ROW(K_VAL, 0, event_str_bad),
-    ROW(K_VAL, EINVAL, reg_msgs_null_id),
+    ROW(K_RET, 0, destroy_srq_null),
+    ROW(K_RET, 0, destroy_ep_null),
+    ROW(K_RET, 0, freeaddrinfo_null),
+    ROW(K_RET, 0, free_devices_null),
+    ROW(K_RET, 0, src_port_null),
+    ROW(K_RET, 0, dst_port_null),
+    ROW(K_RET, 0, event_str_bad),
+    ROW(K_RET, EINVAL, reg_msgs_null_id),
     ROW(K_NEG, EINVAL, create_qp_ex_null),
     ROW(K_NEG, EINVAL, create_qp_ex_null_attr),
     ROW(K_NEG, EINVAL, create_srq_ex_null),
@@ -234,57 +215,23 @@ static const struct row rows[] = {
     ROW(K_NEG, EOPNOTSUPP, reject_ece),
     ROW(K_NEG, ENOSYS, join_mc_ex_null),
     ROW(K_NEG, EINVAL, bind_twice),
-    ROW(K_VAL, -1, getaddrinfo_bad_host),
-    ROW(K_VAL, 0, get_devices_null),
+    ROW(K_RET, -1, getaddrinfo_bad_host),
+    ROW(K_RET, 0, get_devices_null),
 };
 
 int main(void)
 {
-    unsigned n = sizeof(rows) / sizeof(rows[0]), failed = 0;
-    struct sockaddr_in a = lo(0);
+    unsigned n = sizeof(rows) / sizeof(rows[0]);
+    struct sockaddr_in a = eng_loop4(0);
 
     ch = rdma_create_event_channel();
     CHECK(ch != NULL);
     CHECK_EQ(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
     CHECK_EQ(rdma_create_id(ch, &id_unbound, NULL, RDMA_PS_TCP), 0);
     CHECK_EQ(rdma_bind_addr(id, (struct sockaddr *)&a), 0);
-    if (getenv("MISUSE_FORK")) { /* diagnosis: which rows crash */
-        for (unsigned i = 0; i < n; i++) {
-            pid_t pid = fork();
-            int st = 0;
-            if (pid == 0) {
-                alarm(5);
-                rows[i].fn();
-                _exit(0);
-            }
-            waitpid(pid, &st, 0);
-            if (!WIFEXITED(st))
-                printf("row %u %s: crashed (%d)\n", i, rows[i].name, st);
-        }
+    if (misuse_fork_diag(rows, n))
         return 0;
-    }
-    for (unsigned i = 0; i < n; i++) {
-        const struct row *r = &rows[i];
-        unsigned long before = tu_failed;
-        intptr_t v;
-        int e;
-
-        errno = 0;
-        v = r->fn();
-        e = errno;
-        if (r->kind == K_VAL) {
-            CHECK_EQ(v, r->want);
-        } else {
-            CHECK_EQ(v, r->kind == K_NEG ? -1 : 0);
-            CHECK_EQ(e, r->want);
-        }
-        if (tu_failed != before) {
-            failed++;
-            fprintf(stderr, "  row %u %s: got %ld errno %d (%s), want %d\n", i, r->name, (long)v, e,
-                    strerror(e), r->want);
-        }
-    }
-    printf("rdmacm misuse: %u rows, %u failed\n", n, failed);
+    misuse_run(rows, n, "rdmacm misuse");
     CHECK_EQ(rdma_destroy_id(id_unbound), 0);
     CHECK_EQ(rdma_destroy_id(id), 0);
     rdma_destroy_event_channel(ch);

@@ -97,20 +97,9 @@ mkdir -p "$out"
 out=$(cd "$out" && pwd)
 echo "== results in $out"
 
-free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
-}
-wait_listen_host() { # PORT SECONDS
-    local hex deadline
-    hex=$(printf '%04X' "$1")
-    deadline=$((SECONDS + $2))
-    while [ $SECONDS -lt $deadline ]; do
-        awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
-            /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
+# free_port, wait_listen PORT SECONDS (the host side)
+# shellcheck source=../lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 is_signal() { [ "$1" = 124 ] || { [ "$1" -gt 128 ] && [ "$1" -lt 160 ]; }; }
 wait_file() { # FILE SECONDS: until FILE exists and is not empty
     local deadline=$((SECONDS + $2))
@@ -307,7 +296,7 @@ run_boot() { # VARIANT DIR
             # shellcheck disable=SC2086
             setsid env ${C_ENV[i]} timeout -k 3 "$t" "$UIWARP" run $hcmd >"$ho" 2>&1 &
             local spid=$!
-            if ! wait_listen_host "${hp[i]}" 20; then echo "host server did not listen" >>"$ho"; fi
+            if ! wait_listen "${hp[i]}" 20; then echo "host server did not listen" >>"$ho"; fi
             touch "$bdir/go.$i"
             wait_file "$bdir/g.$i.rc" $((t + 300)) || true
             # the guest client is done: give the server a moment, then stop it

@@ -1,0 +1,77 @@
+# SPDX-License-Identifier: BSD-3-Clause
+# shellcheck shell=bash
+# Shell helpers shared by the test and benchmark scripts (tests/test_*.sh,
+# tests/rdmacm/*.sh, tests/siw/interop.sh, bench/bench_apps.sh); sourced,
+# not run. Defines functions only, plus the counters and the process list
+# they use; sets no options and no traps.
+
+# ---------------------------------------------------------------- checks
+# ok/bad count into checks and failed; expect runs a command as a check.
+checks=0
+failed=0
+ok() { checks=$((checks + 1)); echo "ok   $*"; }
+bad() { checks=$((checks + 1)); failed=$((failed + 1)); echo "FAIL $*"; }
+expect() { # expect DESCRIPTION COMMAND...
+    local what=$1
+    shift
+    if "$@"; then ok "$what"; else bad "$what"; fi
+}
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# wait_for SECONDS COMMAND...: until COMMAND succeeds (polled every 50 ms)
+wait_for() {
+    local n=$(($1 * 20))
+    shift
+    while [ $n -gt 0 ]; do
+        "$@" && return 0
+        sleep 0.05
+        n=$((n - 1))
+    done
+    return 1
+}
+
+# ------------------------------------------------------------- processes
+# Programs started in their own session add their pid to procs; reap kills
+# what is left of them (their process groups).
+procs=()
+reap() {
+    local pid
+    for pid in "${procs[@]}"; do
+        kill -KILL -- "-$pid" 2>/dev/null
+    done
+    procs=()
+}
+# reap_and_remove DIR: reap, wait for the children, remove DIR (an EXIT trap)
+reap_and_remove() {
+    reap
+    wait 2>/dev/null
+    rm -rf "$1"
+}
+
+# ------------------------------------------------------------------ ports
+# A TCP port free right now on the loopback address of the family (default 4).
+free_port() { # [4|6]
+    python3 - "${1:-4}" <<'PY'
+import socket, sys
+fam, host = (socket.AF_INET6, "::1") if sys.argv[1] == "6" else (socket.AF_INET, "127.0.0.1")
+s = socket.socket(fam, socket.SOCK_STREAM)
+s.bind((host, 0))
+print(s.getsockname()[1])
+PY
+}
+
+# Wait until something listens on TCP port $1 (IPv4 or IPv6), up to $2 s.
+wait_listen() {
+    local hex deadline
+    hex=$(printf '%04X' "$1")
+    deadline=$((SECONDS + ${2:-10}))
+    while [ $SECONDS -lt $deadline ]; do
+        if awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+            /proc/net/tcp /proc/net/tcp6 2>/dev/null; then
+            return 0
+        fi
+        sleep 0.05
+    done
+    return 1
+}
