@@ -2,10 +2,10 @@
 /*
  * The engine test fixture, shared by the engine tests (test_cm*.c,
  * test_multi.c, test_twoproc.c, test_peer_timeout.c and, through dp_test.h,
- * the data path tests): clocks, the uiw_lo device, RC QPs moved to INIT, QP
- * state queries, completion polling with a timeout, byte patterns, and the
- * socket helpers of the tests that play a raw TCP peer. The uiw_cm helpers
- * are in cm_test.h.
+ * the data path tests), tests/rdmacm/test_rdmacm*.c and tests/faults/faults.h
+ * (as "engine/eng_test.h"; no engine internals here): clocks, the uiw_lo device, RC QPs moved to
+ * INIT, QP state queries, completion polling with a timeout, byte patterns, and the socket helpers
+ * of the tests that play a raw TCP peer. The uiw_cm helpers are in cm_test.h.
  */
 #ifndef UIWARP_ENG_TEST_H
 #define UIWARP_ENG_TEST_H
