@@ -1124,15 +1124,23 @@ static void listener_cb(void *obj, uint32_t events)
     }
 }
 
+/* The arguments listen and connect share: an IP address, a channel and
+ * somewhere to put the result. */
+static int cm_args(const struct sockaddr *sa, const struct uiw_cm_channel *ch, const void *out)
+{
+    if (!sa || !ch || !out)
+        return -EINVAL;
+    return sa->sa_family == AF_INET || sa->sa_family == AF_INET6 ? 0 : -EAFNOSUPPORT;
+}
+
 UIW_EXPORT int uiw_cm_listen(struct ibv_context *ibctx, const struct sockaddr *addr, int backlog,
                              struct uiw_cm_channel *ch, void *user, struct uiw_listener **out)
 {
     struct uiw_context *ctx = ibctx ? to_uctx(ibctx) : NULL;
+    int rc = cm_args(addr, ch, out);
 
-    if (!addr || !ch || !out)
-        return -EINVAL;
-    if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
-        return -EAFNOSUPPORT;
+    if (rc)
+        return rc;
     struct uiw_listener *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
@@ -1145,7 +1153,6 @@ UIW_EXPORT int uiw_cm_listen(struct ibv_context *ibctx, const struct sockaddr *a
     int one = 1;
     (void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     socklen_t len = sizeof(l->addr);
-    int rc = 0;
     if (bind(l->fd, addr, sa_len(addr)) < 0 || listen(l->fd, backlog > 0 ? backlog : 128) < 0 ||
         getsockname(l->fd, (struct sockaddr *)&l->addr, &len) < 0)
         rc = -errno;
@@ -1241,11 +1248,10 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, const struct sockaddr *src,
                               struct uiw_cm_channel *ch, void *user, struct uiw_conn **out)
 {
     struct uiw_qp *qp = ibqp ? to_uqp(ibqp) : NULL;
+    int rc0 = cm_args(dst, ch, out);
 
-    if (!dst || !ch || !out)
-        return -EINVAL;
-    if (dst->sa_family != AF_INET && dst->sa_family != AF_INET6)
-        return -EAFNOSUPPORT;
+    if (rc0)
+        return rc0;
     if (src && src->sa_family != dst->sa_family)
         return -EINVAL;
     const struct uiw_config *cfg = uiw_config();

@@ -351,6 +351,34 @@ static uint32_t stag_draw_locked(void)
     }
 }
 
+/* tab_lock held: a free object with a fresh STag, the table grown for one
+ * more entry; not linked yet. NULL: out of memory or at the limit. */
+static struct uiw_mr *obj_new_locked(void)
+{
+    struct uiw_mr *m;
+
+    if (nlive >= MAX_LIVE || !(m = obj_alloc_locked()))
+        return NULL;
+    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
+    if (!t || nlive >= (size_t)1 << t->bits)
+        tab_grow();
+    if (!atomic_load_explicit(&tab, memory_order_relaxed)) {
+        m->free_next = free_objs;
+        free_objs = m;
+        return NULL;
+    }
+    m->stag = stag_draw_locked();
+    return m;
+}
+
+/* tab_lock held: make m findable under its STag. */
+static void obj_link_locked(struct uiw_mr *m)
+{
+    atomic_store_explicit(&m->hstag, m->stag, memory_order_relaxed);
+    tab_insert(m);
+    nlive++;
+}
+
 /* ------------------------------------------------------------------------
  * Protection domains
  * ---------------------------------------------------------------------- */
@@ -461,22 +489,11 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
     pthread_once(&rng_once, rng_register_atfork);
 
     pthread_mutex_lock(&tab_lock);
-    if (nlive >= MAX_LIVE || !(mr = obj_alloc_locked())) {
+    if (!(mr = obj_new_locked())) {
         pthread_mutex_unlock(&tab_lock);
         errno = ENOMEM;
         return NULL;
     }
-    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
-    if (!t || nlive >= (size_t)1 << t->bits)
-        tab_grow();
-    if (!atomic_load_explicit(&tab, memory_order_relaxed)) {
-        mr->free_next = free_objs;
-        free_objs = mr;
-        pthread_mutex_unlock(&tab_lock);
-        errno = ENOMEM;
-        return NULL;
-    }
-    mr->stag = stag_draw_locked();
     uint32_t handle = mr->ibmr.handle;
     memset(&mr->ibmr, 0, sizeof(mr->ibmr));
     mr->ibmr.context = ibpd->context;
@@ -493,9 +510,7 @@ static struct ibv_mr *reg_mr(struct ibv_pd *ibpd, void *addr, size_t length, uin
     mr->access = access;
     atomic_fetch_add(&pd->refs, 1);
     atomic_store(&mr->valid, true); /* publishes the fields above */
-    atomic_store_explicit(&mr->hstag, mr->stag, memory_order_relaxed);
-    tab_insert(mr);
-    nlive++;
+    obj_link_locked(mr);
     pthread_mutex_unlock(&tab_lock);
     uiw_dbg(2, "reg_mr stag 0x%08x addr %p len %zu access 0x%x", mr->stag, addr, length, access);
     return &mr->ibmr;
@@ -706,24 +721,12 @@ struct ibv_mw *uiw_op_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
     }
     pthread_once(&rng_once, rng_register_atfork);
     pthread_mutex_lock(&tab_lock);
-    if (nlive >= MAX_LIVE || !(w = obj_alloc_locked())) {
+    if (!(w = obj_new_locked())) {
         pthread_mutex_unlock(&tab_lock);
         free(mw);
         errno = ENOMEM;
         return NULL;
     }
-    struct stag_tab *t = atomic_load_explicit(&tab, memory_order_relaxed);
-    if (!t || nlive >= (size_t)1 << t->bits)
-        tab_grow();
-    if (!atomic_load_explicit(&tab, memory_order_relaxed)) {
-        w->free_next = free_objs;
-        free_objs = w;
-        pthread_mutex_unlock(&tab_lock);
-        free(mw);
-        errno = ENOMEM;
-        return NULL;
-    }
-    w->stag = stag_draw_locked();
     w->pd = to_upd(ibpd);
     w->mw_type = (uint8_t)type;
     w->parent = NULL;
@@ -733,9 +736,7 @@ struct ibv_mw *uiw_op_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
     w->access = 0;
     w->ibmw = &mw->ibmw;
     atomic_store(&w->valid, false); /* unbound */
-    atomic_store_explicit(&w->hstag, w->stag, memory_order_relaxed);
-    tab_insert(w);
-    nlive++;
+    obj_link_locked(w);
     pthread_mutex_unlock(&tab_lock);
     atomic_fetch_add(&to_upd(ibpd)->refs, 1);
     mw->win = w;

@@ -459,6 +459,18 @@ fail:
     return ret;
 }
 
+/* fd's registration with pg.lock taken, or NULL (lock not held). */
+static struct preg *reg_lock(int fd)
+{
+    struct preg *r;
+
+    pthread_mutex_lock(&pg.lock);
+    r = (unsigned)fd < pg.nregs ? pg.regs[fd] : NULL;
+    if (!r)
+        pthread_mutex_unlock(&pg.lock);
+    return r;
+}
+
 int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 {
     struct preg *r;
@@ -466,12 +478,8 @@ int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 
     if (fd < 0 || !cb)
         return -EINVAL;
-    pthread_mutex_lock(&pg.lock);
-    r = (unsigned)fd < pg.nregs ? pg.regs[fd] : NULL;
-    if (!r) {
-        pthread_mutex_unlock(&pg.lock);
+    if (!(r = reg_lock(fd)))
         return -ENOENT;
-    }
     /* With EPOLLET, a MOD re-checks readiness and reports a ready fd again:
      * this is also how a callback that stopped early re-arms itself. */
     ret = reg_set_locked(r, EPOLL_CTL_MOD, events, cb, obj);
@@ -485,12 +493,8 @@ int uiw_progress_del(int fd)
 
     if (fd < 0)
         return -EINVAL;
-    pthread_mutex_lock(&pg.lock);
-    r = (unsigned)fd < pg.nregs ? pg.regs[fd] : NULL;
-    if (!r) {
-        pthread_mutex_unlock(&pg.lock);
+    if (!(r = reg_lock(fd)))
         return -ENOENT;
-    }
     pg.regs[fd] = NULL;
     r->dead = true;
     /* EBADF/ENOENT if the fd was closed already: nothing left to remove */
