@@ -162,6 +162,13 @@ UIW_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
     if (!id)
         return;
     if (id->qp) {
+        struct rcm_id *x = to_rid(id);
+        /* A refused connect waiting to be tried again holds the QP: end it
+         * first, under the route lock so that it is not started meanwhile. */
+        pthread_mutex_lock(&rcm_route_lock);
+        if (x->retry_pending && x->conn_qp == to_uqp(id->qp))
+            rcm_retry_end(x);
+        pthread_mutex_unlock(&rcm_route_lock);
         ibv_destroy_qp(id->qp);
         id->qp = NULL;
     }

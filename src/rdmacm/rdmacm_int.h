@@ -151,6 +151,9 @@ void rcm_move_events(struct rcm_id *id, struct rcm_channel *to);
 void rcm_held_cancel(struct rcm_id *x);
 /* Forget a pending retry of x (destroy); drops the QP reference. */
 void rcm_retry_cancel(struct rcm_id *x);
+/* The QP a pending retry of x would use is being destroyed: stop trying
+ * and report the refusal the retry stood for (the attempt ends). */
+void rcm_retry_end(struct rcm_id *x);
 uint64_t rcm_now_ms(void);
 
 /* Synchronous ids: wait for the id's next event (kept in id->event until
@@ -208,6 +211,8 @@ struct rcm_id {
     bool retry_pending;
     uint64_t retry_due_ms;
     unsigned retry_delay_ms;
+    enum rdma_cm_event_type retry_event; /* the refusal being retried */
+    int retry_status;
     struct rcm_id *retry_next;
 };
 

@@ -744,6 +744,62 @@ static void test_unreachable(int fam, const char *ip)
     pair_down(&p);
 }
 
+struct qp_destroyer {
+    struct rdma_cm_id *id;
+    atomic_int done;
+};
+
+static void *qp_destroyer_main(void *arg)
+{
+    struct qp_destroyer *d = arg;
+    rdma_destroy_qp(d->id);
+    atomic_store(&d->done, 1);
+    return NULL;
+}
+
+/* A refused connect is tried again for UIWARP_RDMACM_RETRY_MS (100 ms); a
+ * QP destroyed meanwhile (ucmatose destroys its QPs right after the first
+ * failure) must not wait for the retry's hold on it: rdma_destroy_qp
+ * returns at once and the attempt ends as refused. Destroyed at several
+ * points of the retry window; the destroy must end within 1 s. */
+static void test_refused_qp_destroyed(void)
+{
+    for (int i = 0; i < 12; i++) {
+        struct pair p;
+        memset(&p, 0, sizeof(p));
+        p.fam = AF_INET;
+        p.ip = "127.0.0.1";
+        uint16_t port = dead_port(AF_INET, "127.0.0.1");
+        CHECK(port != 0);
+        if (!client_connect(&p, port, 1, 1)) {
+            pair_down(&p);
+            return;
+        }
+        usleep((useconds_t)(i % 6) * 8000u); /* 0 .. 40 ms into the window */
+        struct qp_destroyer d = {.id = p.c.id};
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, qp_destroyer_main, &d), 0);
+        uint64_t t0 = now_ms();
+        while (!atomic_load(&d.done) && now_ms() - t0 < 1000)
+            usleep(1000);
+        CHECK_EQ(atomic_load(&d.done), 1);
+        if (!atomic_load(&d.done)) {
+            fprintf(stderr, "rdma_destroy_qp still blocked after 1 s (run %d)\n", i);
+            return; /* the thread holds the id: leave it */
+        }
+        pthread_join(t, NULL);
+        CHECK(p.c.id->qp == NULL);
+        struct rdma_cm_event *e = get_ev(p.c.ch, RDMA_CM_EVENT_UNREACHABLE);
+        if (e) {
+            CHECK(e->id == p.c.id);
+            CHECK_EQ(e->status, -ECONNREFUSED);
+        }
+        ack(e);
+        CHECK(!readable(p.c.ch->fd, 0)); /* one outcome only */
+        pair_down(&p);
+    }
+}
+
 /* A listener destroyed while a request waits: the initiator learns that
  * its connection failed, nothing is left behind. */
 static void test_listener_gone(void)
@@ -1556,6 +1612,8 @@ int main(void)
     test_reject(AF_INET, "127.0.0.1");
     printf("unreachable 127.0.0.1\n");
     test_unreachable(AF_INET, "127.0.0.1");
+    printf("refused connect, QP destroyed while it is tried again\n");
+    test_refused_qp_destroyed();
     printf("listener destroyed with a request pending\n");
     test_listener_gone();
     printf("listener that listens only after the client connected\n");
