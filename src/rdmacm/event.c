@@ -357,7 +357,7 @@ static bool retry_refused(struct rcm_id *x, struct rcm_qev *q)
     unsigned budget = retry_budget_ms();
     uint64_t now = rcm_now_ms();
     pthread_mutex_lock(&x->lock);
-    bool ok = budget && x->state == RCM_CONNECTING && x->conn == q->uev.conn &&
+    bool ok = budget && x->state == RCM_CONNECTING && x->conn == q->uev.conn && !x->conn_qp_gone &&
               now - x->connect_ms < budget;
     if (ok)
         x->conn = NULL;

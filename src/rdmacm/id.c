@@ -418,6 +418,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
         .peer_timeout_ms = x->peer_timeout_ms,
     };
     x->conn_qp = qp;
+    x->conn_qp_gone = false;
     memcpy(&x->conn_src, &x->id.route.addr.src_storage, sizeof(x->conn_src));
     memcpy(&x->conn_dst, &x->id.route.addr.dst_storage, sizeof(x->conn_dst));
     x->connect_ms = rcm_now_ms();

@@ -203,6 +203,7 @@ struct rcm_id {
     /* active: what rdma_connect asked for, to try again when the first
      * attempts are refused (see rcm_retry_refused) */
     struct uiw_qp *conn_qp;
+    bool conn_qp_gone; /* rcm_route_lock: destroyed since; no more tries */
     struct uiw_conn_param conn_param;
     uint8_t conn_pd[0xFF];
     struct sockaddr_storage conn_src, conn_dst;
