@@ -74,6 +74,21 @@ UIW_EXPORT void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *a
     pthread_mutex_unlock(&all_lock);
 }
 
+UIW_EXPORT struct uiw_qp *uiw_qp_by_num(struct ibv_context *ctx, uint32_t qp_num)
+{
+    struct uiw_qp *found = NULL;
+    pthread_mutex_lock(&all_lock);
+    for (struct uiw_qp *qp = all_head; qp; qp = qp->all_next) {
+        if (qp->ibqp.qp_num == qp_num && qp->ibqp.context == ctx) {
+            atomic_fetch_add(&qp->refs, 1);
+            found = qp;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&all_lock);
+    return found;
+}
+
 /* ------------------------------------------------------------------------
  * References
  * ---------------------------------------------------------------------- */
