@@ -1797,6 +1797,13 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
     conn_put(c);
 }
 
+UIW_EXPORT struct ibv_qp *uiw_cm_qp_by_num(struct ibv_context *ctx, uint32_t qp_num)
+{
+    struct uiw_qp *qp = ctx ? uiw_qp_by_num(ctx, qp_num) : NULL;
+
+    return qp ? &qp->ibqp : NULL;
+}
+
 UIW_EXPORT void uiw_cm_qp_hold(struct ibv_qp *qp)
 {
     uiw_qp_get(to_uqp(qp));

@@ -495,6 +495,11 @@ void uiw_stat_connected(struct uiw_qp *qp, bool active);
  * holding the list lock: fn may take qp->lock (lock order: QP list ->
  * qp->lock); nothing may hold a QP lock and call this. */
 void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg);
+/* The QP numbered qp_num in context ctx, with a uiw_qp_get reference
+ * (the caller drops it with uiw_qp_put), or NULL: librdmacm's external QP
+ * (rdma_connect/rdma_accept with qp_num and no QP on the id, as the
+ * kernel's iWARP CM finds it by number). */
+struct uiw_qp *uiw_qp_by_num(struct ibv_context *ctx, uint32_t qp_num);
 /* ibv_dereg_mr (mem.c), once mr is no longer valid and still has users:
  * every QP whose queued Send/Write holds mr lets go of it (qp_tx.c). Bytes
  * already cut into FPDUs are copied and still go out; a message whose

@@ -74,6 +74,21 @@ void uiw_qp_foreach(void (*fn)(struct uiw_qp *qp, void *arg), void *arg)
     pthread_mutex_unlock(&all_lock);
 }
 
+struct uiw_qp *uiw_qp_by_num(struct ibv_context *ctx, uint32_t qp_num)
+{
+    struct uiw_qp *found = NULL;
+    pthread_mutex_lock(&all_lock);
+    for (struct uiw_qp *qp = all_head; qp; qp = qp->all_next) {
+        if (qp->ibqp.qp_num == qp_num && qp->ibqp.context == ctx) {
+            atomic_fetch_add(&qp->refs, 1);
+            found = qp;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&all_lock);
+    return found;
+}
+
 /* ------------------------------------------------------------------------
  * References
  * ---------------------------------------------------------------------- */
@@ -503,7 +518,12 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     pthread_mutex_init(&qp->lock, NULL);
     pthread_mutex_init(&qp->rq_lock, NULL);
     atomic_init(&qp->refs, 1);
-    qp->state = IBV_QPS_RESET;
+    /* As siw and cxgb4: an iWARP QP is in INIT when created (siw has one
+     * IDLE state for RESET and INIT; docs/PEERS.md §1).
+     * Programs' RESET -> INIT is then INIT -> INIT, which takes the same
+     * attributes; posted receives are accepted from the start. */
+    qp->state = IBV_QPS_INIT;
+    qp->rq_open = true;
     qp->sq_sig_all = init->sq_sig_all != 0;
     qp->fd = -1;
     qp->ord = UIW_MPA_DEFAULT_ORD;
@@ -524,12 +544,12 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
         q->qp_num = atomic_fetch_add(&next_qpn, 1) & 0xffffff; /* 24-bit, as in IB */
     } while (q->qp_num < 2);
     q->handle = q->qp_num;
-    q->state = IBV_QPS_RESET;
+    q->state = IBV_QPS_INIT;
     q->qp_type = IBV_QPT_RC;
     pthread_mutex_init(&q->mutex, NULL);
     pthread_cond_init(&q->cond, NULL);
     qp->st->qp_num = q->qp_num;
-    qp->st->qp_state = IBV_QPS_RESET;
+    qp->st->qp_state = IBV_QPS_INIT;
     snprintf(qp->st->dev, sizeof(qp->st->dev), "%s", ibpd->context->device->name);
     uiw_stat_publish(qp->st);
 

@@ -329,6 +329,19 @@ void rcm_retry_cancel(struct rcm_id *x)
         uiw_cm_qp_release(x->conn_qp);
 }
 
+void rcm_retry_end(struct rcm_id *x)
+{
+    if (!x->retry_pending)
+        return;
+    rcm_retry_cancel(x);
+    /* The next attempt would take a QP that ibv_destroy_qp is about to
+     * wait for (every holder gone): it ends here as refused, instead of
+     * the destroy waiting for ever on the retry's reference. */
+    x->conn_qp = NULL;
+    uiw_dbg(1, "rdmacm: QP destroyed, connection refused reported without trying again");
+    rcm_queue_local_locked(x, x->retry_event, x->retry_status);
+}
+
 /* A refused connect for x: try again instead? Consumes q when it does.
  * Refused is a TCP RST to the SYN (UNREACHABLE, -ECONNREFUSED), or, within
  * the same budget, a connection closed before the MPA Reply (CONNECT_ERROR,
@@ -344,13 +357,16 @@ static bool retry_refused(struct rcm_id *x, struct rcm_qev *q)
     unsigned budget = retry_budget_ms();
     uint64_t now = rcm_now_ms();
     pthread_mutex_lock(&x->lock);
-    bool ok = budget && x->state == RCM_CONNECTING && x->conn == q->uev.conn &&
+    bool ok = budget && x->state == RCM_CONNECTING && x->conn == q->uev.conn && !x->conn_qp_gone &&
               now - x->connect_ms < budget;
     if (ok)
         x->conn = NULL;
     pthread_mutex_unlock(&x->lock);
     if (!ok)
         return false;
+    x->retry_event =
+        q->uev.type == UIW_CM_UNREACHABLE ? RDMA_CM_EVENT_UNREACHABLE : RDMA_CM_EVENT_CONNECT_ERROR;
+    x->retry_status = q->uev.status;
     if (x->conn_qp)
         uiw_cm_qp_hold(x->conn_qp);   /* kept alive until the next attempt... */
     uiw_cm_conn_destroy(q->uev.conn); /* ...as the connection lets go of it */
@@ -700,7 +716,8 @@ static struct rcm_event *translate(struct rcm_qev *q)
     if (!q->engine) {
         e->ev.event = q->type;
         e->ev.status = q->status;
-        if (q->type == RDMA_CM_EVENT_UNREACHABLE) /* a repeated connect failed at once */
+        /* a repeated connect failed at once, or was ended (rcm_retry_end) */
+        if (q->type == RDMA_CM_EVENT_UNREACHABLE || q->type == RDMA_CM_EVENT_CONNECT_ERROR)
             set_state(x, RCM_FAILED);
         free(q);
         return e;

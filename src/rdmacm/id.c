@@ -367,19 +367,26 @@ static int check_param(struct rcm_id *x, const struct rdma_conn_param *p)
     return 0;
 }
 
-/* The QP to attach: the id's, else one named by qp_num (not supported:
- * the engine has no lookup by number), else none (MPA only, no FPDUs). */
-static int pick_qp(struct rcm_id *x, const struct rdma_conn_param *p, struct ibv_qp **qp)
+/* The QP to attach: the id's, else the one of the id's device numbered
+ * qp_num (an external QP, as the kernel's iWARP CM finds it; returned
+ * with a reference the caller drops once the engine took its own; no
+ * such QP: EINVAL, as iw_cm_connect), else none (MPA only, no FPDUs). */
+static int pick_qp(struct rcm_id *x, const struct rdma_conn_param *p, struct ibv_qp **qp, bool *ext)
 {
     *qp = NULL;
+    *ext = false;
     if (x->id.qp) {
         if (x->id.qp->context != x->id.verbs)
             return -EINVAL;
         *qp = x->id.qp;
         return 0;
     }
-    if (p && p->qp_num)
-        return -ENOSYS;
+    if (p && p->qp_num) {
+        *qp = x->id.verbs ? uiw_cm_qp_by_num(x->id.verbs, p->qp_num) : NULL;
+        if (!*qp)
+            return -EINVAL;
+        *ext = true;
+    }
     return 0;
 }
 
@@ -393,12 +400,13 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
         return rcm_err(EINVAL);
     struct rcm_id *x = to_rid(id);
     struct ibv_qp *qp = NULL;
+    bool ext = false;
     pthread_mutex_lock(&x->lock);
     int rc = x->state == RCM_ROUTE_RESOLVED ? 0 : -EINVAL;
     if (!rc)
         rc = check_param(x, conn_param);
     if (!rc)
-        rc = pick_qp(x, conn_param, &qp);
+        rc = pick_qp(x, conn_param, &qp, &ext);
     if (rc) {
         pthread_mutex_unlock(&x->lock);
         return rcm_err(-rc);
@@ -418,6 +426,10 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
         .peer_timeout_ms = x->peer_timeout_ms,
     };
     x->conn_qp = qp;
+    /* An external QP is the application's to destroy with ibv_destroy_qp,
+     * which rdma_destroy_qp does not see: its refused attempts are not
+     * tried again (a retry holds the QP). */
+    x->conn_qp_gone = ext;
     memcpy(&x->conn_src, &x->id.route.addr.src_storage, sizeof(x->conn_src));
     memcpy(&x->conn_dst, &x->id.route.addr.dst_storage, sizeof(x->conn_dst));
     x->connect_ms = rcm_now_ms();
@@ -431,6 +443,8 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     pthread_mutex_lock(&rcm_route_lock);
     rc = uiw_cm_connect(qp, (struct sockaddr *)&x->conn_src, (struct sockaddr *)&x->conn_dst,
                         &x->conn_param, rcm_uch, x, &c);
+    if (ext)
+        uiw_cm_qp_release(qp); /* the connection holds its own */
     pthread_mutex_lock(&x->lock);
     if (rc == 0) {
         x->conn = c;
@@ -466,12 +480,13 @@ UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
         return rcm_err(EINVAL);
     struct rcm_id *x = to_rid(id);
     struct ibv_qp *qp = NULL;
+    bool ext = false;
     pthread_mutex_lock(&x->lock);
     int rc = x->state == RCM_REQ && x->conn ? 0 : -EINVAL;
     if (!rc)
         rc = check_param(x, conn_param);
     if (!rc)
-        rc = pick_qp(x, conn_param, &qp);
+        rc = pick_qp(x, conn_param, &qp, &ext);
     if (rc) {
         pthread_mutex_unlock(&x->lock);
         return rcm_err(-rc);
@@ -499,6 +514,8 @@ UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
     pthread_mutex_unlock(&x->lock);
 
     rc = uiw_cm_accept(c, qp, &cp, x);
+    if (ext)
+        uiw_cm_qp_release(qp); /* the connection holds its own */
     if (rc < 0) {
         uiw_dbg(1, "rdmacm: accept failed: %d", rc);
         pthread_mutex_lock(&x->lock);

@@ -162,6 +162,19 @@ UIW_EXPORT void rdma_destroy_qp(struct rdma_cm_id *id)
     if (!id)
         return;
     if (id->qp) {
+        struct rcm_id *x = to_rid(id);
+        /* A refused connect waiting to be tried again holds the QP: end it
+         * first, under the route lock so that it is not started meanwhile. */
+        pthread_mutex_lock(&rcm_route_lock);
+        if (x->conn_qp == id->qp) {
+            if (x->retry_pending)
+                rcm_retry_end(x);
+            /* and an attempt under way that is refused later is not tried
+             * again with it: its refusal is reported */
+            x->conn_qp = NULL;
+            x->conn_qp_gone = true;
+        }
+        pthread_mutex_unlock(&rcm_route_lock);
         ibv_destroy_qp(id->qp);
         id->qp = NULL;
     }

@@ -152,6 +152,9 @@ void rcm_move_events(struct rcm_id *id, struct rcm_channel *to);
 void rcm_held_cancel(struct rcm_id *x);
 /* Forget a pending retry of x (destroy); drops the QP reference. */
 void rcm_retry_cancel(struct rcm_id *x);
+/* The QP a pending retry of x would use is being destroyed: stop trying
+ * and report the refusal the retry stood for (the attempt ends). */
+void rcm_retry_end(struct rcm_id *x);
 uint64_t rcm_now_ms(void);
 
 /* Synchronous ids: wait for the id's next event (kept in id->event until
@@ -201,6 +204,7 @@ struct rcm_id {
     /* active: what rdma_connect asked for, to try again when the first
      * attempts are refused (see rcm_retry_refused) */
     struct ibv_qp *conn_qp;
+    bool conn_qp_gone; /* rcm_route_lock: destroyed since; no more tries */
     struct uiw_conn_param conn_param;
     uint8_t conn_pd[0xFF];
     struct sockaddr_storage conn_src, conn_dst;
@@ -209,6 +213,8 @@ struct rcm_id {
     bool retry_pending;
     uint64_t retry_due_ms;
     unsigned retry_delay_ms;
+    enum rdma_cm_event_type retry_event; /* the refusal being retried */
+    int retry_status;
     struct rcm_id *retry_next;
 };
 

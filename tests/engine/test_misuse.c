@@ -740,6 +740,9 @@ static void setup(void)
     qp_reset = create_qp(pd, cq, cq, IBV_QPT_RC, 8, 2, 0);
     CHECK(qp_init && qp_srq && qp_err && qp_reset);
     CHECK_EQ(modify_state(qp_err, IBV_QPS_ERR), 0);
+    /* a new QP is in INIT (as siw's): RESET is reached by modify_qp */
+    CHECK_EQ(qp_reset->state, IBV_QPS_INIT);
+    CHECK_EQ(modify_state(qp_reset, IBV_QPS_RESET), 0);
 }
 
 static void teardown(void)

@@ -729,7 +729,8 @@ static void test_qp_create(void)
     CHECK_EQ(ia.cap.max_send_sge, 3);
     CHECK_EQ(ia.cap.max_recv_sge, 4);
     CHECK_EQ(ia.cap.max_inline_data, UIW_MAX_INLINE);
-    CHECK_EQ(qp->state, IBV_QPS_RESET);
+    /* as siw and cxgb4: a new iWARP QP is in INIT */
+    CHECK_EQ(qp->state, IBV_QPS_INIT);
     CHECK_EQ(qp->qp_type, IBV_QPT_RC);
     CHECK(qp->context == ctx && qp->pd == pd && qp->send_cq == scq && qp->recv_cq == rcq);
     CHECK(qp->qp_context == (void *)0x42);
@@ -738,7 +739,7 @@ static void test_qp_create(void)
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;
     CHECK_EQ(ibv_query_qp(qp, &qa, IBV_QP_STATE | IBV_QP_CAP, &qi), 0);
-    CHECK_EQ(qa.qp_state, IBV_QPS_RESET);
+    CHECK_EQ(qa.qp_state, IBV_QPS_INIT);
     CHECK_EQ(qa.cap.max_send_wr, 8);
     CHECK_EQ(qa.port_num, 1);
     CHECK_EQ(qi.sq_sig_all, 1);
@@ -789,16 +790,20 @@ static void test_qp_create(void)
     CHECK_EQ(ibv_dealloc_pd(pd), 0);
 }
 
-/* Put a QP into state s (a fresh QP starts in RESET). Returns the peer
- * socket end if the QP had to be connected, else -1. */
+/* Put a fresh QP (in INIT, as siw's) into state s through RESET, as a
+ * program written for IB does. Returns the peer socket end if the QP had
+ * to be connected, else -1. */
 static int reach(struct ibv_qp *qp, enum ibv_qp_state s)
 {
     int peer = -1;
 
     switch (s) {
     case IBV_QPS_RESET:
+        if (qp->state != IBV_QPS_RESET)
+            CHECK_EQ(modify_state(qp, IBV_QPS_RESET), 0);
         break;
     case IBV_QPS_INIT:
+        reach(qp, IBV_QPS_RESET);
         CHECK_EQ(modify_state(qp, IBV_QPS_INIT), 0);
         break;
     case IBV_QPS_RTR:
@@ -886,6 +891,18 @@ static void test_qp_state_machine(void)
 
     struct ibv_qp *qp = make_qp(pd, cq, cq, NULL);
     struct ibv_qp_attr a;
+    /* a new QP is in INIT; INIT -> INIT takes what RESET -> INIT takes, so
+     * programs written for a QP created in RESET still work */
+    CHECK_EQ(qp->state, IBV_QPS_INIT);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    CHECK_EQ(
+        ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS),
+        0);
+    CHECK_EQ(qp->state, IBV_QPS_INIT);
+    reach(qp, IBV_QPS_RESET);
     /* empty mask: no-op in any state (librdmacm does this for iWARP) */
     CHECK_EQ(ibv_modify_qp(qp, &a, 0), 0);
     CHECK_EQ(qp->state, IBV_QPS_RESET);
@@ -1048,6 +1065,7 @@ static void test_flush(void)
     memset(&swr, 0, sizeof(swr));
     memset(&rwr, 0, sizeof(rwr));
     /* posting outside the allowed states */
+    reach(qp, IBV_QPS_RESET);
     swr.wr_id = 1;
     CHECK_EQ(ibv_post_send(qp, &swr, &sbad), EINVAL); /* RESET */
     CHECK(sbad == &swr);

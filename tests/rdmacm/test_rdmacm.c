@@ -729,6 +729,208 @@ static void test_unreachable(int fam, const char *ip)
     pair_down(&p);
 }
 
+/* One side of test_external_qp: a QP made with ibv_create_qp, not on the
+ * id; it must be in INIT when created, as siw's. */
+struct xend {
+    struct ibv_pd *pd;
+    struct ibv_cq *cq;
+    struct ibv_qp *qp;
+    struct ibv_mr *mr;
+    char buf[64];
+};
+
+static bool xend_make(struct xend *x, struct ibv_context *ctx)
+{
+    memset(x, 0, sizeof(*x));
+    x->pd = ibv_alloc_pd(ctx);
+    x->cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+    CHECK(x->pd && x->cq);
+    if (!x->pd || !x->cq)
+        return false;
+    struct ibv_qp_init_attr qa;
+    qp_caps(&qa);
+    qa.send_cq = qa.recv_cq = x->cq;
+    x->qp = ibv_create_qp(x->pd, &qa);
+    CHECK(x->qp != NULL);
+    if (!x->qp)
+        return false;
+    struct ibv_qp_attr a;
+    struct ibv_qp_init_attr ia;
+    CHECK_EQ(ibv_query_qp(x->qp, &a, IBV_QP_STATE, &ia), 0);
+    CHECK_EQ(a.qp_state, IBV_QPS_INIT);
+    CHECK_EQ(x->qp->state, IBV_QPS_INIT);
+    x->mr = ibv_reg_mr(x->pd, x->buf, sizeof(x->buf), ACCESS);
+    CHECK(x->mr != NULL);
+    return x->mr && post_recv(x->qp, x->mr, x->buf, sizeof(x->buf), 7) == 0;
+}
+
+static void xend_free(struct xend *x)
+{
+    if (x->qp)
+        CHECK_EQ(ibv_destroy_qp(x->qp), 0);
+    if (x->mr)
+        ibv_dereg_mr(x->mr);
+    if (x->cq)
+        ibv_destroy_cq(x->cq);
+    if (x->pd)
+        ibv_dealloc_pd(x->pd);
+}
+
+/* Send from one external QP to the other; the receiver checks the bytes. */
+static void xend_send(struct xend *from, struct xend *to, const char *msg)
+{
+    snprintf(from->buf, sizeof(from->buf), "%s", msg);
+    CHECK_EQ(
+        post_send(from->qp, IBV_WR_SEND, from->mr, from->buf, (uint32_t)strlen(msg) + 1, 0, 0, 8),
+        0);
+    struct ibv_wc wc;
+    bool got_send = false, got_recv = false;
+    for (int i = 0; i < 2; i++) {
+        /* the two CQs in turn until each gave its completion */
+        if (!got_send && wait_wc_at(from->cq, &wc, __LINE__)) {
+            CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+            CHECK_EQ(wc.opcode, IBV_WC_SEND);
+            got_send = true;
+        }
+        if (!got_recv && wait_wc_at(to->cq, &wc, __LINE__)) {
+            CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+            CHECK_EQ(wc.opcode, IBV_WC_RECV);
+            CHECK_EQ(wc.byte_len, strlen(msg) + 1);
+            CHECK_STR(to->buf, msg);
+            got_recv = true;
+        }
+    }
+    CHECK(got_send && got_recv);
+}
+
+/* rdma_connect and rdma_accept with an external QP: no QP on the ids,
+ * qp_num in the connection parameters (the kernel's iWARP CM finds the
+ * QP by number). A number no QP of the device has: EINVAL. */
+static void test_external_qp(void)
+{
+    struct pair p;
+    if (!listen_on(&p, AF_INET, "127.0.0.1", false)) {
+        pair_down(&p);
+        return;
+    }
+    struct end *c = &p.c;
+    c->ch = rdma_create_event_channel();
+    CHECK_EQ(rdma_create_id(c->ch, &c->id, &p, RDMA_PS_TCP), 0);
+    struct sockaddr_storage dst;
+    mkaddr(&dst, AF_INET, "127.0.0.1", p.port);
+    CHECK_EQ(rdma_resolve_addr(c->id, NULL, (struct sockaddr *)&dst, 2000), 0);
+    ack(get_ev(c->ch, RDMA_CM_EVENT_ADDR_RESOLVED));
+    CHECK_EQ(rdma_resolve_route(c->id, 2000), 0);
+    ack(get_ev(c->ch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+    struct xend cx, sx;
+    memset(&sx, 0, sizeof(sx));
+    if (!c->id->verbs || !xend_make(&cx, c->id->verbs)) {
+        pair_down(&p);
+        return;
+    }
+    struct rdma_conn_param cp;
+    memset(&cp, 0, sizeof(cp));
+    cp.initiator_depth = cp.responder_resources = 1;
+    cp.qp_num = 0xfffff0; /* nobody's */
+    CHECK_EQ(rdma_connect(c->id, &cp), -1);
+    CHECK_EQ(errno, EINVAL);
+    cp.qp_num = cx.qp->qp_num;
+    CHECK_EQ(rdma_connect(c->id, &cp), 0);
+    CHECK(c->id->qp == NULL);
+
+    struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    if (e) {
+        p.s.ch = p.lch;
+        p.s.id = e->id;
+        ack(e);
+        if (p.s.id->verbs && xend_make(&sx, p.s.id->verbs)) {
+            memset(&cp, 0, sizeof(cp));
+            cp.initiator_depth = cp.responder_resources = 1;
+            cp.qp_num = sx.qp->qp_num;
+            CHECK_EQ(rdma_accept(p.s.id, &cp), 0);
+            CHECK(p.s.id->qp == NULL);
+            e = get_ev(c->ch, RDMA_CM_EVENT_ESTABLISHED);
+            ack(e);
+            struct rdma_cm_event *se = get_ev(p.lch, RDMA_CM_EVENT_ESTABLISHED);
+            ack(se);
+            if (e && se) {
+                CHECK_EQ(cx.qp->state, IBV_QPS_RTS);
+                CHECK_EQ(sx.qp->state, IBV_QPS_RTS);
+                xend_send(&cx, &sx, "external, client to server");
+                CHECK_EQ(post_recv(sx.qp, sx.mr, sx.buf, sizeof(sx.buf), 9), 0);
+                xend_send(&sx, &cx, "external, server to client");
+                CHECK_EQ(rdma_disconnect(c->id), 0);
+                ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
+                ack(get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED));
+            }
+        }
+    }
+    CHECK_EQ(rdma_destroy_id(c->id), 0);
+    c->id = NULL;
+    if (p.s.id)
+        CHECK_EQ(rdma_destroy_id(p.s.id), 0);
+    p.s.id = NULL;
+    xend_free(&cx);
+    xend_free(&sx);
+    pair_down(&p);
+}
+
+struct qp_destroyer {
+    struct rdma_cm_id *id;
+    atomic_int done;
+};
+
+static void *qp_destroyer_main(void *arg)
+{
+    struct qp_destroyer *d = arg;
+    rdma_destroy_qp(d->id);
+    atomic_store(&d->done, 1);
+    return NULL;
+}
+
+/* A refused connect is tried again for UIWARP_RDMACM_RETRY_MS (100 ms); a
+ * QP destroyed meanwhile (ucmatose destroys its QPs right after the first
+ * failure) must not wait for the retry's hold on it: rdma_destroy_qp
+ * returns at once and the attempt ends as refused. Destroyed at several
+ * points of the retry window; the destroy must end within 1 s. */
+static void test_refused_qp_destroyed(void)
+{
+    for (int i = 0; i < 12; i++) {
+        struct pair p;
+        memset(&p, 0, sizeof(p));
+        p.fam = AF_INET;
+        p.ip = "127.0.0.1";
+        uint16_t port = dead_port(AF_INET, "127.0.0.1");
+        CHECK(port != 0);
+        if (!client_connect(&p, port, 1, 1)) {
+            pair_down(&p);
+            return;
+        }
+        usleep((useconds_t)(i % 6) * 8000u); /* 0 .. 40 ms into the window */
+        struct qp_destroyer d = {.id = p.c.id};
+        pthread_t t;
+        CHECK_EQ(pthread_create(&t, NULL, qp_destroyer_main, &d), 0);
+        uint64_t t0 = eng_now_ms();
+        while (!atomic_load(&d.done) && eng_now_ms() - t0 < 1000)
+            usleep(1000);
+        CHECK_EQ(atomic_load(&d.done), 1);
+        if (!atomic_load(&d.done)) {
+            fprintf(stderr, "rdma_destroy_qp still blocked after 1 s (run %d)\n", i);
+            return; /* the thread holds the id: leave it */
+        }
+        pthread_join(t, NULL);
+        CHECK(p.c.id->qp == NULL);
+        struct rdma_cm_event *e = get_ev(p.c.ch, RDMA_CM_EVENT_UNREACHABLE);
+        if (e) {
+            CHECK(e->id == p.c.id);
+            CHECK_EQ(e->status, -ECONNREFUSED);
+        }
+        ack(e);
+        CHECK(!readable(p.c.ch->fd, 0)); /* one outcome only */
+        pair_down(&p);
+    }
+}
+
 /* A listener destroyed while a request waits: the initiator learns that
  * its connection failed, nothing is left behind. */
 static void test_listener_gone(void)
@@ -1541,6 +1743,10 @@ int main(void)
     test_reject(AF_INET, "127.0.0.1");
     printf("unreachable 127.0.0.1\n");
     test_unreachable(AF_INET, "127.0.0.1");
+    printf("external QPs (qp_num, no QP on the ids), created in INIT\n");
+    test_external_qp();
+    printf("refused connect, QP destroyed while it is tried again\n");
+    test_refused_qp_destroyed();
     printf("listener destroyed with a request pending\n");
     test_listener_gone();
     printf("listener that listens only after the client connected\n");

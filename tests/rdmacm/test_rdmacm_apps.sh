@@ -74,6 +74,42 @@ else
     skip_case rping "not installed"
 fi
 
+# Connection errors end promptly: a server that takes one connection
+# (ucmatose -c 1 rejects the next request, then exits) against a client
+# asking for 4, 10 runs. Every attempt must end in ESTABLISHED, REJECTED,
+# UNREACHABLE or CONNECT_ERROR, and the client exit, within the MPA timeout
+# (2 s here to keep the run short; the server may leave requests unanswered
+# while it serves its one connection) plus 3 s. Once hung for ever in
+# rdma_destroy_qp while a refused attempt waited to be tried again.
+ucmatose_refused() {
+    local i ok=1 detail="" spid cpid crc t0 t1
+    local sout=$tmp/ucmatose-refused.server cout=$tmp/ucmatose-refused.client
+    for i in $(seq 10); do
+        port=$(free_port 4)
+        setsid bash -c "exec timeout -k 3 20 ucmatose -p $port -c 1" >"$sout" 2>&1 &
+        spid=$!
+        servers+=("$spid")
+        if ! wait_listen "$port" 10; then
+            ok=0 detail="run $i: server did not listen"
+            break
+        fi
+        t0=$(date +%s%N)
+        setsid bash -c "exec timeout -k 1 5 env UIWARP_MPA_TIMEOUT_MS=2000 stdbuf -oL ucmatose -s 127.0.0.1 -p $port -c 4" >"$cout" 2>&1 &
+        cpid=$!
+        servers+=("$cpid")
+        crc=0
+        wait "$cpid" 2>/dev/null || crc=$?
+        t1=$(date +%s%N)
+        reap
+        if [ "$crc" = 124 ] || [ "$crc" = 137 ] || ! grep -q "test complete" "$cout" ||
+            grep "event:" "$cout" | grep -Evq "RDMA_CM_EVENT_(ESTABLISHED|REJECTED|UNREACHABLE|CONNECT_ERROR)"; then
+            ok=0 detail="run $i: client rc=$crc after $(((t1 - t0) / 1000000)) ms"
+            break
+        fi
+    done
+    report ucmatose-refused REQUIRED "" "$ok" "$detail" "$sout" "$cout"
+}
+
 if have ucmatose; then
     port=$(free_port 4)
     run_case ucmatose-4conn REQUIRED "" 30 \
@@ -82,6 +118,7 @@ if have ucmatose; then
     run_case ucmatose-4conn-nop2p KNOWN \
         "UIWARP_P2P=0: its server sends first, and a responder waits for the initiator's first FPDU (RFC 5044 7.1.2 rule 4; siw sends at once)" \
         10 "env UIWARP_P2P=0 ucmatose -p $port -c 4" "env UIWARP_P2P=0 ucmatose -s 127.0.0.1 -p $port -c 4"
+    ucmatose_refused
 else
     skip_case ucmatose "not installed"
 fi

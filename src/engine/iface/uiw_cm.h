@@ -176,6 +176,10 @@ bool uiw_cm_conn_unpolled(struct uiw_conn *c);
 /* Keep a uiwarp QP's memory alive past ibv_destroy_qp (a reference), and
  * let it go. */
 void uiw_cm_qp_hold(struct ibv_qp *qp);
+/* The QP numbered qp_num in context ctx, held (uiw_cm_qp_release), or
+ * NULL: an external QP (rdma_connect/rdma_accept with qp_num and no QP on
+ * the id, as the kernel's iWARP CM finds it by number). */
+struct ibv_qp *uiw_cm_qp_by_num(struct ibv_context *ctx, uint32_t qp_num);
 void uiw_cm_qp_release(struct ibv_qp *qp);
 
 /* A one-shot timer on the engine's progress thread: cb(obj) in ms
