@@ -117,6 +117,20 @@ static void set_sockopts(int fd, unsigned peer_timeout_ms)
     set_dead_peer(fd, peer_timeout_ms);
 }
 
+/* RDMA_OPTION_ID_TOS: the traffic class of the connection's packets
+ * (RFC 2474), IP_TOS for IPv4, IPV6_TCLASS for IPv6. */
+static void set_tos(int fd, int family, const struct uiw_conn_param *p)
+{
+    int v;
+
+    if (!p || !p->tos_set)
+        return;
+    v = p->tos;
+    if (setsockopt(fd, family == AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IP,
+                   family == AF_INET6 ? IPV6_TCLASS : IP_TOS, &v, sizeof(v)) < 0)
+        uiw_dbg(1, "cm: TOS %d: %s", v, strerror(errno));
+}
+
 static void fill_addrs(struct uiw_conn *c)
 {
     socklen_t l = sizeof(c->local);
@@ -1136,6 +1150,13 @@ static int cm_args(const struct sockaddr *sa, const struct uiw_cm_channel *ch, c
 UIW_EXPORT int uiw_cm_listen(struct ibv_context *ibctx, const struct sockaddr *addr, int backlog,
                              struct uiw_cm_channel *ch, void *user, struct uiw_listener **out)
 {
+    return uiw_cm_listen_af(ibctx, addr, backlog, -1, ch, user, out);
+}
+
+UIW_EXPORT int uiw_cm_listen_af(struct ibv_context *ibctx, const struct sockaddr *addr, int backlog,
+                                int v6only, struct uiw_cm_channel *ch, void *user,
+                                struct uiw_listener **out)
+{
     struct uiw_context *ctx = ibctx ? to_uctx(ibctx) : NULL;
     int rc = cm_args(addr, ch, out);
 
@@ -1152,6 +1173,8 @@ UIW_EXPORT int uiw_cm_listen(struct ibv_context *ibctx, const struct sockaddr *a
     }
     int one = 1;
     (void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (v6only >= 0 && addr->sa_family == AF_INET6)
+        (void)setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
     socklen_t len = sizeof(l->addr);
     if (bind(l->fd, addr, sa_len(addr)) < 0 || listen(l->fd, backlog > 0 ? backlog : 128) < 0 ||
         getsockname(l->fd, (struct sockaddr *)&l->addr, &len) < 0)
@@ -1295,6 +1318,7 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, const struct sockaddr *src,
         goto fail;
     }
     set_sockopts(c->fd, p ? p->peer_timeout_ms : 0);
+    set_tos(c->fd, dst->sa_family, p);
     if (src && bind(c->fd, src, sa_len(src)) < 0) {
         rc = -errno;
         goto fail;
@@ -1446,6 +1470,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         return passive_abort(c, rc, true);
     if (p && p->peer_timeout_ms)
         set_dead_peer(c->fd, p->peer_timeout_ms); /* the ULP's, instead of the listener's */
+    set_tos(c->fd, c->local.ss_family, p);
 
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];

@@ -325,7 +325,8 @@ UIW_EXPORT int rdma_listen(struct rdma_cm_id *id, int backlog)
 
     struct uiw_listener *l = NULL;
     pthread_mutex_lock(&rcm_route_lock);
-    rc = uiw_cm_listen(ctx, (struct sockaddr *)&src, backlog, rcm_uch, x, &l);
+    rc = uiw_cm_listen_af(ctx, (struct sockaddr *)&src, backlog, x->afonly_set ? x->afonly : -1,
+                          rcm_uch, x, &l);
     pthread_mutex_lock(&x->lock);
     if (rc == 0) {
         x->listener = l;
@@ -424,6 +425,8 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
         .private_data = pd_len ? x->conn_pd : NULL,
         .private_data_len = pd_len,
         .peer_timeout_ms = x->peer_timeout_ms,
+        .tos_set = x->tos_set,
+        .tos = x->tos,
     };
     x->conn_qp = qp;
     /* An external QP is the application's to destroy with ibv_destroy_qp,
@@ -508,6 +511,8 @@ UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
         .private_data = p ? p->private_data : NULL,
         .private_data_len = p ? p->private_data_len : 0,
         .peer_timeout_ms = x->peer_timeout_ms,
+        .tos_set = x->tos_set,
+        .tos = x->tos,
     };
     struct uiw_conn *c = x->conn;
     x->state = RCM_ACCEPTING;
@@ -625,7 +630,7 @@ UIW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, vo
     case RDMA_OPTION_ID_TOS:
         if (optlen != sizeof(uint8_t))
             return rcm_err(EINVAL);
-        /* Accepted and kept; the engine's sockets do not take a TOS yet. */
+        /* The connection's IP_TOS / IPV6_TCLASS (next connect/accept). */
         pthread_mutex_lock(&x->lock);
         x->tos = *(const uint8_t *)optval;
         x->tos_set = true;
@@ -642,8 +647,12 @@ UIW_EXPORT int rdma_set_option(struct rdma_cm_id *id, int level, int optname, vo
     case RDMA_OPTION_ID_AFONLY:
         if (optlen != sizeof(int))
             return rcm_err(EINVAL);
-        /* The default (dual-stack IPv6 wildcard) is what the engine does. */
-        return *(const int *)optval ? rcm_err(ENOSYS) : 0;
+        /* IPV6_V6ONLY of an IPv6 listener (next rdma_listen) */
+        pthread_mutex_lock(&x->lock);
+        x->afonly = *(const int *)optval != 0;
+        x->afonly_set = true;
+        pthread_mutex_unlock(&x->lock);
+        return 0;
     case RDMA_OPTION_ID_ACK_TIMEOUT: {
         /* InfiniBand's local ACK timeout, 4.096 us * 2^t per try (0:
          * infinite). The connection's dead-peer timeout (TCP_USER_TIMEOUT

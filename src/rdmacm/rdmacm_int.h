@@ -198,6 +198,7 @@ struct rcm_id {
     struct ibv_qp_init_attr *qp_init_attr; /* passive rdma_create_ep */
     /* options */
     bool reuseaddr;
+    bool afonly_set, afonly; /* RDMA_OPTION_ID_AFONLY */
     bool tos_set;
     uint8_t tos;
     unsigned peer_timeout_ms; /* RDMA_OPTION_ID_ACK_TIMEOUT (0: UIWARP_PEER_TIMEOUT) */

@@ -1213,6 +1213,60 @@ static void test_getaddrinfo(void)
     }
 }
 
+/* A TCP connection from family fam to the loopback address and port:
+ * whether it was accepted. */
+static bool tcp_reaches(int fam, uint16_t port_be)
+{
+    struct sockaddr_storage ss;
+    socklen_t len;
+    int fd = socket(fam, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    bool ok;
+
+    memset(&ss, 0, sizeof(ss));
+    if (fam == AF_INET) {
+        struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+        a->sin_family = AF_INET;
+        a->sin_port = port_be;
+        a->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        len = sizeof(*a);
+    } else {
+        struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+        a->sin6_family = AF_INET6;
+        a->sin6_port = port_be;
+        a->sin6_addr = in6addr_loopback;
+        len = sizeof(*a);
+    }
+    ok = fd >= 0 && connect(fd, (struct sockaddr *)&ss, len) == 0;
+    if (fd >= 0)
+        close(fd);
+    return ok;
+}
+
+/* RDMA_OPTION_ID_AFONLY: an IPv6 wildcard listener takes IPv4 connections
+ * too, unless AFONLY is set (IPV6_V6ONLY), as with the kernel's rdma_cm. */
+static void test_afonly(void)
+{
+    for (int afonly = 0; afonly <= 1; afonly++) {
+        struct rdma_event_channel *ch = rdma_create_event_channel();
+        struct rdma_cm_id *id = NULL;
+        struct sockaddr_in6 any = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT};
+        CHECK(ch != NULL);
+        CHECK_EQ(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP), 0);
+        if (!id)
+            return;
+        CHECK_EQ(
+            rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &afonly, sizeof(afonly)), 0);
+        CHECK_EQ(rdma_bind_addr(id, (struct sockaddr *)&any), 0);
+        CHECK_EQ(rdma_listen(id, 4), 0);
+        uint16_t port = rdma_get_src_port(id);
+        CHECK(port != 0);
+        CHECK(tcp_reaches(AF_INET6, port));
+        CHECK_EQ(tcp_reaches(AF_INET, port), !afonly);
+        CHECK_EQ(rdma_destroy_id(id), 0);
+        rdma_destroy_event_channel(ch);
+    }
+}
+
 static void test_options_and_misc(void)
 {
     struct rdma_event_channel *ch = rdma_create_event_channel();
@@ -1227,8 +1281,9 @@ static void test_options_and_misc(void)
     CHECK_EQ(errno, EINVAL);
     CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_REUSEADDR, &one, sizeof(one)), 0);
     CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &zero, sizeof(zero)), 0);
-    CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)), -1);
-    CHECK_EQ(errno, ENOSYS);
+    CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, sizeof(one)), 0);
+    CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &one, 1), -1);
+    CHECK_EQ(errno, EINVAL);
     /* the connection's dead-peer timeout (docs/ENGINE.md "Dead peers") */
     uint8_t ackt = 18, big = 32;
     CHECK_EQ(rdma_set_option(id, RDMA_OPTION_ID, RDMA_OPTION_ID_ACK_TIMEOUT, &ackt, 1), 0);
@@ -1725,6 +1780,7 @@ int main(void)
     printf("getaddrinfo\n");
     test_getaddrinfo();
     printf("options, QP attributes, unsupported calls, devices\n");
+    test_afonly();
     test_options_and_misc();
     printf("migrate\n");
     test_migrate();

@@ -70,6 +70,10 @@ struct uiw_conn_param {
      * "Dead peers"): 0 = UIWARP_PEER_TIMEOUT, UIW_PEER_TIMEOUT_OFF = none
      * (rdma_set_option RDMA_OPTION_ID_ACK_TIMEOUT sets it). */
     unsigned peer_timeout_ms;
+    /* rdma_set_option RDMA_OPTION_ID_TOS: the socket's IP_TOS (IPv4) or
+     * IPV6_TCLASS (IPv6), when tos_set */
+    bool tos_set;
+    uint8_t tos;
 };
 #define UIW_PEER_TIMEOUT_OFF UINT_MAX
 
@@ -125,6 +129,10 @@ int uiw_cm_get_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev);
  * raises CONNECT_REQUEST. */
 int uiw_cm_listen(struct ibv_context *ctx, const struct sockaddr *addr, int backlog,
                   struct uiw_cm_channel *ch, void *user, struct uiw_listener **out);
+/* uiw_cm_listen with rdma_set_option RDMA_OPTION_ID_AFONLY: v6only 1 or 0
+ * sets IPV6_V6ONLY on an IPv6 listener (-1: the system's default). */
+int uiw_cm_listen_af(struct ibv_context *ctx, const struct sockaddr *addr, int backlog, int v6only,
+                     struct uiw_cm_channel *ch, void *user, struct uiw_listener **out);
 /* The bound address (the port chosen when addr had port 0). */
 int uiw_cm_listener_addr(const struct uiw_listener *l, struct sockaddr_storage *addr);
 /* Also destroys connections whose CONNECT_REQUEST was not yet retrieved. */
