@@ -371,6 +371,18 @@ static struct uiw_mr *obj_new_locked(void)
     return m;
 }
 
+/* tab_lock held: unlink m and put it back on the free list (its users
+ * have been waited for). */
+static void obj_free_locked(struct uiw_mr *m)
+{
+    tab_remove(m);
+    m->stag = 0;
+    m->pd = NULL;
+    m->free_next = free_objs;
+    free_objs = m;
+    nlive--;
+}
+
 /* tab_lock held: make m findable under its STag. */
 static void obj_link_locked(struct uiw_mr *m)
 {
@@ -577,12 +589,7 @@ UIW_EXPORT int ibv_dereg_mr(struct ibv_mr *ibmr)
     wait_no_users(mr);
     pthread_mutex_lock(&tab_lock);
     uiw_dbg(2, "dereg_mr stag 0x%08x", mr->stag);
-    tab_remove(mr);
-    mr->stag = 0;
-    mr->pd = NULL;
-    mr->free_next = free_objs;
-    free_objs = mr;
-    nlive--;
+    obj_free_locked(mr);
     pthread_mutex_unlock(&tab_lock);
     atomic_fetch_sub(&pd->refs, 1);
     return 0;
@@ -762,17 +769,12 @@ int uiw_op_dealloc_mw(struct ibv_mw *ibmw)
     atomic_store(&w->valid, false);
     wait_no_users(w);
     pthread_mutex_lock(&tab_lock);
-    tab_remove(w);
     if (w->parent)
         atomic_fetch_sub(&w->parent->nwindows, 1);
     w->parent = NULL;
     w->mw_type = 0;
     w->ibmw = NULL;
-    w->stag = 0;
-    w->pd = NULL;
-    w->free_next = free_objs;
-    free_objs = w;
-    nlive--;
+    obj_free_locked(w);
     pthread_mutex_unlock(&tab_lock);
     atomic_fetch_sub(&pd->refs, 1);
     free(mw);

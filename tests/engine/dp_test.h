@@ -441,21 +441,15 @@ static inline int dp_raw_send(struct dp_raw *p, const uiw_hdr *h, const void *pa
     return r;
 }
 
+/* The wire core's header initialisers (L set, current versions). */
 static inline void dp_hdr(uiw_hdr *h, bool tagged, unsigned opcode)
 {
-    memset(h, 0, sizeof(*h));
-    h->tagged = tagged;
-    h->last = true;
-    h->ddp_version = UIW_DDP_VERSION;
-    h->rdmap_version = UIW_RDMAP_VERSION;
-    h->opcode = (uint8_t)opcode;
+    uiw_hdr_init(h, tagged, opcode);
 }
 
 static inline void dp_hdr_u(uiw_hdr *h, unsigned opcode, unsigned qn, uint32_t msn)
 {
-    dp_hdr(h, false, opcode);
-    h->qn = qn;
-    h->msn = msn;
+    uiw_hdr_init_untagged(h, opcode, qn, msn);
 }
 
 /* Receive the next complete message from our QP: its first segment's

@@ -166,6 +166,48 @@ static void wire(void)
     dp_ep_destroy(&A);
 }
 
+/* The receiver's side of the encoding: a tagged Immediate Data takes no
+ * receive and must be followed by its Send; anything else on QN 0 is a
+ * protocol error (Terminate RDMAP / Remote Operation / Unexpected OpCode),
+ * the QP goes to ERR and the receive stays unconsumed (flushed). */
+static void orphan_imm(bool second_attached)
+{
+    struct dp_raw p;
+    uiw_mpa_result m = dp_mpa(false, false, 4, 4);
+    uint8_t buf[64];
+    uiw_hdr h;
+    struct ibv_wc wc;
+
+    CHECK_EQ(dp_ep_create(&A, NULL), 0);
+    struct ibv_mr *mr = ibv_reg_mr(A.pd, buf, sizeof(buf), ENG_ACCESS_ALL);
+    CHECK(mr != NULL);
+    struct ibv_sge s = {(uintptr_t)buf, sizeof(buf), mr ? mr->lkey : 0};
+    struct ibv_recv_wr rw = {.wr_id = 5, .sg_list = &s, .num_sge = 1}, *rbad;
+    CHECK_EQ(ibv_post_recv(A.qp, &rw, &rbad), 0);
+    CHECK_EQ(dp_connect_raw(&A, &p, &m), 0);
+    dp_hdr_u(&h, UIW_OP_IMM_DATA, UIW_QN_SEND, 1);
+    static const uint8_t tagged1[8] = {1, 2, 3, 4, 'u', 'i', 'w', 'S'};
+    static const uint8_t tagged2[8] = {5, 6, 7, 8, 'u', 'i', 'w', 'S'};
+    static const uint8_t plain[8] = {5, 6, 7, 8, 'a', 'b', 'c', 'd'};
+    memcpy(h.u.imm, tagged1, 8);
+    CHECK_EQ(dp_raw_send(&p, &h, NULL, 0), 0);
+    /* then, instead of the Send: another Immediate Data */
+    dp_hdr_u(&h, UIW_OP_IMM_DATA, UIW_QN_SEND, 2);
+    memcpy(h.u.imm, second_attached ? tagged2 : plain, 8);
+    CHECK_EQ(dp_raw_send(&p, &h, NULL, 0), 0);
+    CHECK_EQ(dp_raw_term(&p, &h, DP_TIMEOUT_MS), 1);
+    CHECK_EQ(h.u.term.cause.layer, UIW_LAYER_RDMAP);
+    CHECK_EQ(h.u.term.cause.etype, UIW_RDMAP_ET_REMOTE_OP);
+    CHECK_EQ(h.u.term.cause.ecode, UIW_RDMAP_EC_UNEXPECTED_OPCODE);
+    CHECK_EQ(dp_state(A.qp), IBV_QPS_ERR);
+    CHECK_EQ(dp_poll(A.rcq, &wc, DP_TIMEOUT_MS), 1);
+    CHECK_EQ(wc.wr_id, 5);
+    CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+    dp_raw_fini(&p);
+    ibv_dereg_mr(mr);
+    dp_ep_destroy(&A);
+}
+
 int main(void)
 {
     dp_ctx = dp_open();
@@ -175,5 +217,7 @@ int main(void)
     run(false);
     run(true);
     wire();
+    orphan_imm(false);
+    orphan_imm(true);
     TEST_MAIN_END();
 }

@@ -104,22 +104,34 @@ static int bind2(struct ibv_mw *mw, uint32_t rkey, struct ibv_mr *mr, uint64_t a
     return post_wait(&B, &wr);
 }
 
-/* Type 2: bound by a work request, reached only in range and with its
- * rights, invalidated by the peer's Send with Invalidate. */
-static void type2(void)
+/* A new pair whose B has a type 2 window bound by a work request to
+ * [WOFF, WOFF + WLEN) of its region with rights acc: the window, or NULL
+ * (the pair is gone then). *rk: its rkey, *w: the range's start. */
+static struct ibv_mw *window2(unsigned acc, uint32_t *rk, uint64_t *w)
 {
     pair(ENG_ACCESS_ALL | IBV_ACCESS_MW_BIND);
     struct ibv_mw *mw = ibv_alloc_mw(B.pd, IBV_MW_TYPE_2);
     CHECK(mw != NULL);
-    if (!mw)
-        return unpair();
-    uint32_t rk = ibv_inc_rkey(mw->rkey);
-    uint64_t w = (uintptr_t)bbuf + WOFF;
+    if (!mw) {
+        unpair();
+        return NULL;
+    }
+    *rk = ibv_inc_rkey(mw->rkey);
+    *w = (uintptr_t)bbuf + WOFF;
+    CHECK_EQ(bind2(mw, *rk, bmr, *w, WLEN, acc), IBV_WC_SUCCESS);
+    CHECK_EQ(mw->rkey, *rk);
+    return mw;
+}
 
-    /* unbound: no access yet (checked last, it ends the connection) */
-    CHECK_EQ(bind2(mw, rk, bmr, w, WLEN, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ),
-             IBV_WC_SUCCESS);
-    CHECK_EQ(mw->rkey, rk);
+/* Type 2: bound by a work request, reached only in range and with its
+ * rights, invalidated by the peer's Send with Invalidate. */
+static void type2(void)
+{
+    uint32_t rk;
+    uint64_t w;
+    struct ibv_mw *mw = window2(IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ, &rk, &w);
+    if (!mw)
+        return;
     /* Write and Read through it, at both ends of the range */
     memset(bbuf, 0, BUF);
     eng_fill(abuf, WLEN, 1);
@@ -144,14 +156,8 @@ static void type2(void)
     CHECK_EQ(ibv_dealloc_mw(mw), 0);
     unpair();
 
-    pair(ENG_ACCESS_ALL | IBV_ACCESS_MW_BIND);
-    mw = ibv_alloc_mw(B.pd, IBV_MW_TYPE_2);
-    CHECK(mw != NULL);
-    if (!mw)
-        return unpair();
-    rk = ibv_inc_rkey(mw->rkey);
-    w = (uintptr_t)bbuf + WOFF;
-    CHECK_EQ(bind2(mw, rk, bmr, w, WLEN, IBV_ACCESS_REMOTE_WRITE), IBV_WC_SUCCESS);
+    if (!(mw = window2(IBV_ACCESS_REMOTE_WRITE, &rk, &w)))
+        return;
     /* bound twice without an invalidation: refused */
     CHECK_EQ(bind2(mw, ibv_inc_rkey(rk), bmr, w, WLEN, IBV_ACCESS_REMOTE_WRITE),
              IBV_WC_MW_BIND_ERR);
@@ -159,14 +165,8 @@ static void type2(void)
     unpair();
 
     /* the peer invalidates it with Send with Invalidate; then it is gone */
-    pair(ENG_ACCESS_ALL | IBV_ACCESS_MW_BIND);
-    mw = ibv_alloc_mw(B.pd, IBV_MW_TYPE_2);
-    CHECK(mw != NULL);
-    if (!mw)
-        return unpair();
-    rk = ibv_inc_rkey(mw->rkey);
-    w = (uintptr_t)bbuf + WOFF;
-    CHECK_EQ(bind2(mw, rk, bmr, w, WLEN, IBV_ACCESS_REMOTE_WRITE), IBV_WC_SUCCESS);
+    if (!(mw = window2(IBV_ACCESS_REMOTE_WRITE, &rk, &w)))
+        return;
     {
         struct ibv_recv_wr rw = {.wr_id = 8}, *rbad;
         struct ibv_send_wr wr = {.wr_id = 9, .opcode = IBV_WR_SEND_WITH_INV};
@@ -200,14 +200,11 @@ static void type2(void)
 static void type2_limits(void)
 {
     for (int k = 0; k < 2; k++) {
-        pair(ENG_ACCESS_ALL | IBV_ACCESS_MW_BIND);
-        struct ibv_mw *mw = ibv_alloc_mw(B.pd, IBV_MW_TYPE_2);
-        CHECK(mw != NULL);
+        uint32_t rk;
+        uint64_t w;
+        struct ibv_mw *mw = window2(IBV_ACCESS_REMOTE_READ, &rk, &w);
         if (!mw)
-            return unpair();
-        uint32_t rk = ibv_inc_rkey(mw->rkey);
-        uint64_t w = (uintptr_t)bbuf + WOFF;
-        CHECK_EQ(bind2(mw, rk, bmr, w, WLEN, IBV_ACCESS_REMOTE_READ), IBV_WC_SUCCESS);
+            return;
         memset(bbuf, 0x3C, BUF);
         eng_fill(abuf, 256, 4);
         if (k == 0) /* a byte past the end: the Read fails */
