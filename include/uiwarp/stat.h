@@ -77,7 +77,9 @@ struct uiw_stat_qp {
     uint64_t rnr_holds;     /* times an untagged message found no posted receive
                              * and the QP stopped reading its socket until one
                              * was posted (receiver not ready, docs/ENGINE.md) */
-    uint64_t reserved[7];
+    uint64_t tx_sends;      /* sendmsg calls that handed bytes to TCP (several
+                             * FPDUs each when coalesced, docs/ENGINE.md) */
+    uint64_t reserved[6];
 };
 
 #endif

@@ -426,6 +426,7 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
         return -EINVAL;
     if (n == 0)
         return 0;
+    uiw_cq_flush_tx(cq);
     got = cq_pop(cq, n, wc, &overflow, &drive);
     if (got == 0 && !overflow) {
         /* Poll-driven progress: receive processing on the attached QPs,
@@ -463,6 +464,7 @@ int uiw_op_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 {
     struct uiw_cq *cq = to_ucq(ibcq);
 
+    uiw_cq_flush_tx(cq);
     pthread_mutex_lock(&cq->lock);
     if (cq->ibcq.channel)
         atomic_store_explicit(&uiw_last_arm_ns, uiw_now_ns(), memory_order_relaxed);

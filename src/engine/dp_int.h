@@ -68,6 +68,7 @@ void dp_tx_release_await(struct uiw_qp *qp);
 void dp_tx_error_cleanup(struct uiw_qp *qp);
 /* Re-arm the socket's epoll registration (EPOLLOUT while blocked). */
 void dp_arm(struct uiw_qp *qp);
+void dp_tx_kick_cb(void *obj); /* the coalescing backstop timer (qp_tx.c) */
 /* Enter ERR after a protocol event: flush (qp.c), drop transmit/receive
  * state. */
 void dp_enter_error(struct uiw_qp *qp);

@@ -72,6 +72,7 @@ struct uiw_config {
                                   * FPDU (default 0; docs/INTEROP.md) */
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
     unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: progress.c "Spinning" (default 200) */
+    unsigned tx_coalesce_ns;     /* UIWARP_TX_COALESCE_US (in ns): qp_tx.c coalescing, 0 = off */
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
     unsigned peer_timeout_s;     /* UIWARP_PEER_TIMEOUT: dead-peer detection through TCP
                                   * keepalive and TCP_USER_TIMEOUT (default 30; 0 = off) */
@@ -265,6 +266,9 @@ struct uiw_cq {
     struct uiw_qp **qps;
     unsigned nqps, qps_cap;
     bool last_poll_got; /* the latest ibv_poll_cq returned completions */
+    /* attached QPs whose posted WRs wait for the transmitter (coalescing,
+     * qp_tx.c): ibv_poll_cq and ibv_req_notify_cq hand them over */
+    atomic_uint tx_deferred;
 };
 #define UIW_CQ_ARM_ALL       1
 #define UIW_CQ_ARM_SOLICITED 2
@@ -439,9 +443,10 @@ struct uiw_qp {
     bool rq_hold;
     bool srq_holding;
     struct uiw_qp *srq_hold_prev, *srq_hold_next;
-    bool rnr_timers;
+    bool rnr_timers; /* rnr_kick, rnr_limit and tx_kick initialised */
     struct uiw_timer rnr_kick, rnr_limit;
-    bool rnr_retry_set; /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
+    struct uiw_timer tx_kick; /* transmit coalescing's backstop (qp_tx.c) */
+    bool rnr_retry_set;       /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
 
     /* negotiated connection parameters */
     struct uiw_conn *conn;
@@ -467,6 +472,11 @@ struct uiw_qp {
     void *rx_state;                /* qp_rx.c private state (current message, staging buffer) */
     void *tx_state;                /* qp_tx.c private state (current FPDU batch) */
     bool want_write;               /* transmission blocked: EPOLLOUT armed */
+    /* transmit coalescing (qp_tx.c, docs/ENGINE.md "Transmit"), qp->lock */
+    uint64_t tx_post_ns;     /* when the latest ibv_post_send returned */
+    unsigned tx_defer_wrs;   /* WRs posted since the transmitter last ran */
+    uint64_t tx_defer_bytes; /* and their payload bytes */
+    bool tx_deferred;        /* counted in the CQs' tx_deferred */
 
     /* Terminate / error */
     bool term_sent, term_received;
@@ -602,6 +612,7 @@ int uiw_progress_del(int fd);
 /* struct uiw_timer: defined above (embedded in struct uiw_qp) */
 int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj);
 void uiw_timer_arm(struct uiw_timer *t, unsigned ms);
+void uiw_timer_arm_us(struct uiw_timer *t, unsigned us);
 void uiw_timer_disarm(struct uiw_timer *t);
 bool uiw_timer_pending(struct uiw_timer *t);
 void uiw_timer_fini(struct uiw_timer *t);
@@ -614,6 +625,9 @@ void uiw_progress_timer_cancel(uint64_t id);
  * each attached QP (trylock) so a polling application needs no thread
  * hand-off. */
 void uiw_cq_drive(struct uiw_cq *cq);
+/* Transmit coalescing: hand the work requests that attached QPs deferred
+ * to the transmitter (ibv_poll_cq, ibv_req_notify_cq; trylock per QP). */
+void uiw_cq_flush_tx(struct uiw_cq *cq);
 /* CLOCK_MONOTONIC ns of the last ibv_req_notify_cq on a CQ with a completion
  * channel (cq.c): someone waits for events, the progress thread spins */
 extern _Atomic uint64_t uiw_last_arm_ns;

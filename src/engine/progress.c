@@ -120,8 +120,8 @@ static void wake(void)
     (void)w; /* a full counter still wakes the thread */
 }
 
-/* epoll_wait timeout: ms until the earliest timer, rounded up; -1 if none. pg.lock held. */
-static int timeout_ms_locked(void)
+/* epoll_pwait2 timeout: ns until the earliest timer; -1 if none. pg.lock held. */
+static int64_t timeout_ns_locked(void)
 {
     uint64_t now, d;
 
@@ -130,8 +130,28 @@ static int timeout_ms_locked(void)
     now = uiw_now_ns();
     if (pg.heap[0]->deadline_ns <= now)
         return 0;
-    d = (pg.heap[0]->deadline_ns - now + 999999u) / 1000000u;
-    return d > 3600000u ? 3600000 : (int)d;
+    d = pg.heap[0]->deadline_ns - now;
+    return d > 3600000000000ull ? 3600000000000ll : (int64_t)d;
+}
+
+/* epoll_wait with a ns timeout (timers of microseconds: qp_tx.c); kernels
+ * before 5.11 lack epoll_pwait2: ms, rounded up */
+static int wait_ns(struct epoll_event *evs, int max, int64_t tmo)
+{
+    static bool no_pwait2;
+    struct timespec ts;
+
+    if (!no_pwait2) {
+        int n;
+
+        ts.tv_sec = tmo < 0 ? 0 : tmo / 1000000000;
+        ts.tv_nsec = tmo < 0 ? 0 : tmo % 1000000000;
+        n = epoll_pwait2(pg.epfd, evs, max, tmo < 0 ? NULL : &ts, NULL);
+        if (n >= 0 || errno != ENOSYS)
+            return n;
+        no_pwait2 = true;
+    }
+    return epoll_wait(pg.epfd, evs, max, tmo < 0 ? -1 : (int)((tmo + 999999) / 1000000));
 }
 
 /* ---- the timer heap (pg.lock held) ---- */
@@ -301,17 +321,18 @@ static void *progress_main(void *arg)
     set_nice();
     spin_ns = (uint64_t)uiw_config()->progress_spin_us * 1000u;
     for (;;) {
-        int n, tmo;
+        int n;
+        int64_t tmo;
 
         pthread_mutex_lock(&pg.lock);
         run_timers_locked();
-        tmo = timeout_ms_locked();
+        tmo = timeout_ns_locked();
         pthread_mutex_unlock(&pg.lock);
 
         spinning = tmo != 0 && should_spin(last_ev);
         if (spinning)
             tmo = 0;
-        n = epoll_wait(pg.epfd, evs, PG_MAX_EVENTS, tmo);
+        n = wait_ns(evs, PG_MAX_EVENTS, tmo);
         if (n > 0 && spin_ns)
             last_ev = uiw_now_ns();
         else if (n == 0 && spinning)
@@ -545,7 +566,7 @@ int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj)
     return 0;
 }
 
-void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
+static void timer_arm_ns(struct uiw_timer *t, uint64_t ns)
 {
     bool first;
 
@@ -556,7 +577,7 @@ void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
         pthread_mutex_unlock(&pg.lock);
         return;
     }
-    t->deadline_ns = uiw_now_ns() + (uint64_t)ms * 1000000u;
+    t->deadline_ns = uiw_now_ns() + ns;
     if (t->idx) {
         heap_down(t->idx - 1);
         heap_up(t->idx - 1);
@@ -568,6 +589,16 @@ void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
     pthread_mutex_unlock(&pg.lock);
     if (first)
         wake();
+}
+
+void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
+{
+    timer_arm_ns(t, (uint64_t)ms * 1000000u);
+}
+
+void uiw_timer_arm_us(struct uiw_timer *t, unsigned us)
+{
+    timer_arm_ns(t, (uint64_t)us * 1000u);
 }
 
 void uiw_timer_disarm(struct uiw_timer *t)
@@ -668,6 +699,32 @@ void uiw_progress_timer_cancel(uint64_t id)
         while (pg.timer_running_id == id)
             pthread_cond_wait(&pg.idle, &pg.lock);
     pthread_mutex_unlock(&pg.lock);
+}
+
+void uiw_cq_flush_tx(struct uiw_cq *cq)
+{
+    if (!atomic_load_explicit(&cq->tx_deferred, memory_order_relaxed))
+        return;
+    for (unsigned i = 0;; i++) {
+        struct uiw_qp *qp;
+
+        pthread_mutex_lock(&cq->lock);
+        if (i >= cq->nqps) {
+            pthread_mutex_unlock(&cq->lock);
+            break;
+        }
+        qp = cq->qps[i];
+        uiw_qp_get(qp);
+        pthread_mutex_unlock(&cq->lock);
+        /* lock order qp -> cq, as in uiw_cq_drive; a busy QP's holder (or
+         * the progress thread, which got the EPOLLOUT edge) transmits */
+        if (pthread_mutex_trylock(&qp->lock) == 0) {
+            if (qp->tx_deferred)
+                uiw_qp_tx_progress(qp);
+            pthread_mutex_unlock(&qp->lock);
+        }
+        uiw_qp_put(qp);
+    }
 }
 
 void uiw_cq_drive(struct uiw_cq *cq)

@@ -55,6 +55,11 @@
 #define TXB_HELD    8
 #define TXB_SPILLS  4
 #define TX_BUDGET   (16u << 20) /* bytes per call before yielding to other QPs */
+/* Coalescing (docs/ENGINE.md "Transmit"): deferred work that makes
+ * ibv_post_send transmit at once */
+#define TX_DEFER_WRS   64u
+#define TX_DEFER_BYTES (16u * 1024)
+#define TX_KICK_US     50u /* the progress thread's backstop */
 
 enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
 /* dp_tx.vol[]: what an iovec points into */
@@ -381,6 +386,7 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
         }
         if (qp->pcap)
             uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
+        qp->st->tx_sends++;
         t->sent += (size_t)n;
         while (n > 0) {
             struct iovec *v = &t->iov[t->cur];
@@ -1061,6 +1067,78 @@ void dp_tx_release_await(struct uiw_qp *qp)
         t->await = false;
 }
 
+/* ------------------------------------------------------------------------
+ * Coalescing
+ *
+ * One sendmsg per work request costs a trip through the TCP stack per WR
+ * (with TCP_NODELAY, one segment each). A WR posted within
+ * UIWARP_TX_COALESCE_US of the previous ibv_post_send on the QP (a program
+ * streaming WRs one call at a time, as perftest does) is queued instead, and
+ * goes out with the ones after it in one sendmsg, when the first of these
+ * comes: TX_DEFER_WRS WRs or TX_DEFER_BYTES bytes queued (then this post
+ * transmits), the program polls or arms a CQ of the QP (uiw_cq_flush_tx),
+ * or TX_KICK_US after the first deferral the progress thread's timer
+ * (dp_tx_kick_cb) transmits.
+ * A WR posted after a pause (a lone request, a ping-pong's next message)
+ * is transmitted by the posting call as before.
+ * ---------------------------------------------------------------------- */
+
+static void cq_deferred(struct uiw_qp *qp, int d)
+{
+    atomic_fetch_add_explicit(&qp->scq->tx_deferred, (unsigned)d, memory_order_relaxed);
+    if (qp->rcq && qp->rcq != qp->scq)
+        atomic_fetch_add_explicit(&qp->rcq->tx_deferred, (unsigned)d, memory_order_relaxed);
+}
+
+static void tx_undefer(struct uiw_qp *qp)
+{
+    qp->tx_defer_wrs = 0;
+    qp->tx_defer_bytes = 0;
+    if (qp->tx_deferred) {
+        qp->tx_deferred = false;
+        cq_deferred(qp, -1);
+        uiw_timer_disarm(&qp->tx_kick);
+    }
+}
+
+/* After posting wrs WRs of bytes payload bytes: whether to leave them to
+ * a later transmitter call. */
+static bool tx_defer(struct uiw_qp *qp, unsigned wrs, uint64_t bytes)
+{
+    unsigned win = uiw_config()->tx_coalesce_ns;
+
+    qp->tx_defer_wrs += wrs;
+    qp->tx_defer_bytes += bytes;
+    if (!win || !TX(qp) || qp->fd < 0 || qp->state != IBV_QPS_RTS)
+        return false;
+    if (qp->tx_defer_wrs >= TX_DEFER_WRS || qp->tx_defer_bytes >= TX_DEFER_BYTES)
+        return false;
+    if (uiw_now_ns() - qp->tx_post_ns >= win)
+        return false;
+    if (!qp->tx_deferred) {
+        qp->tx_deferred = true;
+        cq_deferred(qp, 1);
+        uiw_timer_arm_us(&qp->tx_kick, TX_KICK_US);
+    }
+    return true;
+}
+
+/* The backstop: the progress thread transmits what the application left
+ * deferred. It never waits for the QP lock: its holder is the application
+ * posting (it will come back) or a transmitter already. */
+void dp_tx_kick_cb(void *obj)
+{
+    struct uiw_qp *qp = obj;
+
+    if (pthread_mutex_trylock(&qp->lock) != 0) {
+        uiw_timer_arm_us(&qp->tx_kick, TX_KICK_US);
+        return;
+    }
+    if (qp->tx_deferred && qp->fd >= 0)
+        uiw_qp_tx_progress(qp);
+    pthread_mutex_unlock(&qp->lock);
+}
+
 int uiw_qp_tx_progress(struct uiw_qp *qp)
 {
     struct dp_tx *t = TX(qp);
@@ -1068,6 +1146,7 @@ int uiw_qp_tx_progress(struct uiw_qp *qp)
     bool blocked = false, yielded = false;
     size_t budget = TX_BUDGET;
 
+    tx_undefer(qp);
     if (!t || qp->fd < 0 || t->busy)
         return 0;
     t->busy = true;
@@ -1196,7 +1275,8 @@ void uiw_tx_revoke_mr(struct uiw_mr *mr)
 int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad)
 {
     int ret = 0;
-    bool posted = false;
+    unsigned posted = 0;
+    uint64_t bytes = 0;
 
     for (; wr; wr = wr->next) {
         struct uiw_sqe *e;
@@ -1271,12 +1351,16 @@ int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ib
         e->state = SQE_NEW;
         e->status = IBV_WC_SUCCESS;
         qp->sq_count++;
-        posted = true;
+        posted++;
+        bytes += len;
     }
     if (ret)
         *bad = wr;
-    if (posted)
-        uiw_qp_tx_progress(qp);
+    if (posted) {
+        if (!tx_defer(qp, posted, bytes))
+            uiw_qp_tx_progress(qp);
+        qp->tx_post_ns = uiw_now_ns();
+    }
     return ret;
 }
 
@@ -1318,6 +1402,7 @@ void dp_tx_free(struct uiw_qp *qp)
 {
     struct dp_tx *t = TX(qp);
 
+    tx_undefer(qp);
     if (!t)
         return;
     release_held(t);

@@ -200,10 +200,11 @@ static void text_qp(const struct uiw_stat_qp *s, void *arg)
     fmt_bytes(s->rx_copied, c, sizeof(c));
     uint64_t tot = s->rx_in_place + s->rx_copied;
     printf("    received in place %s (%.0f%%), copied %s; CRC errors %llu; Terminates sent %llu, "
-           "received %llu; receive-not-ready holds %llu\n",
+           "received %llu; receive-not-ready holds %llu; sendmsg calls %llu\n",
            a, tot ? 100.0 * (double)s->rx_in_place / (double)tot : 0.0, c,
            (unsigned long long)s->crc_errors, (unsigned long long)s->term_sent,
-           (unsigned long long)s->term_received, (unsigned long long)s->rnr_holds);
+           (unsigned long long)s->term_received, (unsigned long long)s->rnr_holds,
+           (unsigned long long)s->tx_sends);
 }
 
 static void text_proc(const struct proc *p)
@@ -278,10 +279,12 @@ static void json_qp(const struct uiw_stat_qp *s, void *arg)
     printf(", ");
     json_dir("rx", &s->rx);
     printf(", \"rx_in_place_bytes\": %llu, \"rx_copied_bytes\": %llu, \"crc_errors\": %llu, "
-           "\"terminates_sent\": %llu, \"terminates_received\": %llu, \"rnr_holds\": %llu}",
+           "\"terminates_sent\": %llu, \"terminates_received\": %llu, \"rnr_holds\": %llu, "
+           "\"tx_sends\": %llu}",
            (unsigned long long)s->rx_in_place, (unsigned long long)s->rx_copied,
            (unsigned long long)s->crc_errors, (unsigned long long)s->term_sent,
-           (unsigned long long)s->term_received, (unsigned long long)s->rnr_holds);
+           (unsigned long long)s->term_received, (unsigned long long)s->rnr_holds,
+           (unsigned long long)s->tx_sends);
     j->first = false;
 }
 

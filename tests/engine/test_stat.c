@@ -286,6 +286,8 @@ int main(void)
     CHECK_EQ(Q(flat, qb, "terminates_received"), 0);
     CHECK_EQ(Q(flat, qb, "rnr_holds"), 1);
     CHECK_EQ(Q(flat, qa, "rnr_holds"), 0);
+    /* sendmsg calls: at least one, at most one per FPDU */
+    CHECK(Q(flat, qa, "tx_sends") >= 1 && Q(flat, qa, "tx_sends") <= fa_tx);
 
     /* the text output names both QPs */
     {
@@ -298,7 +300,7 @@ int main(void)
         snprintf(qb_s, sizeof(qb_s), "QP %u ", qb);
         while (p && fgets(line, sizeof(line), p))
             seen |= (strstr(line, qa_s) ? 1 : 0) | (strstr(line, qb_s) ? 2 : 0) |
-                    (strstr(line, "receive-not-ready holds 1\n") ? 4 : 0);
+                    (strstr(line, "receive-not-ready holds 1; sendmsg calls ") ? 4 : 0);
         CHECK(p && pclose(p) == 0);
         CHECK_EQ(seen, 7);
     }
