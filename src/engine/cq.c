@@ -239,6 +239,8 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
         return NULL;
     }
     cq->cap = (unsigned)cqe;
+    cq->drive_ep = -1;
+    pthread_cond_init(&cq->drive_cv, NULL);
     pthread_mutex_init(&cq->lock, NULL);
     cq->ibcq.context = context;
     cq->ibcq.channel = channel;
@@ -296,6 +298,9 @@ UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
     pthread_mutex_destroy(&ibcq->mutex);
     pthread_cond_destroy(&ibcq->cond);
     pthread_mutex_destroy(&cq->lock);
+    pthread_cond_destroy(&cq->drive_cv);
+    if (cq->drive_ep >= 0)
+        close(cq->drive_ep);
     if (cq->ibcqx.start_poll) /* made by ibv_create_cq_ex (verbs_ex.c) */
         pthread_mutex_destroy(&cq->ex_lock);
     free(cq->ring);

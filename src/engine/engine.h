@@ -269,7 +269,16 @@ struct uiw_cq {
     /* attached QPs whose posted WRs wait for the transmitter (coalescing,
      * qp_tx.c): ibv_poll_cq and ibv_req_notify_cq hand them over */
     atomic_uint tx_deferred;
+    /* Poll-driven progress with many QPs (progress.c, uiw_cq_drive): an
+     * epoll set of the attached QPs' sockets (edge-triggered EPOLLIN, key:
+     * the QP), made when a poll first finds more than UIW_CQ_DRIVE_SCAN
+     * QPs attached, so an empty poll costs one epoll_wait, not a read per
+     * QP. drivers: threads using keys from it (cq_del_qp waits for 0). */
+    int drive_ep;
+    unsigned drivers;
+    pthread_cond_t drive_cv;
 };
+#define UIW_CQ_DRIVE_SCAN    1
 #define UIW_CQ_ARM_ALL       1
 #define UIW_CQ_ARM_SOLICITED 2
 
@@ -628,6 +637,12 @@ void uiw_cq_drive(struct uiw_cq *cq);
 /* Transmit coalescing: hand the work requests that attached QPs deferred
  * to the transmitter (ibv_poll_cq, ibv_req_notify_cq; trylock per QP). */
 void uiw_cq_flush_tx(struct uiw_cq *cq);
+/* A QP of the CQ got its socket (qp->lock held): into the CQ's readiness
+ * set, if it has one. */
+void uiw_cq_drive_add(struct uiw_cq *cq, struct uiw_qp *qp);
+/* ... and out of it before the socket is closed (a forked child may keep
+ * the socket, and with it the registration, alive) */
+void uiw_cq_drive_del(struct uiw_cq *cq, struct uiw_qp *qp);
 /* CLOCK_MONOTONIC ns of the last ibv_req_notify_cq on a CQ with a completion
  * channel (cq.c): someone waits for events, the progress thread spins */
 extern _Atomic uint64_t uiw_last_arm_ns;

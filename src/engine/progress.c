@@ -727,9 +727,111 @@ void uiw_cq_flush_tx(struct uiw_cq *cq)
     }
 }
 
+void uiw_cq_drive_add(struct uiw_cq *cq, struct uiw_qp *qp)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = qp};
+
+    pthread_mutex_lock(&cq->lock);
+    if (cq->drive_ep >= 0 && qp->fd >= 0)
+        (void)epoll_ctl(cq->drive_ep, EPOLL_CTL_ADD, qp->fd, &ev); /* EEXIST: is in */
+    pthread_mutex_unlock(&cq->lock);
+}
+
+void uiw_cq_drive_del(struct uiw_cq *cq, struct uiw_qp *qp)
+{
+    pthread_mutex_lock(&cq->lock);
+    if (cq->drive_ep >= 0 && qp->fd >= 0)
+        (void)epoll_ctl(cq->drive_ep, EPOLL_CTL_DEL, qp->fd, NULL);
+    pthread_mutex_unlock(&cq->lock);
+}
+
+/* Make the CQ's readiness set and put the QPs attached so far in it (those
+ * that get a socket later add themselves, uiw_cq_drive_add). */
+static void drive_ep_make(struct uiw_cq *cq)
+{
+    int ep = epoll_create1(EPOLL_CLOEXEC);
+
+    if (ep < 0)
+        return; /* scan on */
+    pthread_mutex_lock(&cq->lock);
+    if (cq->drive_ep >= 0) {
+        pthread_mutex_unlock(&cq->lock);
+        close(ep);
+        return;
+    }
+    cq->drive_ep = ep;
+    pthread_mutex_unlock(&cq->lock);
+    for (unsigned i = 0;; i++) {
+        struct uiw_qp *qp;
+
+        pthread_mutex_lock(&cq->lock);
+        if (i >= cq->nqps) {
+            pthread_mutex_unlock(&cq->lock);
+            break;
+        }
+        qp = cq->qps[i];
+        uiw_qp_get(qp);
+        pthread_mutex_unlock(&cq->lock);
+        pthread_mutex_lock(&qp->lock); /* qp->fd; order qp -> cq */
+        uiw_cq_drive_add(cq, qp);
+        pthread_mutex_unlock(&qp->lock);
+        uiw_qp_put(qp);
+    }
+}
+
+/* The readiness set's way: only QPs whose socket got data since the last
+ * look. Edge-triggered: data the progress thread (which has its own edge)
+ * or an earlier poll consumed gives at most a read that finds nothing. */
+static void drive_ready(struct uiw_cq *cq, int ep)
+{
+    struct epoll_event evs[16];
+    bool busy = false;
+    int n;
+
+    pthread_mutex_lock(&cq->lock);
+    cq->drivers++;
+    pthread_mutex_unlock(&cq->lock);
+    n = epoll_wait(ep, evs, 16, 0);
+    for (int i = 0; i < n; i++) {
+        struct uiw_qp *qp = evs[i].data.ptr; /* alive: cq_del_qp waits for drivers */
+
+        if (pthread_mutex_trylock(&qp->lock) == 0) {
+            if (qp->fd >= 0)
+                uiw_qp_rx_poll(qp);
+            pthread_mutex_unlock(&qp->lock);
+        } else {
+            busy = true;
+        }
+    }
+    pthread_mutex_lock(&cq->lock);
+    if (--cq->drivers == 0)
+        pthread_cond_broadcast(&cq->drive_cv);
+    pthread_mutex_unlock(&cq->lock);
+    if (busy)
+        sched_yield();
+}
+
 void uiw_cq_drive(struct uiw_cq *cq)
 {
     bool busy = false;
+
+    int ep;
+    bool many;
+
+    pthread_mutex_lock(&cq->lock);
+    ep = cq->drive_ep;
+    many = cq->nqps > UIW_CQ_DRIVE_SCAN;
+    pthread_mutex_unlock(&cq->lock);
+    if (ep < 0 && many) {
+        drive_ep_make(cq);
+        pthread_mutex_lock(&cq->lock);
+        ep = cq->drive_ep;
+        pthread_mutex_unlock(&cq->lock);
+    }
+    if (ep >= 0) {
+        drive_ready(cq, ep);
+        return;
+    }
 
     for (unsigned i = 0;; i++) {
         struct uiw_qp *qp;

@@ -29,6 +29,7 @@
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -426,6 +427,7 @@ static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 
 static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 {
+    pthread_mutex_lock(&qp->lock); /* qp->fd; order qp -> cq */
     pthread_mutex_lock(&cq->lock);
     for (unsigned i = 0; i < cq->nqps; i++) {
         if (cq->qps[i] == qp) {
@@ -433,7 +435,16 @@ static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
             break;
         }
     }
+    /* out of the CQ's readiness set; a poll that took the QP from it
+     * before is done with it when drivers is 0 (progress.c) */
+    if (cq->drive_ep >= 0) {
+        if (qp->fd >= 0)
+            (void)epoll_ctl(cq->drive_ep, EPOLL_CTL_DEL, qp->fd, NULL);
+        while (cq->drivers)
+            pthread_cond_wait(&cq->drive_cv, &cq->lock);
+    }
     pthread_mutex_unlock(&cq->lock);
+    pthread_mutex_unlock(&qp->lock);
 }
 
 static void qp_free(struct uiw_qp *qp)
@@ -699,6 +710,9 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
             shutdown(qp->fd, SHUT_RDWR);
         } else if (attr->qp_state == IBV_QPS_RESET) {
             shutdown(qp->fd, SHUT_RDWR);
+            uiw_cq_drive_del(qp->scq, qp);
+            if (qp->rcq != qp->scq)
+                uiw_cq_drive_del(qp->rcq, qp);
             release_fd = qp->fd;
             qp->fd = -1;
             uiw_cap_close(qp->pcap, false);

@@ -278,6 +278,9 @@ int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
         qp->fd = -1;
         goto out;
     }
+    uiw_cq_drive_add(qp->scq, qp);
+    if (qp->rcq != qp->scq)
+        uiw_cq_drive_add(qp->rcq, qp);
     uiw_stat_connected(qp, !mpa->await_rtr); /* a responder always awaits the first FPDU */
     uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
             qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,

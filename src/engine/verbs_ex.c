@@ -70,6 +70,7 @@ static int cqx_start_poll(struct ibv_cq_ex *cx, struct ibv_poll_cq_attr *attr)
 
     if (attr && attr->comp_mask)
         return EINVAL;
+    uiw_cq_flush_tx(cq); /* coalesced WRs (qp_tx.c), as ibv_poll_cq */
     if (cqx_locked(cq))
         pthread_mutex_lock(&cq->ex_lock);
     ret = cqx_pop(cq);
