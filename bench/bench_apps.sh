@@ -100,14 +100,24 @@ rows=()
 # row PROGRAM MODE SIZE STATUS METRIC VALUE UNIT EXTRA KIND
 #   KIND: bw (compare with tcp_bw, MB/s), lat (tcp_lat, us: one way, half
 #   a round trip, as perftest's send/write latency and qperf's rc_lat),
-#   rtt (2 x tcp_lat: a whole round trip, as a Read's latency), none
+#   rtt (2 x tcp_lat: a whole round trip, as a Read's latency), rate
+#   (messages/s against tcp_bw / size: TCP's rate of messages of that
+#   size), cost (qperf send_cost, ms/GB, against tcp_bw's), none
 row() {
     local prog=$1 mode=$2 size=$3 status=$4 metric=$5 value=$6 unit=$7 extra=$8 kind=$9
     local tname=- tval=- ratio=-
-    if [ "$kind" = bw ] || [ "$kind" = lat ] || [ "$kind" = rtt ]; then
+    if [ "$kind" = bw ] || [ "$kind" = lat ] || [ "$kind" = rtt ] || [ "$kind" = rate ] || [ "$kind" = cost ]; then
         if [ "$kind" = bw ]; then
             tname=tcp_bw
             tval=${tcp_bw[$size]:-}
+        elif [ "$kind" = rate ]; then
+            # TCP's message rate: tcp_bw (MB/s) / size (B) = M messages/s
+            tname="tcp_bw / size"
+            tval=${tcp_bw[$size]:-}
+            [ -n "$tval" ] && tval=$(awk -v a="$tval" -v s="$size" 'BEGIN { printf "%.4f", a / s }')
+        elif [ "$kind" = cost ]; then
+            tname="tcp_bw send_cost"
+            tval=${tcp_cost[$size]:-}
         elif [ "$kind" = lat ]; then
             tname=tcp_lat
             tval=${tcp_lat[$size]:-}
@@ -146,7 +156,7 @@ qperf_val() { # FILE FIELD -> number in MB/s (bw) / us (latency) / K/s (msg_rate
 # ------------------------------------------------------------------------
 # TCP reference: qperf tcp_bw / tcp_lat at every size used below
 # ------------------------------------------------------------------------
-declare -A tcp_bw tcp_lat
+declare -A tcp_bw tcp_lat tcp_cost
 qt=2
 [ $quick = 1 ] && qt=1
 sizes_bw="64 4096 65536 1048576"
@@ -158,8 +168,9 @@ if have qperf; then
     procs+=("$tpid")
     if wait_listen "$port" 10; then
         for s in $sizes_bw 8; do
-            timeout 30 qperf 127.0.0.1 -lp "$port" -t $qt -m "$s" tcp_bw >"$tmp/tcp_bw.$s" 2>&1
+            timeout 30 qperf 127.0.0.1 -lp "$port" -t $qt -m "$s" -v tcp_bw >"$tmp/tcp_bw.$s" 2>&1
             tcp_bw[$s]=$(qperf_val "$tmp/tcp_bw.$s" bw)
+            tcp_cost[$s]=$(qperf_val "$tmp/tcp_bw.$s" send_cost)
         done
         for s in $sizes_lat 1048576; do
             timeout 30 qperf 127.0.0.1 -lp "$port" -t $qt -m "$s" tcp_lat >"$tmp/tcp_lat.$s" 2>&1
@@ -194,7 +205,9 @@ perftest_bw() { # PROG SIZE [EXTRA ARGS]
     # "#bytes #iterations BW peak BW average MsgRate"
     line=$(perftest_line "$tmp/$name.client")
     set -- $line
-    if [ $pair_ok = 1 ] && [ $# -ge 5 ]; then
+    if [ $pair_ok = 1 ] && [ $# -ge 5 ] && [ "$s" -le 64 ]; then
+        row "$p -R" "message rate" "$s" PASS MsgRate "$5" Mpps "BW average $4 MB/s" rate
+    elif [ $pair_ok = 1 ] && [ $# -ge 5 ]; then
         row "$p -R" bw "$s" PASS "BW average" "$4" MB/s "$(printf '%.4f Mpps' "$5")" bw
     else
         row "$p -R" bw "$s" FAIL "BW average" - MB/s "" bw
@@ -263,33 +276,42 @@ fi
 # ------------------------------------------------------------------------
 # qperf -cm1
 # ------------------------------------------------------------------------
-qperf_case() { # TEST SIZE FIELD KIND [OPTIONS]
-    local t=$1 s=$2 f=$3 kind=$4 o=${5:-} name=qperf-$1-$2${5:+-P} v unit m=""
+qperf_case() { # TEST SIZE FIELD KIND [OPTIONS [ENV]]: ENV (VAR=VALUE) for both sides
+    local t=$1 s=$2 f=$3 kind=$4 o=${5:-} e=${6:-} v unit m="" c
+    local name=qperf-$1-$2${5:+-P}${e:+-${e//[^A-Za-z0-9]/_}}
     [ "$s" != - ] && m="-m $s"
     port=$(free_port)
-    pair "$name" 60 "$UIW_LD" "qperf -lp $port" \
-        "bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t $qt $o $m $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'"
+    pair "$name" 60 "$UIW_LD" "env $e qperf -lp $port" \
+        "env $e bash -c 'qperf 127.0.0.1 -lp $port -cm1 -t $qt -v $o $m $t; rc=\$?; qperf 127.0.0.1 -lp $port quit; exit \$rc'"
     v=$(qperf_val "$tmp/$name.client" "$f")
     case $f in bw) unit=MB/s ;; latency) unit=us ;; *) unit=K/s ;; esac
     if grep -Eq 'failed|unexpected|timed out|error' "$tmp/$name.client" "$tmp/$name.server"; then
         pair_ok=0
     fi
     if [ $pair_ok = 1 ] && [ -n "$v" ]; then
-        row "qperf -cm1${o:+ $o}" "$t" "$s" PASS "$f" "$v" "$unit" "" "$kind"
+        row "qperf -cm1${o:+ $o}${e:+ $e}" "$t" "$s" PASS "$f" "$v" "$unit" "" "$kind"
+        c=$(qperf_val "$tmp/$name.client" send_cost)
+        if [ "$kind" = bw ] && [ -n "$c" ] && { [ "$s" = 65536 ] || [ "$s" = 1048576 ]; }; then
+            row "qperf -cm1${o:+ $o}${e:+ $e}" "$t" "$s" PASS send_cost "$c" ms/GB "" cost
+        fi
     else
-        row "qperf -cm1${o:+ $o}" "$t" "$s" FAIL "$f" - "$unit" "" "$kind"
+        row "qperf -cm1${o:+ $o}${e:+ $e}" "$t" "$s" FAIL "$f" - "$unit" "" "$kind"
     fi
 }
 if have qperf; then
-    for s in 64 4096; do
+    for s in 8 64 4096 65536; do
         qperf_case rc_lat "$s" latency lat
         qperf_case rc_rdma_write_lat "$s" latency lat
         qperf_case rc_rdma_read_lat "$s" latency rtt
     done
+    # MPA CRC required on both sides
+    qperf_case rc_lat 65536 latency lat "" UIWARP_CRC=required
     # qperf waits for completion events by default; -P 1 polls the CQ
     qperf_case rc_lat 64 latency lat "-P 1"
     qperf_case rc_rdma_read_lat 64 latency rtt "-P 1"
-    for s in 64 65536; do
+    for s in $sizes_bw; do
+        qperf_case rc_rdma_write_bw "$s" bw bw
+        qperf_case rc_bw "$s" bw bw
         qperf_case rc_rdma_read_bw "$s" bw bw
     done
     qperf_case rc_compare_swap_mr - msg_rate none
@@ -342,6 +364,21 @@ if have rping; then
             row rping "$iters iterations" "$s" FAIL "us/iteration" - us "" lat
         fi
         ran=1
+    done
+fi
+
+# ------------------------------------------------------------------------
+# An empty ibv_poll_cq on a CQ shared by N QPs (bench_cq, the engine's
+# static build)
+# ------------------------------------------------------------------------
+if [ -x "$BUILD/bin/bench_cq" ]; then
+    for n in 1 100 2000; do
+        v=$("$BUILD/bin/bench_cq" "$n" 2>/dev/null | awk '/ns per empty/ { print $3 }')
+        if [ -n "$v" ]; then
+            row bench_cq "empty ibv_poll_cq, $n QPs" - PASS "ns per poll" "$v" ns "" none
+        else
+            row bench_cq "empty ibv_poll_cq, $n QPs" - FAIL "ns per poll" - ns "" none
+        fi
     done
 fi
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Plot bench_apps.sh's CSV as an SVG: one panel for bandwidth rows and one
-for latency rows, each a grouped bar chart of the ratio uiwarp / TCP (same
+"""Plot bench_apps.sh's CSV as an SVG: one panel each for bandwidth,
+message rate, latency and CPU cost rows, each a grouped bar chart of the ratio uiwarp / TCP (same
 run) per program and message size, with the 1.0 line (TCP) drawn across.
 For bandwidth higher is better; for latency lower is better.
 
@@ -84,12 +84,16 @@ def main():
     rows = load(sys.argv[1])
     title = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--title" else "uiwarp / TCP"
     bw = [r for r in rows if r[3] == "tcp_bw"]
-    lat = [r for r in rows if r[3] != "tcp_bw"]
+    rate = [r for r in rows if r[3] == "tcp_bw / size"]
+    cost = [r for r in rows if r[3] == "tcp_bw send_cost"]
+    lat = [r for r in rows if r[3] in ("tcp_lat", "2 x tcp_lat")]
     W, H = 960, 360
     out = []
     y = 50
     for part, name, better in ((bw, "bandwidth", "higher is better"),
-                               (lat, "latency", "lower is better")):
+                               (rate, "message rate", "higher is better"),
+                               (lat, "latency", "lower is better"),
+                               (cost, "CPU cost (send_cost)", "lower is better")):
         if part:
             extra = panel(out, part, 0, y, W, H, f"{title}: {name}", better)
             y += H + extra + 70
