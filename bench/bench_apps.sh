@@ -102,11 +102,14 @@ rows=()
 #   a round trip, as perftest's send/write latency and qperf's rc_lat),
 #   rtt (2 x tcp_lat: a whole round trip, as a Read's latency), rate
 #   (messages/s against tcp_bw / size: TCP's rate of messages of that
-#   size), cost (qperf send_cost, ms/GB, against tcp_bw's), none
+#   size), cost (qperf send_cost, ms/GB, against tcp_bw's), ref (against
+#   REF_VAL, named REF_NAME: the same program over its own TCP transport),
+#   none
 row() {
     local prog=$1 mode=$2 size=$3 status=$4 metric=$5 value=$6 unit=$7 extra=$8 kind=$9
     local tname=- tval=- ratio=-
-    if [ "$kind" = bw ] || [ "$kind" = lat ] || [ "$kind" = rtt ] || [ "$kind" = rate ] || [ "$kind" = cost ]; then
+    if [ "$kind" = bw ] || [ "$kind" = lat ] || [ "$kind" = rtt ] || [ "$kind" = rate ] || [ "$kind" = cost ] ||
+        [ "$kind" = ref ]; then
         if [ "$kind" = bw ]; then
             tname=tcp_bw
             tval=${tcp_bw[$size]:-}
@@ -118,6 +121,10 @@ row() {
         elif [ "$kind" = cost ]; then
             tname="tcp_bw send_cost"
             tval=${tcp_cost[$size]:-}
+        elif [ "$kind" = ref ]; then
+            # the same program over another transport, measured just before
+            tname=$REF_NAME
+            tval=$REF_VAL
         elif [ "$kind" = lat ]; then
             tname=tcp_lat
             tval=${tcp_lat[$size]:-}
@@ -365,6 +372,60 @@ if have rping; then
         fi
         ran=1
     done
+fi
+
+# ------------------------------------------------------------------------
+# Open MPI (cm PML, ofi MTL, verbs;ofi_rxm over uiwarp) beside Open MPI's
+# own TCP transport (ob1 PML, tcp BTL); libfabric's fi_pingpong on the
+# verbs provider beside libfabric's tcp provider
+# ------------------------------------------------------------------------
+if have mpirun && have mpicc &&
+    mpicc -std=gnu17 -O2 -o "$tmp/mpi_bench" "$here/mpi_bench.c" >"$tmp/mpicc.log" 2>&1; then
+    mpi_base=(--oversubscribe -np 2)
+    [ "$(id -u)" = 0 ] && mpi_base=(--allow-run-as-root "${mpi_base[@]}")
+    q=
+    [ $quick = 1 ] && q=--quick
+    timeout 300 mpirun "${mpi_base[@]}" --mca pml ob1 --mca btl tcp,self --mca btl_tcp_if_include lo \
+        "$tmp/mpi_bench" $q >"$tmp/mpi.tcp" 2>&1
+    timeout 300 "$BUILD/bin/uiwarp" run mpirun "${mpi_base[@]}" --mca pml cm --mca mtl ofi \
+        --mca mtl_ofi_provider_include 'verbs;ofi_rxm' "$tmp/mpi_bench" $q >"$tmp/mpi.uiw" 2>&1
+    for k in "lat 1" "lat 4096" "bw 65536" "bw 1048576"; do
+        set -- $k
+        REF_NAME="Open MPI btl tcp ($1)"
+        REF_VAL=$(awk -v k="$1" -v s="$2" '$1 == k && $2 == s { print $3 }' "$tmp/mpi.tcp")
+        v=$(awk -v k="$1" -v s="$2" '$1 == k && $2 == s { print $3 }' "$tmp/mpi.uiw")
+        [ -n "$REF_VAL" ] || REF_VAL=-
+        unit=us
+        [ "$1" = bw ] && unit=MB/s
+        if [ -n "$v" ] && grep -q '^OK: 0 bad' "$tmp/mpi.uiw"; then
+            row "Open MPI mtl ofi verbs;ofi_rxm" "$1" "$2" PASS "$1" "$v" $unit "" ref
+        else
+            row "Open MPI mtl ofi verbs;ofi_rxm" "$1" "$2" FAIL "$1" - $unit "" ref
+        fi
+    done
+    ran=1
+fi
+if have fi_pingpong; then
+    n=20000
+    [ $quick = 1 ] && n=4000
+    for prov in tcp verbs; do
+        port=$(free_port)
+        ld=
+        [ $prov = verbs ] && ld=$UIW_LD
+        pair "fi_pingpong-$prov" 60 "$ld" "fi_pingpong -p $prov -e msg -B $port -I $n -S 64" \
+            "fi_pingpong -p $prov -e msg -P $port -I $n -S 64 127.0.0.1"
+        # "bytes #sent #ack total time MB/sec usec/xfer Mxfers/sec"
+        v=$(awk '$1 == 64 { print $7 }' "$tmp/fi_pingpong-$prov.client")
+        if [ $prov = tcp ]; then
+            REF_NAME="fi_pingpong -p tcp (lat)"
+            REF_VAL=${v:--}
+        elif [ $pair_ok = 1 ] && [ -n "$v" ]; then
+            row "fi_pingpong -p verbs -e msg" "usec/xfer" 64 PASS "usec/xfer" "$v" us "" ref
+        else
+            row "fi_pingpong -p verbs -e msg" "usec/xfer" 64 FAIL "usec/xfer" - us "" ref
+        fi
+    done
+    ran=1
 fi
 
 # ------------------------------------------------------------------------

@@ -83,10 +83,10 @@ def main():
         return 2
     rows = load(sys.argv[1])
     title = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--title" else "uiwarp / TCP"
-    bw = [r for r in rows if r[3] == "tcp_bw"]
+    bw = [r for r in rows if r[3] == "tcp_bw" or r[3].endswith("(bw)")]
     rate = [r for r in rows if r[3] == "tcp_bw / size"]
     cost = [r for r in rows if r[3] == "tcp_bw send_cost"]
-    lat = [r for r in rows if r[3] in ("tcp_lat", "2 x tcp_lat")]
+    lat = [r for r in rows if r[3] in ("tcp_lat", "2 x tcp_lat") or r[3].endswith("(lat)")]
     W, H = 960, 360
     out = []
     y = 50

@@ -9,7 +9,9 @@
 #      UIWARP_FUZZ_SECONDS seconds (default 60; 0 skips), seeded from the
 #      reference captures;
 #   5. the Linux siw interop matrix, CI part (tests/siw/interop.sh --ci:
-#      boots the ../shared/siw-peer VM; UIWARP_SIW=0 skips it).
+#      boots the ../shared/siw-peer VM; UIWARP_SIW=0 skips it);
+#   and the benchmark's quick mode (bench/bench_apps.sh --quick), to prove
+#   it runs.
 # Exits non-zero when anything fails; the last line sums it up.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -82,6 +84,21 @@ if bash scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 else
     echo "TSan build failed"
     failed=$((failed + 1))
+fi
+
+# The benchmark's quick mode, only to prove that it runs (its figures are
+# not judged here: thresholds belong to the benchmark, docs/PERFORMANCE.md).
+if [ -x build/bin/uiwarp ]; then
+    stage "benchmark, quick mode (bench/bench_apps.sh --quick)"
+    if UIWARP_BUILD=build bash bench/bench_apps.sh --quick >build/bench-quick.md 2>build/bench-quick.log &&
+        grep -q '| PASS |' build/bench-quick.md; then
+        echo "benchmark: $(grep -c '| PASS |' build/bench-quick.md) rows, $(grep -c '| FAIL |' build/bench-quick.md) programs failed (build/bench-quick.md)"
+        passed=$((passed + 1))
+    else
+        tail -20 build/bench-quick.log
+        echo "benchmark: did not run"
+        failed=$((failed + 1))
+    fi
 fi
 
 if [ "$fuzz_secs" -gt 0 ]; then
