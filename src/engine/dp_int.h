@@ -68,7 +68,9 @@ void dp_tx_release_await(struct uiw_qp *qp);
 void dp_tx_error_cleanup(struct uiw_qp *qp);
 /* Re-arm the socket's epoll registration (EPOLLOUT while blocked). */
 void dp_arm(struct uiw_qp *qp);
-void dp_tx_kick_cb(void *obj); /* the coalescing backstop timer (qp_tx.c) */
+/* Off the coalescing backstop's list, nothing deferred (qp->lock held;
+ * ibv_destroy_qp before it waits for the QP's references). */
+void dp_tx_undefer(struct uiw_qp *qp);
 /* Enter ERR after a protocol event: flush (qp.c), drop transmit/receive
  * state. */
 void dp_enter_error(struct uiw_qp *qp);

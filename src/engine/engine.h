@@ -452,10 +452,9 @@ struct uiw_qp {
     bool rq_hold;
     bool srq_holding;
     struct uiw_qp *srq_hold_prev, *srq_hold_next;
-    bool rnr_timers; /* rnr_kick, rnr_limit and tx_kick initialised */
+    bool rnr_timers; /* rnr_kick, rnr_limit initialised */
     struct uiw_timer rnr_kick, rnr_limit;
-    struct uiw_timer tx_kick; /* transmit coalescing's backstop (qp_tx.c) */
-    bool rnr_retry_set;       /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
+    bool rnr_retry_set; /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
 
     /* negotiated connection parameters */
     struct uiw_conn *conn;
@@ -485,7 +484,8 @@ struct uiw_qp {
     uint64_t tx_post_ns;     /* when the latest ibv_post_send returned */
     unsigned tx_defer_wrs;   /* WRs posted since the transmitter last ran */
     uint64_t tx_defer_bytes; /* and their payload bytes */
-    bool tx_deferred;        /* counted in the CQs' tx_deferred */
+    bool tx_deferred;        /* counted in the CQs' tx_deferred, on the backstop's list */
+    struct uiw_qp *tx_defer_prev, *tx_defer_next; /* that list (qp_tx.c) */
 
     /* Terminate / error */
     bool term_sent, term_received;
@@ -621,7 +621,6 @@ int uiw_progress_del(int fd);
 /* struct uiw_timer: defined above (embedded in struct uiw_qp) */
 int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj);
 void uiw_timer_arm(struct uiw_timer *t, unsigned ms);
-void uiw_timer_arm_us(struct uiw_timer *t, unsigned us);
 void uiw_timer_disarm(struct uiw_timer *t);
 bool uiw_timer_pending(struct uiw_timer *t);
 void uiw_timer_fini(struct uiw_timer *t);

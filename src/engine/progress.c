@@ -596,11 +596,6 @@ void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
     timer_arm_ns(t, (uint64_t)ms * 1000000u);
 }
 
-void uiw_timer_arm_us(struct uiw_timer *t, unsigned us)
-{
-    timer_arm_ns(t, (uint64_t)us * 1000u);
-}
-
 void uiw_timer_disarm(struct uiw_timer *t)
 {
     if (!t)

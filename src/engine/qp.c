@@ -611,6 +611,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     pthread_mutex_lock(&qp->lock);
     fd = qp->fd;
     rnr_timers = qp->rnr_timers;
+    dp_tx_undefer(qp); /* off the backstop's list before the wait (3.) */
     pthread_mutex_unlock(&qp->lock);
     if (fd >= 0)
         uiw_progress_del(fd);
@@ -621,7 +622,6 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     if (rnr_timers) {
         uiw_timer_fini(&qp->rnr_kick);
         uiw_timer_fini(&qp->rnr_limit);
-        uiw_timer_fini(&qp->tx_kick);
     }
     /* 3. every other holder is gone */
     pthread_mutex_lock(&ibqp->mutex);
@@ -713,6 +713,7 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
             uiw_cq_drive_del(qp->scq, qp);
             if (qp->rcq != qp->scq)
                 uiw_cq_drive_del(qp->rcq, qp);
+            dp_tx_undefer(qp);
             release_fd = qp->fd;
             qp->fd = -1;
             uiw_cap_close(qp->pcap, false);

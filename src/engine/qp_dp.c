@@ -239,16 +239,10 @@ int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
     if (!r)
         r = dp_rx_attach(qp);
     if (!r && !qp->rnr_timers) {
-        /* receiver not ready (qp_rx.c): the kick and the limit; the
-         * transmitter's coalescing backstop (qp_tx.c) */
+        /* receiver not ready (qp_rx.c): the kick and the limit */
         r = uiw_timer_init(&qp->rnr_kick, dp_rnr_timer_cb, qp);
         if (!r) {
             r = uiw_timer_init(&qp->rnr_limit, dp_rnr_timer_cb, qp);
-            if (!r) {
-                r = uiw_timer_init(&qp->tx_kick, dp_tx_kick_cb, qp);
-                if (r)
-                    uiw_timer_fini(&qp->rnr_limit);
-            }
             if (r)
                 uiw_timer_fini(&qp->rnr_kick);
         }

@@ -41,6 +41,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/timerfd.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -1077,11 +1078,49 @@ void dp_tx_release_await(struct uiw_qp *qp)
  * goes out with the ones after it in one sendmsg, when the first of these
  * comes: TX_DEFER_WRS WRs or TX_DEFER_BYTES bytes queued (then this post
  * transmits), the program polls or arms a CQ of the QP (uiw_cq_flush_tx),
- * or TX_KICK_US after the first deferral the progress thread's timer
- * (dp_tx_kick_cb) transmits.
+ * or the backstop fires.
  * A WR posted after a pause (a lone request, a ping-pong's next message)
  * is transmitted by the posting call as before.
+ *
+ * The backstop: one timerfd per process, in the progress thread's epoll
+ * set, and the list of QPs holding deferred WRs. The first deferral while
+ * it is not armed arms it for TX_KICK_US; it is never disarmed (the
+ * program usually flushes first: the firing then finds an empty list), so
+ * a streaming program costs the progress thread at most one wake-up per
+ * TX_KICK_US, and an arming is one timerfd_settime, no wake-up.
  * ---------------------------------------------------------------------- */
+
+static struct {
+    pthread_once_t once;
+    int tfd; /* -1: no backstop, so no coalescing */
+    pthread_mutex_t lock;
+    struct uiw_qp *head; /* deferred QPs: tx_defer_prev/next, under lock */
+    bool armed;
+} bs = {.once = PTHREAD_ONCE_INIT, .tfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+
+static void bs_fire(void *obj, uint32_t events);
+
+static void bs_init(void)
+{
+    int fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+
+    if (fd < 0)
+        return;
+    if (uiw_progress_add(fd, EPOLLIN, bs_fire, NULL) < 0) {
+        close(fd);
+        return;
+    }
+    bs.tfd = fd;
+}
+
+/* bs.lock held */
+static void bs_arm_locked(void)
+{
+    struct itimerspec it = {.it_value = {.tv_nsec = TX_KICK_US * 1000}};
+
+    if (!bs.armed && timerfd_settime(bs.tfd, 0, &it, NULL) == 0)
+        bs.armed = true;
+}
 
 static void cq_deferred(struct uiw_qp *qp, int d)
 {
@@ -1090,15 +1129,29 @@ static void cq_deferred(struct uiw_qp *qp, int d)
         atomic_fetch_add_explicit(&qp->rcq->tx_deferred, (unsigned)d, memory_order_relaxed);
 }
 
+/* qp->lock held: nothing of the QP is deferred any more */
 static void tx_undefer(struct uiw_qp *qp)
 {
     qp->tx_defer_wrs = 0;
     qp->tx_defer_bytes = 0;
-    if (qp->tx_deferred) {
-        qp->tx_deferred = false;
-        cq_deferred(qp, -1);
-        uiw_timer_disarm(&qp->tx_kick);
-    }
+    if (!qp->tx_deferred)
+        return;
+    qp->tx_deferred = false;
+    cq_deferred(qp, -1);
+    pthread_mutex_lock(&bs.lock);
+    if (qp->tx_defer_prev)
+        qp->tx_defer_prev->tx_defer_next = qp->tx_defer_next;
+    else
+        bs.head = qp->tx_defer_next;
+    if (qp->tx_defer_next)
+        qp->tx_defer_next->tx_defer_prev = qp->tx_defer_prev;
+    qp->tx_defer_prev = qp->tx_defer_next = NULL;
+    pthread_mutex_unlock(&bs.lock);
+}
+
+void dp_tx_undefer(struct uiw_qp *qp)
+{
+    tx_undefer(qp);
 }
 
 /* After posting wrs WRs of bytes payload bytes: whether to leave them to
@@ -1115,28 +1168,63 @@ static bool tx_defer(struct uiw_qp *qp, unsigned wrs, uint64_t bytes)
         return false;
     if (uiw_now_ns() - qp->tx_post_ns >= win)
         return false;
+    pthread_once(&bs.once, bs_init);
+    if (bs.tfd < 0)
+        return false;
     if (!qp->tx_deferred) {
         qp->tx_deferred = true;
         cq_deferred(qp, 1);
-        uiw_timer_arm_us(&qp->tx_kick, TX_KICK_US);
+        pthread_mutex_lock(&bs.lock);
+        qp->tx_defer_prev = NULL;
+        qp->tx_defer_next = bs.head;
+        if (bs.head)
+            bs.head->tx_defer_prev = qp;
+        bs.head = qp;
+        bs_arm_locked();
+        pthread_mutex_unlock(&bs.lock);
     }
     return true;
 }
 
-/* The backstop: the progress thread transmits what the application left
- * deferred. It never waits for the QP lock: its holder is the application
- * posting (it will come back) or a transmitter already. */
-void dp_tx_kick_cb(void *obj)
+/* The backstop fired (progress thread): transmit what the programs left
+ * deferred. It never waits for a QP lock: the holder is the program
+ * posting (it comes back) or a transmitter already; such a QP is tried
+ * again at the next firing. */
+static void bs_fire(void *obj, uint32_t events)
 {
-    struct uiw_qp *qp = obj;
+    struct uiw_qp *qps[64];
+    unsigned n = 0;
+    uint64_t v;
 
-    if (pthread_mutex_trylock(&qp->lock) != 0) {
-        uiw_timer_arm_us(&qp->tx_kick, TX_KICK_US);
+    (void)obj;
+    (void)events;
+    if (read(bs.tfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
         return;
+    pthread_mutex_lock(&bs.lock);
+    bs.armed = false;
+    for (struct uiw_qp *q = bs.head; q && n < 64; q = q->tx_defer_next) {
+        uiw_qp_get(q); /* listed: not past ibv_destroy_qp's wait for references */
+        qps[n++] = q;
     }
-    if (qp->tx_deferred && qp->fd >= 0)
-        uiw_qp_tx_progress(qp);
-    pthread_mutex_unlock(&qp->lock);
+    pthread_mutex_unlock(&bs.lock);
+    for (unsigned i = 0; i < n; i++) {
+        struct uiw_qp *qp = qps[i];
+
+        if (pthread_mutex_trylock(&qp->lock) == 0) {
+            if (qp->tx_deferred) {
+                if (qp->fd >= 0)
+                    uiw_qp_tx_progress(qp);
+                else
+                    tx_undefer(qp);
+            }
+            pthread_mutex_unlock(&qp->lock);
+        }
+        uiw_qp_put(qp);
+    }
+    pthread_mutex_lock(&bs.lock);
+    if (bs.head)
+        bs_arm_locked();
+    pthread_mutex_unlock(&bs.lock);
 }
 
 int uiw_qp_tx_progress(struct uiw_qp *qp)
