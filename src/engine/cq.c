@@ -167,6 +167,9 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
         errno = EINVAL;
         return -1;
     }
+    /* about to wait: what this process left deferred goes out first
+     * (transmit coalescing, qp_tx.c), not after the backstop's delay */
+    uiw_tx_flush_deferred();
     for (;;) {
         char b;
         ssize_t r = read(channel->fd, &b, 1);

@@ -636,6 +636,8 @@ void uiw_cq_drive(struct uiw_cq *cq);
 /* Transmit coalescing: hand the work requests that attached QPs deferred
  * to the transmitter (ibv_poll_cq, ibv_req_notify_cq; trylock per QP). */
 void uiw_cq_flush_tx(struct uiw_cq *cq);
+/* ... of every QP of the process (ibv_get_cq_event, before it waits) */
+void uiw_tx_flush_deferred(void);
 /* A QP of the CQ got its socket (qp->lock held): into the CQ's readiness
  * set, if it has one. */
 void uiw_cq_drive_add(struct uiw_cq *cq, struct uiw_qp *qp);

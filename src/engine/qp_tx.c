@@ -1095,6 +1095,7 @@ static struct {
     int tfd; /* -1: no backstop, so no coalescing */
     pthread_mutex_t lock;
     struct uiw_qp *head; /* deferred QPs: tx_defer_prev/next, under lock */
+    atomic_uint listed;  /* their number (read without the lock) */
     bool armed;
 } bs = {.once = PTHREAD_ONCE_INIT, .tfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -1146,6 +1147,7 @@ static void tx_undefer(struct uiw_qp *qp)
     if (qp->tx_defer_next)
         qp->tx_defer_next->tx_defer_prev = qp->tx_defer_prev;
     qp->tx_defer_prev = qp->tx_defer_next = NULL;
+    atomic_fetch_sub_explicit(&bs.listed, 1, memory_order_relaxed);
     pthread_mutex_unlock(&bs.lock);
 }
 
@@ -1180,28 +1182,22 @@ static bool tx_defer(struct uiw_qp *qp, unsigned wrs, uint64_t bytes)
         if (bs.head)
             bs.head->tx_defer_prev = qp;
         bs.head = qp;
+        atomic_fetch_add_explicit(&bs.listed, 1, memory_order_relaxed);
         bs_arm_locked();
         pthread_mutex_unlock(&bs.lock);
     }
     return true;
 }
 
-/* The backstop fired (progress thread): transmit what the programs left
- * deferred. It never waits for a QP lock: the holder is the program
- * posting (it comes back) or a transmitter already; such a QP is tried
- * again at the next firing. */
-static void bs_fire(void *obj, uint32_t events)
+/* Transmit what the programs left deferred. It never waits for a QP lock:
+ * the holder is the program posting (it comes back) or a transmitter
+ * already; such a QP is tried again at the backstop's next firing. */
+static void flush_listed(void)
 {
     struct uiw_qp *qps[64];
     unsigned n = 0;
-    uint64_t v;
 
-    (void)obj;
-    (void)events;
-    if (read(bs.tfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        return;
     pthread_mutex_lock(&bs.lock);
-    bs.armed = false;
     for (struct uiw_qp *q = bs.head; q && n < 64; q = q->tx_defer_next) {
         uiw_qp_get(q); /* listed: not past ibv_destroy_qp's wait for references */
         qps[n++] = q;
@@ -1221,10 +1217,31 @@ static void bs_fire(void *obj, uint32_t events)
         }
         uiw_qp_put(qp);
     }
+}
+
+/* The backstop fired (progress thread). */
+static void bs_fire(void *obj, uint32_t events)
+{
+    uint64_t v;
+
+    (void)obj;
+    (void)events;
+    if (read(bs.tfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
+        return;
+    pthread_mutex_lock(&bs.lock);
+    bs.armed = false;
+    pthread_mutex_unlock(&bs.lock);
+    flush_listed();
     pthread_mutex_lock(&bs.lock);
     if (bs.head)
         bs_arm_locked();
     pthread_mutex_unlock(&bs.lock);
+}
+
+void uiw_tx_flush_deferred(void)
+{
+    if (atomic_load_explicit(&bs.listed, memory_order_relaxed))
+        flush_listed();
 }
 
 int uiw_qp_tx_progress(struct uiw_qp *qp)

@@ -15,8 +15,10 @@
  *     no further post) reach the peer by the progress thread;
  *   - UIWARP_TX_COALESCE_US=1000 (child process; the configuration is read
  *     once): a stream of 256 Writes takes at most 256 / 64 + 2 sendmsg
- *     calls; UIWARP_TX_COALESCE_US=0: exactly one per post.
+ *     calls; ibv_get_cq_event hands over what was deferred before it
+ *     waits; UIWARP_TX_COALESCE_US=0: exactly one sendmsg per post.
  */
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -204,6 +206,30 @@ static void case_wide(void)
     printf("  UIWARP_TX_COALESCE_US=1000: %u Writes + 1 Send in %llu sendmsg calls\n", NW,
            (unsigned long long)n);
     CHECK(n <= NW / 64 + 2);
+
+    /* ibv_get_cq_event hands over what the process deferred before it
+     * waits (here it does not wait: a non-blocking channel with nothing) */
+    {
+        struct ibv_comp_channel *ch = ibv_create_comp_channel(dp_ctx);
+        struct ibv_cq *ecq = NULL;
+        void *ectx = NULL;
+
+        CHECK(ch != NULL);
+        if (ch) {
+            CHECK_EQ(fcntl(ch->fd, F_SETFL, fcntl(ch->fd, F_GETFL) | O_NONBLOCK), 0);
+            for (unsigned i = 0; i < 2; i++)
+                CHECK_EQ(eng_post(A.qp, IBV_WR_RDMA_WRITE, src + i * WSZ, WSZ, smr->lkey,
+                                  (uintptr_t)dst + i * WSZ, dmr->rkey, 900 + i, false),
+                         0);
+            CHECK(deferred(A.qp)); /* the second, within 1000 us */
+            CHECK_EQ(ibv_get_cq_event(ch, &ecq, &ectx), -1);
+            CHECK_EQ(errno, EAGAIN);
+            CHECK(!deferred(A.qp));
+            CHECK_EQ(ibv_destroy_comp_channel(ch), 0);
+        }
+        post_marker(950, 16, false);
+        wait_marker(950, 16);
+    }
     teardown();
 }
 
