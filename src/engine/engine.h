@@ -482,6 +482,7 @@ struct uiw_qp {
     bool want_write;               /* transmission blocked: EPOLLOUT armed */
     /* transmit coalescing (qp_tx.c, docs/ENGINE.md "Transmit"), qp->lock */
     uint64_t tx_post_ns;     /* when the latest ibv_post_send returned */
+    unsigned tx_streak;      /* posts in a row, each within the window of the last */
     unsigned tx_defer_wrs;   /* WRs posted since the transmitter last ran */
     uint64_t tx_defer_bytes; /* and their payload bytes */
     bool tx_deferred;        /* counted in the CQs' tx_deferred, on the backstop's list */

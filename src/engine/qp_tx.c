@@ -61,6 +61,9 @@
 #define TX_DEFER_WRS   64u
 #define TX_DEFER_BYTES (16u * 1024)
 #define TX_KICK_US     50u /* the progress thread's backstop */
+/* posts that follow each other within the window and still go out at
+ * once: a Write and the Send that announces it, a short burst */
+#define TX_STREAK 3u
 
 enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
 /* dp_tx.vol[]: what an iovec points into */
@@ -1073,8 +1076,9 @@ void dp_tx_release_await(struct uiw_qp *qp)
  *
  * One sendmsg per work request costs a trip through the TCP stack per WR
  * (with TCP_NODELAY, one segment each). A WR posted within
- * UIWARP_TX_COALESCE_US of the previous ibv_post_send on the QP (a program
- * streaming WRs one call at a time, as perftest does) is queued instead, and
+ * UIWARP_TX_COALESCE_US of the previous ibv_post_send on the QP, when
+ * TX_STREAK posts came so before it (a program streaming WRs one call at
+ * a time, as perftest does), is queued instead, and
  * goes out with the ones after it in one sendmsg, when the first of these
  * comes: TX_DEFER_WRS WRs or TX_DEFER_BYTES bytes queued (then this post
  * transmits), the program polls or arms a CQ of the QP (uiw_cq_flush_tx),
@@ -1161,14 +1165,22 @@ void dp_tx_undefer(struct uiw_qp *qp)
 static bool tx_defer(struct uiw_qp *qp, unsigned wrs, uint64_t bytes)
 {
     unsigned win = uiw_config()->tx_coalesce_ns;
+    uint64_t gap;
 
     qp->tx_defer_wrs += wrs;
     qp->tx_defer_bytes += bytes;
     if (!win || !TX(qp) || qp->fd < 0 || qp->state != IBV_QPS_RTS)
         return false;
-    if (qp->tx_defer_wrs >= TX_DEFER_WRS || qp->tx_defer_bytes >= TX_DEFER_BYTES)
+    gap = uiw_now_ns() - qp->tx_post_ns;
+    /* a pause ends a burst; a post delayed a little (by the backstop
+     * holding the QP lock, say) goes out at once but does not */
+    if (gap >= 4 * (uint64_t)win)
+        qp->tx_streak = 0;
+    else if (qp->tx_streak < TX_STREAK)
+        qp->tx_streak++;
+    if (gap >= win || qp->tx_streak < TX_STREAK)
         return false;
-    if (uiw_now_ns() - qp->tx_post_ns >= win)
+    if (qp->tx_defer_wrs >= TX_DEFER_WRS || qp->tx_defer_bytes >= TX_DEFER_BYTES)
         return false;
     pthread_once(&bs.once, bs_init);
     if (bs.tfd < 0)
