@@ -38,16 +38,16 @@ extern "C" {
 /* ------------------------------------------------------------------------
  * Limits advertised by ibv_query_device (truthful: enforced by the code).
  * ---------------------------------------------------------------------- */
-#define UIW_MAX_QP       4096
+#define UIW_MAX_QP       (1 << 20) /* QP numbers are 24-bit (qp.c) */
 #define UIW_MAX_QP_WR    16384
 #define UIW_MAX_SGE      16 /* send and receive SGEs per WR */
 #define UIW_MAX_SGE_RD   16
 #define UIW_MAX_INLINE   256
-#define UIW_MAX_CQ       4096
+#define UIW_MAX_CQ       (1 << 20)
 #define UIW_MAX_CQE      (1 << 20)
 #define UIW_MAX_MR       (1 << 30) /* live MRs (mem.c: keeps a random STag draw's miss rate <= 1/4) */
-#define UIW_MAX_PD       4096
-#define UIW_MAX_SRQ      1024
+#define UIW_MAX_PD       (1 << 20)
+#define UIW_MAX_SRQ      (1 << 20)
 #define UIW_MAX_SRQ_WR   16384
 #define UIW_MAX_ORD      128
 #define UIW_MAX_IRD      128
