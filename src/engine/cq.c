@@ -60,11 +60,9 @@ UIW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
         errno = EINVAL;
         return NULL;
     }
-    ch = calloc(1, sizeof(*ch));
-    if (!ch) {
-        errno = ENOMEM;
+    ch = uiw_zalloc(sizeof(*ch));
+    if (!ch)
         return NULL;
-    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0) {
         int e = errno;
 
@@ -226,11 +224,8 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
         errno = EINVAL;
         return NULL;
     }
-    if (atomic_fetch_add(&ncqs, 1) >= UIW_MAX_CQ) {
-        atomic_fetch_sub(&ncqs, 1);
-        errno = ENOMEM;
+    if (!uiw_count_take(&ncqs, UIW_MAX_CQ))
         return NULL;
-    }
     cq = calloc(1, sizeof(*cq));
     if (cq)
         cq->ring = calloc((size_t)cqe, sizeof(*cq->ring));

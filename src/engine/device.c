@@ -325,11 +325,9 @@ UIW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
         errno = ENODEV;
         return NULL;
     }
-    ctx = calloc(1, sizeof(*ctx));
-    if (!ctx) {
-        errno = ENOMEM;
+    ctx = uiw_zalloc(sizeof(*ctx));
+    if (!ctx)
         return NULL;
-    }
     if (pipe2(fds, O_CLOEXEC) < 0) {
         int e = errno;
 

@@ -14,6 +14,7 @@
 #ifndef UIWARP_ENGINE_H
 #define UIWARP_ENGINE_H
 
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -21,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -90,6 +92,29 @@ static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
 
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A zeroed object of size bytes for a verb that returns a pointer: NULL
+ * with errno ENOMEM if there is no memory. */
+static inline void *uiw_zalloc(size_t size)
+{
+    void *p = calloc(1, size);
+
+    if (!p)
+        errno = ENOMEM;
+    return p;
+}
+
+/* Count one more object in *n, of which there may be max: false, with
+ * errno ENOMEM and *n unchanged, when max are counted already. */
+static inline bool uiw_count_take(atomic_int *n, int max)
+{
+    if (atomic_fetch_add(n, 1) >= max) {
+        atomic_fetch_sub(n, 1);
+        errno = ENOMEM;
+        return false;
+    }
+    return true;
 }
 
 /* uiw_log, uiw_dbg: iface/uiw_cm.h */

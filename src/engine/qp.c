@@ -492,8 +492,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
         goto fail;
     if (!init->srq && (cap->max_recv_wr > UIW_MAX_QP_WR || cap->max_recv_sge > UIW_MAX_SGE))
         goto fail;
-    if (atomic_fetch_add(&nqps, 1) >= UIW_MAX_QP) {
-        atomic_fetch_sub(&nqps, 1);
+    if (!uiw_count_take(&nqps, UIW_MAX_QP)) {
         err = ENOMEM;
         goto fail;
     }
@@ -970,11 +969,8 @@ UIW_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_in
         errno = EINVAL;
         return NULL;
     }
-    if (atomic_fetch_add(&nsrqs, 1) >= UIW_MAX_SRQ) {
-        atomic_fetch_sub(&nsrqs, 1);
-        errno = ENOMEM;
+    if (!uiw_count_take(&nsrqs, UIW_MAX_SRQ))
         return NULL;
-    }
     srq = calloc(1, sizeof(*srq));
     if (srq)
         srq->ring = srq_ring_alloc(init->attr.max_wr);
