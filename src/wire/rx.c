@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "uiw_be.h"
 #include "uiwarp/wire.h"
 
 enum rx_state {
@@ -25,16 +26,6 @@ enum rx_state {
     S_PAD,     /* 0-3 pad bytes */
     S_CRC,     /* 4 CRC bytes */
 };
-
-static uint16_t get_be16(const uint8_t *p)
-{
-    return (uint16_t)((unsigned)p[0] << 8 | p[1]);
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 static size_t min_sz(size_t a, size_t b)
 {
@@ -207,8 +198,8 @@ static void marker_begin(uiw_rx *rx)
 /* All 4 marker bytes are in rx->marker. Returns true if the stream dies. */
 static bool marker_end(uiw_rx *rx)
 {
-    uint16_t rsvd = get_be16(rx->marker);
-    uint16_t ptr = get_be16(rx->marker + 2);
+    uint16_t rsvd = uiw_get_be16(rx->marker);
+    uint16_t ptr = uiw_get_be16(rx->marker + 2);
     uint64_t expect = rx->marker_between ? 0 : rx->marker_off - rx->fpdu_off;
 
     /* RFC 5044 §4.2: RESERVED is ignored on receive; reported only. */
@@ -249,7 +240,7 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
          * before RDMAP sees it (RFC 5040 §7.2 item 1). DDP version is
          * uiw_hdr_decode's (RFC 5041 §4.1, §7.2). */
         why = "DDP header rejected";
-    } else if (!tagged && hl >= 10 && get_be32(h + 6) >= UIW_QN_COUNT) {
+    } else if (!tagged && hl >= 10 && uiw_get_be32(h + 6) >= UIW_QN_COUNT) {
         /* RFC 5041 §7.1 (1) "The QN is valid for this stream": only QNs
          * 0-3 are defined (RFC 5040 §5.1, RFC 7306 §10.2). */
         cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_QN};
@@ -365,7 +356,7 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
         *used = take;
         if (rx->hdr_have < UIW_MPA_LEN_FIELD)
             return false;
-        rx->ulpdu_len = get_be16(rx->hdrbuf);
+        rx->ulpdu_len = uiw_get_be16(rx->hdrbuf);
         /* RFC 5044 §8 code 3: a ULPDU_Length that cannot hold a DDP control
          * field, or exceeds the MULPDU we accept, cannot be followed. */
         if (rx->ulpdu_len < 2) {
