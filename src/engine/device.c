@@ -760,6 +760,30 @@ void uiw_async_purge(struct uiw_context *ctx, const void *obj)
     pthread_mutex_unlock(&ctx->async_lock);
 }
 
+void uiw_async_settle(struct uiw_context *ctx, const void *obj, const uint32_t *reported,
+                      pthread_mutex_t *mutex, pthread_cond_t *cond, const uint32_t *completed)
+{
+    uint32_t n;
+
+    uiw_async_purge(ctx, obj);
+    pthread_mutex_lock(&ctx->async_lock);
+    n = *reported;
+    pthread_mutex_unlock(&ctx->async_lock);
+    pthread_mutex_lock(mutex);
+    while (*completed != n)
+        pthread_cond_wait(cond, mutex);
+    pthread_mutex_unlock(mutex);
+}
+
+/* One more async event acked on rdma-core's mutex, cond and count. */
+static void async_ack_one(pthread_mutex_t *mutex, pthread_cond_t *cond, uint32_t *completed)
+{
+    pthread_mutex_lock(mutex);
+    (*completed)++;
+    pthread_cond_broadcast(cond);
+    pthread_mutex_unlock(mutex);
+}
+
 /* Wait until fd is readable, unless it is non-blocking: then EAGAIN. */
 static int wait_readable(int fd)
 {
@@ -827,29 +851,17 @@ UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
     switch (uiw_event_obj(event->event_type)) {
     case UIW_EV_QP: {
         struct ibv_qp *qp = event->element.qp;
-
-        pthread_mutex_lock(&qp->mutex);
-        qp->events_completed++;
-        pthread_cond_broadcast(&qp->cond);
-        pthread_mutex_unlock(&qp->mutex);
+        async_ack_one(&qp->mutex, &qp->cond, &qp->events_completed);
         break;
     }
     case UIW_EV_CQ: {
         struct ibv_cq *cq = event->element.cq;
-
-        pthread_mutex_lock(&cq->mutex);
-        cq->async_events_completed++;
-        pthread_cond_broadcast(&cq->cond);
-        pthread_mutex_unlock(&cq->mutex);
+        async_ack_one(&cq->mutex, &cq->cond, &cq->async_events_completed);
         break;
     }
     case UIW_EV_SRQ: {
         struct ibv_srq *srq = event->element.srq;
-
-        pthread_mutex_lock(&srq->mutex);
-        srq->events_completed++;
-        pthread_cond_broadcast(&srq->cond);
-        pthread_mutex_unlock(&srq->mutex);
+        async_ack_one(&srq->mutex, &srq->cond, &srq->events_completed);
         break;
     }
     default:

@@ -156,6 +156,11 @@ struct uiw_context {
 void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type type, void *obj);
 /* Drop queued, not yet delivered async events about obj (destroy paths). */
 void uiw_async_purge(struct uiw_context *ctx, const void *obj);
+/* Destroying obj, a QP or SRQ: purge its queued events, then wait until
+ * the application acked every one handed out (*reported, ctx->async_lock)
+ * on rdma-core's mutex, cond and acked count of the verbs object. */
+void uiw_async_settle(struct uiw_context *ctx, const void *obj, const uint32_t *reported,
+                      pthread_mutex_t *mutex, pthread_cond_t *cond, const uint32_t *completed);
 
 /* The context's op tables: verbs.c fills ibv_context_ops and verbs_context
  * (every slot non-NULL; unsupported ones fail with EOPNOTSUPP) with: */

@@ -594,7 +594,6 @@ fail:
 UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
-    uint32_t reported;
     bool rnr_timers;
     int fd;
 
@@ -643,14 +642,8 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     if (qp->rcq != qp->scq)
         uiw_cq_clean(qp->rcq, ibqp->qp_num, qp->srq != NULL);
     /* 5. rdma-core: wait until every async event handed out was acked */
-    uiw_async_purge(qp->ctx, ibqp);
-    pthread_mutex_lock(&qp->ctx->async_lock);
-    reported = qp->async_reported;
-    pthread_mutex_unlock(&qp->ctx->async_lock);
-    pthread_mutex_lock(&ibqp->mutex);
-    while (ibqp->events_completed != reported)
-        pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
-    pthread_mutex_unlock(&ibqp->mutex);
+    uiw_async_settle(qp->ctx, ibqp, &qp->async_reported, &ibqp->mutex, &ibqp->cond,
+                     &ibqp->events_completed);
 
     atomic_fetch_sub(&qp->pd->refs, 1);
     if (qp->srq)
@@ -1054,20 +1047,13 @@ UIW_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 UIW_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
-    uint32_t reported;
 
     if (!srq)
         return EINVAL;
     if (atomic_load(&srq->refs) > 0)
         return EBUSY;
-    uiw_async_purge(srq->ctx, ibsrq);
-    pthread_mutex_lock(&srq->ctx->async_lock);
-    reported = srq->async_reported;
-    pthread_mutex_unlock(&srq->ctx->async_lock);
-    pthread_mutex_lock(&ibsrq->mutex);
-    while (ibsrq->events_completed != reported)
-        pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
-    pthread_mutex_unlock(&ibsrq->mutex);
+    uiw_async_settle(srq->ctx, ibsrq, &srq->async_reported, &ibsrq->mutex, &ibsrq->cond,
+                     &ibsrq->events_completed);
     atomic_fetch_sub(&srq->pd->refs, 1);
     pthread_mutex_destroy(&srq->lock);
     pthread_mutex_destroy(&ibsrq->mutex);

@@ -338,6 +338,35 @@ static void size_header(uiw_rx *rx)
     rx->hdr_sized = true;
 }
 
+/* Add up to avail bytes at p to the header buffer, until it holds end
+ * bytes; *used = what was taken. True once it holds end bytes. */
+static bool hdr_fill(uiw_rx *rx, const uint8_t *p, size_t avail, size_t end, size_t *used)
+{
+    size_t take = min_sz(avail, end - rx->hdr_have);
+
+    memcpy(rx->hdrbuf + rx->hdr_have, p, take);
+    hash(rx, p, take);
+    rx->hdr_have += (uint16_t)take;
+    rx->stream_off += take;
+    *used = take;
+    return rx->hdr_have >= end;
+}
+
+/* The FPDU's CRC field is in: report the pending error (*ev) with what the
+ * CRC check found, and stop. */
+static bool crc_err(uiw_rx *rx, bool checked, bool ok, uint32_t recv, uint32_t calc,
+                    uiw_rx_event *ev)
+{
+    rx->err.crc_checked = checked;
+    rx->err.crc_ok = ok;
+    rx->err.crc_recv = recv;
+    rx->err.crc_calc = calc;
+    rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
+    rx->dead = true;
+    *ev = rx->err;
+    return true;
+}
+
 /* Process up to avail (>0) bytes of FPDU content (no marker inside).
  * Sets *used; returns true with *ev set when an event is ready. */
 static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_rx_event *ev)
@@ -346,15 +375,9 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
 
     switch (rx->state) {
     case S_LEN:
-        take = min_sz(avail, UIW_MPA_LEN_FIELD - rx->hdr_have);
         if (rx->hdr_have == 0)
             rx->fpdu_off = rx->stream_off;
-        memcpy(rx->hdrbuf + rx->hdr_have, p, take);
-        hash(rx, p, take);
-        rx->hdr_have += (uint16_t)take;
-        rx->stream_off += take;
-        *used = take;
-        if (rx->hdr_have < UIW_MPA_LEN_FIELD)
+        if (!hdr_fill(rx, p, avail, UIW_MPA_LEN_FIELD, used))
             return false;
         rx->ulpdu_len = uiw_get_be16(rx->hdrbuf);
         /* RFC 5044 §8 code 3: a ULPDU_Length that cannot hold a DDP control
@@ -374,15 +397,8 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
         rx->hdr_sized = false;
         return false;
 
-    case S_HDR: {
-        size_t end = (size_t)UIW_MPA_LEN_FIELD + rx->hdr_want;
-        take = min_sz(avail, end - rx->hdr_have);
-        memcpy(rx->hdrbuf + rx->hdr_have, p, take);
-        hash(rx, p, take);
-        rx->hdr_have += (uint16_t)take;
-        rx->stream_off += take;
-        *used = take;
-        if (rx->hdr_have < end)
+    case S_HDR:
+        if (!hdr_fill(rx, p, avail, (size_t)UIW_MPA_LEN_FIELD + rx->hdr_want, used))
             return false;
         if (!rx->hdr_sized) {
             size_header(rx);
@@ -390,7 +406,6 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
                 return false;
         }
         return header_done(rx, ev);
-    }
 
     case S_PAYLOAD:
         take = min_sz(avail, rx->payload_len - rx->payload_done);
@@ -457,25 +472,10 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
         if (rx->cfg.crc && recv != calc) {
             /* RFC 5044 §4.4, §8 code 2; overrides anything found inside. */
             set_err(rx, UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_CRC, "CRC mismatch");
-            rx->err.crc_checked = true;
-            rx->err.crc_ok = false;
-            rx->err.crc_recv = recv;
-            rx->err.crc_calc = calc;
-            rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
-            rx->dead = true;
-            *ev = rx->err;
-            return true;
+            return crc_err(rx, true, false, recv, calc, ev);
         }
-        if (rx->err_pending) {
-            rx->err.crc_checked = rx->cfg.crc;
-            rx->err.crc_ok = true;
-            rx->err.crc_recv = recv;
-            rx->err.crc_calc = calc;
-            rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
-            rx->dead = true;
-            *ev = rx->err;
-            return true;
-        }
+        if (rx->err_pending)
+            return crc_err(rx, rx->cfg.crc, true, recv, calc, ev);
         ev->kind = UIW_RX_END;
         ev->fpdu_off = rx->fpdu_off;
         ev->ulpdu_len = rx->ulpdu_len;
