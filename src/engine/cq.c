@@ -119,18 +119,13 @@ static void chan_unsignal_locked(struct uiw_comp_channel *ch)
 static void chan_post(struct uiw_comp_channel *ch, struct uiw_cq *cq)
 {
     pthread_mutex_lock(&ch->lock);
-    if (ch->npending == ch->cap) {
-        unsigned cap = ch->cap ? ch->cap * 2 : 16;
-        struct uiw_cq **n = realloc(ch->pending, cap * sizeof(*n));
-
-        if (!n) {
-            pthread_mutex_unlock(&ch->lock);
-            uiw_log("completion event lost: out of memory");
-            return;
-        }
-        ch->pending = n;
-        ch->cap = cap;
+    struct uiw_cq **pending = uiw_room(ch->pending, ch->npending, &ch->cap, 16, sizeof(*pending));
+    if (!pending) {
+        pthread_mutex_unlock(&ch->lock);
+        uiw_log("completion event lost: out of memory");
+        return;
     }
+    ch->pending = pending;
     ch->pending[ch->npending++] = cq;
     if (ch->npending == 1)
         chan_signal_locked(ch);

@@ -130,15 +130,11 @@ static struct uiw_device *dev_add_locked(const char *ifname, unsigned ifindex,
     struct uiw_device *d = dev_find_locked(ifname);
 
     if (!d) {
-        if (ndevs == devs_cap) {
-            unsigned cap = devs_cap ? devs_cap * 2 : 8;
-            struct uiw_device **n = realloc(devs, cap * sizeof(*n));
+        struct uiw_device **n = uiw_room(devs, ndevs, &devs_cap, 8, sizeof(*n));
 
-            if (!n)
-                return NULL;
-            devs = n;
-            devs_cap = cap;
-        }
+        if (!n)
+            return NULL;
+        devs = n;
         d = calloc(1, sizeof(*d));
         if (!d)
             return NULL;

@@ -105,6 +105,21 @@ static inline void *uiw_zalloc(size_t size)
     return p;
 }
 
+/* Room for one more element in the array arr of *cap elements of size
+ * bytes, n of them used: arr itself, or when it is full arr grown to twice
+ * *cap (first when empty) and *cap updated; NULL if that fails (arr and
+ * *cap unchanged). */
+static inline void *uiw_room(void *arr, unsigned n, unsigned *cap, unsigned first, size_t size)
+{
+    if (n < *cap)
+        return arr;
+    unsigned c = *cap ? *cap * 2 : first;
+    void *grown = realloc(arr, (size_t)c * size);
+    if (grown)
+        *cap = c;
+    return grown;
+}
+
 /* Count one more object in *n, of which there may be max: false, with
  * errno ENOMEM and *n unchanged, when max are counted already. */
 static inline bool uiw_count_take(atomic_int *n, int max)

@@ -547,17 +547,12 @@ int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj)
     if (ret)
         return ret;
     pthread_mutex_lock(&pg.lock);
-    if (pg.heap_reserved == pg.heap_cap) {
-        unsigned n = pg.heap_cap ? 2 * pg.heap_cap : 64;
-        struct uiw_timer **nh = realloc(pg.heap, n * sizeof(*nh));
-
-        if (!nh) {
-            pthread_mutex_unlock(&pg.lock);
-            return -ENOMEM;
-        }
-        pg.heap = nh;
-        pg.heap_cap = n;
+    struct uiw_timer **heap = uiw_room(pg.heap, pg.heap_reserved, &pg.heap_cap, 64, sizeof(*heap));
+    if (!heap) {
+        pthread_mutex_unlock(&pg.lock);
+        return -ENOMEM;
     }
+    pg.heap = heap;
     pg.heap_reserved++;
     t->reserved = true;
     t->cb = cb;

@@ -409,17 +409,12 @@ static unsigned roundup_pow2(unsigned v)
 static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 {
     pthread_mutex_lock(&cq->lock);
-    if (cq->nqps == cq->qps_cap) {
-        unsigned cap = cq->qps_cap ? cq->qps_cap * 2 : 4;
-        struct uiw_qp **n = realloc(cq->qps, cap * sizeof(*n));
-
-        if (!n) {
-            pthread_mutex_unlock(&cq->lock);
-            return -ENOMEM;
-        }
-        cq->qps = n;
-        cq->qps_cap = cap;
+    struct uiw_qp **qps = uiw_room(cq->qps, cq->nqps, &cq->qps_cap, 4, sizeof(*qps));
+    if (!qps) {
+        pthread_mutex_unlock(&cq->lock);
+        return -ENOMEM;
     }
+    cq->qps = qps;
     cq->qps[cq->nqps++] = qp;
     pthread_mutex_unlock(&cq->lock);
     return 0;
