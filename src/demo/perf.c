@@ -71,19 +71,6 @@ static void vf_note(struct vfail *v, long off, uint64_t iter)
     }
 }
 
-/* Stamps only (every iteration). */
-static long quick_check(const uint8_t *buf, size_t size, uint64_t st)
-{
-    uint64_t head, tail;
-    memcpy(&head, buf, 8);
-    memcpy(&tail, buf + size - 8, 8);
-    if (head != st)
-        return 0;
-    if (tail != st)
-        return (long)(size - 8);
-    return -1;
-}
-
 /* ------------------------------------------------------------- set-up */
 int perf_setup(struct perf *p, int ctl, bool server, const struct perf_opts *o)
 {
@@ -278,6 +265,38 @@ static int reap_to(struct perf *p, unsigned *reaped, unsigned want, const char *
     return 0;
 }
 
+/* A latency message's check: in full (the pattern and the stamps) when
+ * full, else the stamps only. */
+static long lat_check(const struct perf *p, const uint8_t *dst, size_t size, uint64_t st, bool full)
+{
+    return full ? ru_check_stamped(dst, size, p->peer_seed, st) : ru_check_stamps(dst, size, st);
+}
+
+/* A replying loop's reply i: once the previous reply (prev) is reaped (its
+ * bytes are out), stamp src with st and post it (op to remote). */
+static int lat_reply(struct perf *p, unsigned *reaped, uint64_t i, const char *prev, uint8_t *src,
+                     size_t size, uint64_t st, enum ibv_wr_opcode op,
+                     const struct ru_remote *remote)
+{
+    int rc = reap_to(p, reaped, (unsigned)i, prev);
+    if (rc < 0)
+        return rc;
+    ru_stamp(src, size, st);
+    return ru_post_send(&p->rc, op, p->src, 0, size, remote, 0, i, IBV_SEND_SIGNALED);
+}
+
+/* The end of a replying loop: reap the last reply (what), then put the
+ * pattern back in src. */
+static int lat_last_reply(struct perf *p, unsigned *reaped, uint64_t n, const char *what,
+                          uint8_t *src, size_t size)
+{
+    int rc = reap_to(p, reaped, (unsigned)n, what);
+    if (rc < 0)
+        return rc;
+    ru_unstamp(src, size, p->my_seed);
+    return 0;
+}
+
 /* Post `iters` signaled WRs of `op` (src -> peer dst for Write/Send, peer
  * src -> dst for Read) keeping at most `window` in flight; return when all
  * completed. */
@@ -422,10 +441,7 @@ static int serve_test(struct perf *p, const struct ru_msg *cmd, struct ru_msg *r
             if (wc[0].byte_len != size)
                 vf_note(&vf, (long)wc[0].byte_len, i);
             bool full = i == 0 || i == n - 1;
-            vf_note(&vf,
-                    full ? ru_check_stamped(dst, size, p->peer_seed, st)
-                         : quick_check(dst, size, st),
-                    i);
+            vf_note(&vf, lat_check(p, dst, size, st, full), i);
             if (i + 1 < n) {
                 if (i + 1 == n - 1)
                     memset(dst, 0, size);
@@ -433,16 +449,12 @@ static int serve_test(struct perf *p, const struct ru_msg *cmd, struct ru_msg *r
                     return rc;
             }
             /* the previous reply's bytes must be out before restamping */
-            if ((rc = reap_to(p, &reaped, (unsigned)i, "the previous Send reply")) < 0)
-                return rc;
-            ru_stamp(src, size, st);
-            rc = ru_post_send(&p->rc, IBV_WR_SEND, p->src, 0, size, NULL, 0, i, IBV_SEND_SIGNALED);
-            if (rc < 0)
+            if ((rc = lat_reply(p, &reaped, i, "the previous Send reply", src, size, st,
+                                IBV_WR_SEND, NULL)) < 0)
                 return rc;
         }
-        if ((rc = reap_to(p, &reaped, (unsigned)n, "the last Send reply")) < 0)
+        if ((rc = lat_last_reply(p, &reaped, n, "the last Send reply", src, size)) < 0)
             return rc;
-        ru_unstamp(src, size, p->my_seed);
         break;
 
     case PT_LAT_WRITE:
@@ -452,23 +464,15 @@ static int serve_test(struct perf *p, const struct ru_msg *cmd, struct ru_msg *r
             if (rc < 0)
                 return rc;
             bool full = i == 0 || i == n - 1;
-            vf_note(&vf,
-                    full ? ru_check_stamped(dst, size, p->peer_seed, st)
-                         : quick_check(dst, size, st),
-                    i);
+            vf_note(&vf, lat_check(p, dst, size, st, full), i);
             if (i + 1 == n - 1)
                 memset(dst, 0, size);
-            if ((rc = reap_to(p, &reaped, (unsigned)i, "the previous Write reply")) < 0)
-                return rc;
-            ru_stamp(src, size, st);
-            rc = ru_post_send(&p->rc, IBV_WR_RDMA_WRITE, p->src, 0, size, &p->peer_dst, 0, i,
-                              IBV_SEND_SIGNALED);
-            if (rc < 0)
+            if ((rc = lat_reply(p, &reaped, i, "the previous Write reply", src, size, st,
+                                IBV_WR_RDMA_WRITE, &p->peer_dst)) < 0)
                 return rc;
         }
-        if ((rc = reap_to(p, &reaped, (unsigned)n, "the last Write reply")) < 0)
+        if ((rc = lat_last_reply(p, &reaped, n, "the last Write reply", src, size)) < 0)
             return rc;
-        ru_unstamp(src, size, p->my_seed);
         break;
 
     case PT_LAT_TCP:
@@ -480,10 +484,7 @@ static int serve_test(struct perf *p, const struct ru_msg *cmd, struct ru_msg *r
             if ((rc = ru_tcp_recv_all(p->tcp, dst, size, tcp_spin(size),
                                       ru_deadline(p->o.timeout_ms))) < 0)
                 return rc;
-            vf_note(&vf,
-                    full ? ru_check_stamped(dst, size, p->peer_seed, st)
-                         : quick_check(dst, size, st),
-                    i);
+            vf_note(&vf, lat_check(p, dst, size, st, full), i);
             ru_stamp(src, size, st);
             if ((rc = ru_tcp_send_all(p->tcp, src, size, tcp_spin(size),
                                       ru_deadline(p->o.timeout_ms))) < 0)
@@ -667,7 +668,7 @@ static int lat_run(struct perf *p, int test, size_t size, unsigned iters, unsign
                 vf_note(&vf, (long)wc[0].byte_len, i);
             if ((rc = reap_to(p, &reaped, (unsigned)i + 1, "the Send completion")) < 0)
                 return rc;
-            off = full ? ru_check_stamped(dst, size, p->peer_seed, st) : quick_check(dst, size, st);
+            off = lat_check(p, dst, size, st, full);
             break;
         case PT_LAT_WRITE:
             ru_stamp(src, size, st);
@@ -679,7 +680,7 @@ static int lat_run(struct perf *p, int test, size_t size, unsigned iters, unsign
             t1 = ru_now_ns();
             if ((rc = reap_to(p, &reaped, (unsigned)i + 1, "the Write completion")) < 0)
                 return rc;
-            off = full ? ru_check_stamped(dst, size, p->peer_seed, st) : quick_check(dst, size, st);
+            off = lat_check(p, dst, size, st, full);
             if (i + 1 == n - 1)
                 memset(dst, 0, size);
             break;
@@ -704,7 +705,7 @@ static int lat_run(struct perf *p, int test, size_t size, unsigned iters, unsign
                 (rc = ru_tcp_recv_all(p->tcp, dst, size, tcp_spin(size), deadline)) < 0)
                 return rc;
             t1 = ru_now_ns();
-            off = full ? ru_check_stamped(dst, size, p->peer_seed, st) : quick_check(dst, size, st);
+            off = lat_check(p, dst, size, st, full);
             break;
         case PT_LAT_TCP_RR: {
             uint64_t req[2] = {size, st};

@@ -95,13 +95,9 @@ uint64_t ru_tail_stamp(const volatile void *buf, size_t len)
 long ru_check_stamped(const void *buf, size_t len, uint32_t seed, uint64_t stamp)
 {
     const uint8_t *p = buf;
-    uint64_t head, tail;
-    memcpy(&head, p, 8);
-    memcpy(&tail, p + len - 8, 8);
-    if (head != stamp)
-        return 0;
-    if (tail != stamp)
-        return (long)(len - 8);
+    long bad = ru_check_stamps(buf, len, stamp);
+    if (bad >= 0)
+        return bad;
     for (size_t i = 8; i + 8 < len; i++)
         if (p[i] != ru_pat(seed, i))
             return (long)i;

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <time.h>
 
 #include "uiw_cm.h"
@@ -78,6 +79,19 @@ long ru_check(const void *buf, size_t len, uint32_t seed);
 void ru_stamp(void *buf, size_t len, uint64_t stamp);
 void ru_unstamp(void *buf, size_t len, uint32_t seed); /* put the pattern back */
 uint64_t ru_tail_stamp(const volatile void *buf, size_t len);
+/* The stamps only of a stamped message: -1 if both are stamp, else the
+ * offset of the first bad one. */
+static inline long ru_check_stamps(const void *buf, size_t len, uint64_t stamp)
+{
+    uint64_t head, tail;
+    memcpy(&head, buf, 8);
+    memcpy(&tail, (const uint8_t *)buf + len - 8, 8);
+    if (head != stamp)
+        return 0;
+    if (tail != stamp)
+        return (long)(len - 8);
+    return -1;
+}
 /* Full check of a stamped message; -1 if good, else first bad offset. */
 long ru_check_stamped(const void *buf, size_t len, uint32_t seed, uint64_t stamp);
 

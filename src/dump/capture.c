@@ -13,6 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "uiw_be.h"
+
 #ifndef DLT_LINUX_SLL2
 #define DLT_LINUX_SLL2 276
 #endif
@@ -22,16 +24,6 @@
 #ifndef DLT_IPV6
 #define DLT_IPV6 229
 #endif
-
-static inline uint16_t rd16(const uint8_t *p)
-{
-    return (uint16_t)(p[0] << 8 | p[1]);
-}
-
-static inline uint32_t rd32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 bool uiw_link_supported(int dlt)
 {
@@ -59,10 +51,10 @@ static int parse_tcp(const uint8_t *p, size_t avail, size_t ip_len, uiw_pkt *pkt
     size_t doff = (size_t)(p[12] >> 4) * 4;
     if (doff < 20 || doff > ip_len || doff > avail)
         return UIW_FRAME_MALFORMED;
-    pkt->sport = rd16(p);
-    pkt->dport = rd16(p + 2);
-    pkt->seq = rd32(p + 4);
-    pkt->ack = rd32(p + 8);
+    pkt->sport = uiw_get_be16(p);
+    pkt->dport = uiw_get_be16(p + 2);
+    pkt->seq = uiw_get_be32(p + 4);
+    pkt->ack = uiw_get_be32(p + 8);
     pkt->flags = p[13];
     pkt->payload = p + doff;
     size_t want = ip_len - doff, have = avail - doff;
@@ -79,14 +71,14 @@ static int parse_ipv4(const uint8_t *p, size_t avail, uiw_pkt *pkt)
     if (avail < 20 || (p[0] >> 4) != 4)
         return UIW_FRAME_MALFORMED;
     size_t ihl = (size_t)(p[0] & 0x0f) * 4;
-    size_t total = rd16(p + 2);
+    size_t total = uiw_get_be16(p + 2);
     if (ihl < 20 || ihl > avail)
         return UIW_FRAME_MALFORMED;
     if (total == 0) /* TCP segmentation offload on the capturing host */
         total = avail;
     if (total < ihl)
         return UIW_FRAME_MALFORMED;
-    if (rd16(p + 6) & 0x3fff) /* MF set or fragment offset != 0 */
+    if (uiw_get_be16(p + 6) & 0x3fff) /* MF set or fragment offset != 0 */
         return UIW_FRAME_IP_FRAGMENT;
     if (p[9] != 6)
         return UIW_FRAME_NOT_TCP;
@@ -104,7 +96,7 @@ static int parse_ipv6(const uint8_t *p, size_t avail, uiw_pkt *pkt)
 {
     if (avail < 40 || (p[0] >> 4) != 6)
         return UIW_FRAME_MALFORMED;
-    size_t plen = rd16(p + 4);
+    size_t plen = uiw_get_be16(p + 4);
     if (plen == 0) /* jumbogram or offload: take what is there */
         plen = avail - 40;
     uint8_t nh = p[6];
@@ -169,8 +161,8 @@ static int parse_null(const uint8_t *p, size_t avail, uiw_pkt *pkt, bool network
 {
     if (avail < 4)
         return UIW_FRAME_MALFORMED;
-    uint32_t be = rd32(p), le = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 |
-                                (uint32_t)p[3] << 24;
+    uint32_t be = uiw_get_be32(p), le = (uint32_t)p[0] | (uint32_t)p[1] << 8 |
+                                        (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
     uint32_t fam = network_order ? be : (be < le ? be : le);
     switch (fam) {
     case 2:
@@ -193,11 +185,11 @@ int uiw_parse_frame(int dlt, const uint8_t *p, size_t caplen, size_t wirelen, ui
         if (caplen < 14)
             return UIW_FRAME_MALFORMED;
         size_t off = 12;
-        unsigned type = rd16(p + off);
+        unsigned type = uiw_get_be16(p + off);
         /* 802.1Q / 802.1ad / old QinQ tags */
         while ((type == 0x8100 || type == 0x88a8 || type == 0x9100) && off + 6 <= caplen) {
             off += 4;
-            type = rd16(p + off);
+            type = uiw_get_be16(p + off);
         }
         off += 2;
         if (off > caplen)
@@ -207,11 +199,11 @@ int uiw_parse_frame(int dlt, const uint8_t *p, size_t caplen, size_t wirelen, ui
     case DLT_LINUX_SLL: /* 16-byte cooked header, protocol at 14 */
         if (caplen < 16)
             return UIW_FRAME_MALFORMED;
-        return parse_ethertype(rd16(p + 14), p + 16, caplen - 16, pkt);
+        return parse_ethertype(uiw_get_be16(p + 14), p + 16, caplen - 16, pkt);
     case DLT_LINUX_SLL2: /* 20-byte cooked header, protocol at 0 */
         if (caplen < 20)
             return UIW_FRAME_MALFORMED;
-        return parse_ethertype(rd16(p), p + 20, caplen - 20, pkt);
+        return parse_ethertype(uiw_get_be16(p), p + 20, caplen - 20, pkt);
     case DLT_RAW:
     case DLT_IPV4:
     case DLT_IPV6:

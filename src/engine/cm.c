@@ -349,6 +349,15 @@ static void conn_put(struct uiw_conn *c)
     atomic_fetch_sub(&conn_count, 1);
 }
 
+/* Drop c->lock and then, when release (passive_drop's answer, drain's),
+ * the reference that must go after unlocking. */
+static void conn_unlock_put(struct uiw_conn *c, bool release)
+{
+    pthread_mutex_unlock(&c->lock);
+    if (release)
+        conn_put(c);
+}
+
 int uiw_cm_conn_count(void)
 {
     return atomic_load(&conn_count);
@@ -850,9 +859,7 @@ static void conn_io_cb(void *obj, uint32_t events)
     default:
         break;
     }
-    pthread_mutex_unlock(&c->lock);
-    if (release)
-        conn_put(c);
+    conn_unlock_put(c, release);
 }
 
 /* ------------------------------------------------------------------------
@@ -932,9 +939,7 @@ static void conn_timer_cb(void *obj)
     default:
         break;
     }
-    pthread_mutex_unlock(&c->lock);
-    if (release)
-        conn_put(c);
+    conn_unlock_put(c, release);
 }
 
 /* ------------------------------------------------------------------------
@@ -1035,9 +1040,7 @@ static bool evict_waiting(struct uiw_listener *l)
         return false;
     bool release = passive_drop_how(
         victim, "descriptor limit: the oldest connection without an MPA Request makes room", true);
-    pthread_mutex_unlock(&victim->lock);
-    if (release)
-        conn_put(victim);
+    conn_unlock_put(victim, release);
     conn_put(victim);
     accept_evict_count++;
     return true;

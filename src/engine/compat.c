@@ -79,11 +79,9 @@
  * ENOMEM, or as the real verb set it). */
 #define NEW_WRAPPER(w, obj, create)                                                                \
     do {                                                                                           \
-        (w) = calloc(1, sizeof(*(w)));                                                             \
-        if (!(w)) {                                                                                \
-            errno = ENOMEM;                                                                        \
+        (w) = uiw_zalloc(sizeof(*(w)));                                                            \
+        if (!(w))                                                                                  \
             return NULL;                                                                           \
-        }                                                                                          \
         (w)->obj = (create);                                                                       \
         if (!(w)->obj) {                                                                           \
             free(w);                                                                               \
@@ -685,11 +683,9 @@ struct ibv_qp_1_0 *uiw_create_qp_1_0(struct ibv_pd_1_0 *pd, struct ibv_qp_init_a
         errno = EINVAL;
         return NULL;
     }
-    qp = calloc(1, sizeof(*qp));
-    if (!qp) {
-        errno = ENOMEM;
+    qp = uiw_zalloc(sizeof(*qp));
+    if (!qp)
         return NULL;
-    }
     memset(&real, 0, sizeof(real));
     real.qp_context = qp;
     real.send_cq = init->send_cq->real_cq;
@@ -893,7 +889,8 @@ void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_att
  * share with the same meaning (both directions copy them as they are). */
 #define PATH_REC_SCALARS(X)                                                                        \
     X(dlid)                                                                                        \
-    X(slid) X(flow_label) X(pkey) X(hop_limit) X(traffic_class) X(numb_path) X(sl) X(mtu_selector) \
+    X(slid)                                                                                        \
+    X(flow_label) X(pkey) X(hop_limit) X(traffic_class) X(numb_path) X(sl) X(mtu_selector)         \
         X(rate_selector) X(rate) X(packet_life_time_selector) X(packet_life_time) X(preference)
 #define PATH_REC_COPY(f) dst->f = src->f;
 

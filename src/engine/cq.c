@@ -60,11 +60,9 @@ UIW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
         errno = EINVAL;
         return NULL;
     }
-    ch = calloc(1, sizeof(*ch));
-    if (!ch) {
-        errno = ENOMEM;
+    ch = uiw_zalloc(sizeof(*ch));
+    if (!ch)
         return NULL;
-    }
     if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, fds) < 0) {
         int e = errno;
 
@@ -121,18 +119,13 @@ static void chan_unsignal_locked(struct uiw_comp_channel *ch)
 static void chan_post(struct uiw_comp_channel *ch, struct uiw_cq *cq)
 {
     pthread_mutex_lock(&ch->lock);
-    if (ch->npending == ch->cap) {
-        unsigned cap = ch->cap ? ch->cap * 2 : 16;
-        struct uiw_cq **n = realloc(ch->pending, cap * sizeof(*n));
-
-        if (!n) {
-            pthread_mutex_unlock(&ch->lock);
-            uiw_log("completion event lost: out of memory");
-            return;
-        }
-        ch->pending = n;
-        ch->cap = cap;
+    struct uiw_cq **pending = uiw_room(ch->pending, ch->npending, &ch->cap, 16, sizeof(*pending));
+    if (!pending) {
+        pthread_mutex_unlock(&ch->lock);
+        uiw_log("completion event lost: out of memory");
+        return;
     }
+    ch->pending = pending;
     ch->pending[ch->npending++] = cq;
     if (ch->npending == 1)
         chan_signal_locked(ch);
@@ -226,11 +219,8 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
         errno = EINVAL;
         return NULL;
     }
-    if (atomic_fetch_add(&ncqs, 1) >= UIW_MAX_CQ) {
-        atomic_fetch_sub(&ncqs, 1);
-        errno = ENOMEM;
+    if (!uiw_count_take(&ncqs, UIW_MAX_CQ))
         return NULL;
-    }
     cq = calloc(1, sizeof(*cq));
     if (cq)
         cq->ring = calloc((size_t)cqe, sizeof(*cq->ring));

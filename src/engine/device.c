@@ -130,15 +130,11 @@ static struct uiw_device *dev_add_locked(const char *ifname, unsigned ifindex,
     struct uiw_device *d = dev_find_locked(ifname);
 
     if (!d) {
-        if (ndevs == devs_cap) {
-            unsigned cap = devs_cap ? devs_cap * 2 : 8;
-            struct uiw_device **n = realloc(devs, cap * sizeof(*n));
+        struct uiw_device **n = uiw_room(devs, ndevs, &devs_cap, 8, sizeof(*n));
 
-            if (!n)
-                return NULL;
-            devs = n;
-            devs_cap = cap;
-        }
+        if (!n)
+            return NULL;
+        devs = n;
         d = calloc(1, sizeof(*d));
         if (!d)
             return NULL;
@@ -325,11 +321,9 @@ UIW_EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
         errno = ENODEV;
         return NULL;
     }
-    ctx = calloc(1, sizeof(*ctx));
-    if (!ctx) {
-        errno = ENOMEM;
+    ctx = uiw_zalloc(sizeof(*ctx));
+    if (!ctx)
         return NULL;
-    }
     if (pipe2(fds, O_CLOEXEC) < 0) {
         int e = errno;
 
@@ -762,6 +756,30 @@ void uiw_async_purge(struct uiw_context *ctx, const void *obj)
     pthread_mutex_unlock(&ctx->async_lock);
 }
 
+void uiw_async_settle(struct uiw_context *ctx, const void *obj, const uint32_t *reported,
+                      pthread_mutex_t *mutex, pthread_cond_t *cond, const uint32_t *completed)
+{
+    uint32_t n;
+
+    uiw_async_purge(ctx, obj);
+    pthread_mutex_lock(&ctx->async_lock);
+    n = *reported;
+    pthread_mutex_unlock(&ctx->async_lock);
+    pthread_mutex_lock(mutex);
+    while (*completed != n)
+        pthread_cond_wait(cond, mutex);
+    pthread_mutex_unlock(mutex);
+}
+
+/* One more async event acked on rdma-core's mutex, cond and count. */
+static void async_ack_one(pthread_mutex_t *mutex, pthread_cond_t *cond, uint32_t *completed)
+{
+    pthread_mutex_lock(mutex);
+    (*completed)++;
+    pthread_cond_broadcast(cond);
+    pthread_mutex_unlock(mutex);
+}
+
 /* Wait until fd is readable, unless it is non-blocking: then EAGAIN. */
 static int wait_readable(int fd)
 {
@@ -829,29 +847,17 @@ UIW_EXPORT void ibv_ack_async_event(struct ibv_async_event *event)
     switch (uiw_event_obj(event->event_type)) {
     case UIW_EV_QP: {
         struct ibv_qp *qp = event->element.qp;
-
-        pthread_mutex_lock(&qp->mutex);
-        qp->events_completed++;
-        pthread_cond_broadcast(&qp->cond);
-        pthread_mutex_unlock(&qp->mutex);
+        async_ack_one(&qp->mutex, &qp->cond, &qp->events_completed);
         break;
     }
     case UIW_EV_CQ: {
         struct ibv_cq *cq = event->element.cq;
-
-        pthread_mutex_lock(&cq->mutex);
-        cq->async_events_completed++;
-        pthread_cond_broadcast(&cq->cond);
-        pthread_mutex_unlock(&cq->mutex);
+        async_ack_one(&cq->mutex, &cq->cond, &cq->async_events_completed);
         break;
     }
     case UIW_EV_SRQ: {
         struct ibv_srq *srq = event->element.srq;
-
-        pthread_mutex_lock(&srq->mutex);
-        srq->events_completed++;
-        pthread_cond_broadcast(&srq->cond);
-        pthread_mutex_unlock(&srq->mutex);
+        async_ack_one(&srq->mutex, &srq->cond, &srq->events_completed);
         break;
     }
     default:

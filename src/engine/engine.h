@@ -14,6 +14,7 @@
 #ifndef UIWARP_ENGINE_H
 #define UIWARP_ENGINE_H
 
+#include <errno.h>
 #include <infiniband/verbs.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -21,6 +22,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -92,6 +94,44 @@ static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* A zeroed object of size bytes for a verb that returns a pointer: NULL
+ * with errno ENOMEM if there is no memory. */
+static inline void *uiw_zalloc(size_t size)
+{
+    void *p = calloc(1, size);
+
+    if (!p)
+        errno = ENOMEM;
+    return p;
+}
+
+/* Room for one more element in the array arr of *cap elements of size
+ * bytes, n of them used: arr itself, or when it is full arr grown to twice
+ * *cap (first when empty) and *cap updated; NULL if that fails (arr and
+ * *cap unchanged). */
+static inline void *uiw_room(void *arr, unsigned n, unsigned *cap, unsigned first, size_t size)
+{
+    if (n < *cap)
+        return arr;
+    unsigned c = *cap ? *cap * 2 : first;
+    void *grown = realloc(arr, (size_t)c * size);
+    if (grown)
+        *cap = c;
+    return grown;
+}
+
+/* Count one more object in *n, of which there may be max: false, with
+ * errno ENOMEM and *n unchanged, when max are counted already. */
+static inline bool uiw_count_take(atomic_int *n, int max)
+{
+    if (atomic_fetch_add(n, 1) >= max) {
+        atomic_fetch_sub(n, 1);
+        errno = ENOMEM;
+        return false;
+    }
+    return true;
+}
+
 /* uiw_log, uiw_dbg: iface/uiw_cm.h */
 
 /* The object an async event names in its element (device.c). */
@@ -131,6 +171,11 @@ struct uiw_context {
 void uiw_async_event(struct uiw_context *ctx, enum ibv_event_type type, void *obj);
 /* Drop queued, not yet delivered async events about obj (destroy paths). */
 void uiw_async_purge(struct uiw_context *ctx, const void *obj);
+/* Destroying obj, a QP or SRQ: purge its queued events, then wait until
+ * the application acked every one handed out (*reported, ctx->async_lock)
+ * on rdma-core's mutex, cond and acked count of the verbs object. */
+void uiw_async_settle(struct uiw_context *ctx, const void *obj, const uint32_t *reported,
+                      pthread_mutex_t *mutex, pthread_cond_t *cond, const uint32_t *completed);
 
 /* The context's op tables: verbs.c fills ibv_context_ops and verbs_context
  * (every slot non-NULL; unsupported ones fail with EOPNOTSUPP) with: */

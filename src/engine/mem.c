@@ -404,15 +404,11 @@ UIW_EXPORT struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
         errno = EINVAL;
         return NULL;
     }
-    if (atomic_fetch_add(&npds, 1) >= UIW_MAX_PD) {
-        atomic_fetch_sub(&npds, 1);
-        errno = ENOMEM;
+    if (!uiw_count_take(&npds, UIW_MAX_PD))
         return NULL;
-    }
-    pd = calloc(1, sizeof(*pd));
+    pd = uiw_zalloc(sizeof(*pd));
     if (!pd) {
         atomic_fetch_sub(&npds, 1);
-        errno = ENOMEM;
         return NULL;
     }
     pd->ibpd.context = context;
@@ -721,11 +717,9 @@ struct ibv_mw *uiw_op_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
         errno = EINVAL;
         return NULL;
     }
-    mw = calloc(1, sizeof(*mw));
-    if (!mw) {
-        errno = ENOMEM;
+    mw = uiw_zalloc(sizeof(*mw));
+    if (!mw)
         return NULL;
-    }
     pthread_once(&rng_once, rng_register_atfork);
     pthread_mutex_lock(&tab_lock);
     if (!(w = obj_new_locked())) {

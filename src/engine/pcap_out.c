@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "uiw_be.h"
 
 /* ------------------------------------------------------------------------
  * Blocks (no I/O)
@@ -36,19 +37,6 @@ static void put32(uint8_t *p, uint32_t v)
 {
     memcpy(p, &v, 4);
 }
-static void be16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-static void be32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
 size_t uiw_pcapng_header(uint8_t *buf, size_t cap)
 {
     if (cap < 48)
@@ -132,11 +120,11 @@ size_t uiw_pcapng_packet(uint8_t *buf, size_t cap, struct uiw_pcap_flow *f, bool
     static const uint8_t mac_local[6] = {2, 0, 0, 0, 0, 1}, mac_peer[6] = {2, 0, 0, 0, 0, 2};
     memcpy(e, out ? mac_peer : mac_local, 6);
     memcpy(e + 6, out ? mac_local : mac_peer, 6);
-    be16(e + 12, v6 ? 0x86dd : 0x0800);
+    uiw_put_be16(e + 12, v6 ? 0x86dd : 0x0800);
     uint8_t *ip = e + 14;
     if (v6) {
-        be32(ip, 0x60000000);
-        be16(ip + 4, (uint16_t)(20 + len));
+        uiw_put_be32(ip, 0x60000000);
+        uiw_put_be16(ip + 4, (uint16_t)(20 + len));
         ip[6] = IPPROTO_TCP;
         ip[7] = 64;
         memcpy(ip + 8, sa, 16);
@@ -144,28 +132,28 @@ size_t uiw_pcapng_packet(uint8_t *buf, size_t cap, struct uiw_pcap_flow *f, bool
     } else {
         ip[0] = 0x45;
         ip[1] = 0;
-        be16(ip + 2, (uint16_t)(20 + 20 + len));
-        be16(ip + 4, 0);
-        be16(ip + 6, 0x4000); /* DF */
+        uiw_put_be16(ip + 2, (uint16_t)(20 + 20 + len));
+        uiw_put_be16(ip + 4, 0);
+        uiw_put_be16(ip + 6, 0x4000); /* DF */
         ip[8] = 64;
         ip[9] = IPPROTO_TCP;
-        be16(ip + 10, 0);
+        uiw_put_be16(ip + 10, 0);
         memcpy(ip + 12, sa, 4);
         memcpy(ip + 16, da, 4);
-        be16(ip + 10, ip_csum(ip, 20));
+        uiw_put_be16(ip + 10, ip_csum(ip, 20));
     }
     uint8_t *t = ip + iph;
     uint32_t *seq = out ? &f->seq_out : &f->seq_in;
     uint32_t ack = out ? f->seq_in : f->seq_out;
-    be16(t, sport);
-    be16(t + 2, dport);
-    be32(t + 4, *seq);
-    be32(t + 8, (flags & 0x10) ? ack : 0);
+    uiw_put_be16(t, sport);
+    uiw_put_be16(t + 2, dport);
+    uiw_put_be32(t + 4, *seq);
+    uiw_put_be32(t + 8, (flags & 0x10) ? ack : 0);
     t[12] = 5 << 4;
     t[13] = flags;
-    be16(t + 14, 65535);
-    be16(t + 16, 0); /* checksum: not computed */
-    be16(t + 18, 0);
+    uiw_put_be16(t + 14, 65535);
+    uiw_put_be16(t + 16, 0); /* checksum: not computed */
+    uiw_put_be16(t + 18, 0);
     uint8_t *p = t + 20;
     size_t left = len;
     for (int i = 0; i < iovcnt && left; i++) {

@@ -547,17 +547,12 @@ int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj)
     if (ret)
         return ret;
     pthread_mutex_lock(&pg.lock);
-    if (pg.heap_reserved == pg.heap_cap) {
-        unsigned n = pg.heap_cap ? 2 * pg.heap_cap : 64;
-        struct uiw_timer **nh = realloc(pg.heap, n * sizeof(*nh));
-
-        if (!nh) {
-            pthread_mutex_unlock(&pg.lock);
-            return -ENOMEM;
-        }
-        pg.heap = nh;
-        pg.heap_cap = n;
+    struct uiw_timer **heap = uiw_room(pg.heap, pg.heap_reserved, &pg.heap_cap, 64, sizeof(*heap));
+    if (!heap) {
+        pthread_mutex_unlock(&pg.lock);
+        return -ENOMEM;
     }
+    pg.heap = heap;
     pg.heap_reserved++;
     t->reserved = true;
     t->cb = cb;
@@ -696,21 +691,41 @@ void uiw_progress_timer_cancel(uint64_t id)
     pthread_mutex_unlock(&pg.lock);
 }
 
+/* The i-th QP of cq with a reference (uiw_qp_put), taken under cq->lock
+ * and returned with it released; NULL past the last one. */
+static struct uiw_qp *cq_qp_get(struct uiw_cq *cq, unsigned i)
+{
+    struct uiw_qp *qp = NULL;
+
+    pthread_mutex_lock(&cq->lock);
+    if (i < cq->nqps) {
+        qp = cq->qps[i];
+        uiw_qp_get(qp);
+    }
+    pthread_mutex_unlock(&cq->lock);
+    return qp;
+}
+
+/* Read qp's socket if its lock is free (lock order qp -> cq: only a
+ * trylock, with cq->lock released): false if it is busy, its holder (or
+ * the progress thread, which got the readiness edge) draining it. */
+static bool qp_try_rx(struct uiw_qp *qp)
+{
+    if (pthread_mutex_trylock(&qp->lock) != 0)
+        return false;
+    if (qp->fd >= 0)
+        uiw_qp_rx_poll(qp);
+    pthread_mutex_unlock(&qp->lock);
+    return true;
+}
+
 void uiw_cq_flush_tx(struct uiw_cq *cq)
 {
     if (!atomic_load_explicit(&cq->tx_deferred, memory_order_relaxed))
         return;
-    for (unsigned i = 0;; i++) {
-        struct uiw_qp *qp;
+    struct uiw_qp *qp;
 
-        pthread_mutex_lock(&cq->lock);
-        if (i >= cq->nqps) {
-            pthread_mutex_unlock(&cq->lock);
-            break;
-        }
-        qp = cq->qps[i];
-        uiw_qp_get(qp);
-        pthread_mutex_unlock(&cq->lock);
+    for (unsigned i = 0; (qp = cq_qp_get(cq, i)); i++) {
         /* lock order qp -> cq, as in uiw_cq_drive; a busy QP's holder (or
          * the progress thread, which got the EPOLLOUT edge) transmits */
         if (pthread_mutex_trylock(&qp->lock) == 0) {
@@ -756,17 +771,9 @@ static void drive_ep_make(struct uiw_cq *cq)
     }
     cq->drive_ep = ep;
     pthread_mutex_unlock(&cq->lock);
-    for (unsigned i = 0;; i++) {
-        struct uiw_qp *qp;
+    struct uiw_qp *qp;
 
-        pthread_mutex_lock(&cq->lock);
-        if (i >= cq->nqps) {
-            pthread_mutex_unlock(&cq->lock);
-            break;
-        }
-        qp = cq->qps[i];
-        uiw_qp_get(qp);
-        pthread_mutex_unlock(&cq->lock);
+    for (unsigned i = 0; (qp = cq_qp_get(cq, i)); i++) {
         pthread_mutex_lock(&qp->lock); /* qp->fd; order qp -> cq */
         uiw_cq_drive_add(cq, qp);
         pthread_mutex_unlock(&qp->lock);
@@ -790,13 +797,8 @@ static void drive_ready(struct uiw_cq *cq, int ep)
     for (int i = 0; i < n; i++) {
         struct uiw_qp *qp = evs[i].data.ptr; /* alive: cq_del_qp waits for drivers */
 
-        if (pthread_mutex_trylock(&qp->lock) == 0) {
-            if (qp->fd >= 0)
-                uiw_qp_rx_poll(qp);
-            pthread_mutex_unlock(&qp->lock);
-        } else {
+        if (!qp_try_rx(qp))
             busy = true;
-        }
     }
     pthread_mutex_lock(&cq->lock);
     if (--cq->drivers == 0)
@@ -828,27 +830,11 @@ void uiw_cq_drive(struct uiw_cq *cq)
         return;
     }
 
-    for (unsigned i = 0;; i++) {
-        struct uiw_qp *qp;
+    struct uiw_qp *qp;
 
-        pthread_mutex_lock(&cq->lock);
-        if (i >= cq->nqps) {
-            pthread_mutex_unlock(&cq->lock);
-            break;
-        }
-        qp = cq->qps[i];
-        uiw_qp_get(qp);
-        pthread_mutex_unlock(&cq->lock);
-        /* Lock order qp -> cq: only a trylock here, with cq->lock released.
-         * If the QP is busy, its holder (or the progress thread, which got
-         * the readiness edge) drains the socket. */
-        if (pthread_mutex_trylock(&qp->lock) == 0) {
-            if (qp->fd >= 0)
-                uiw_qp_rx_poll(qp);
-            pthread_mutex_unlock(&qp->lock);
-        } else {
+    for (unsigned i = 0; (qp = cq_qp_get(cq, i)); i++) {
+        if (!qp_try_rx(qp))
             busy = true;
-        }
         uiw_qp_put(qp);
     }
     /* Someone (often the progress thread) is processing a QP of this CQ.

@@ -409,17 +409,12 @@ static unsigned roundup_pow2(unsigned v)
 static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp)
 {
     pthread_mutex_lock(&cq->lock);
-    if (cq->nqps == cq->qps_cap) {
-        unsigned cap = cq->qps_cap ? cq->qps_cap * 2 : 4;
-        struct uiw_qp **n = realloc(cq->qps, cap * sizeof(*n));
-
-        if (!n) {
-            pthread_mutex_unlock(&cq->lock);
-            return -ENOMEM;
-        }
-        cq->qps = n;
-        cq->qps_cap = cap;
+    struct uiw_qp **qps = uiw_room(cq->qps, cq->nqps, &cq->qps_cap, 4, sizeof(*qps));
+    if (!qps) {
+        pthread_mutex_unlock(&cq->lock);
+        return -ENOMEM;
     }
+    cq->qps = qps;
     cq->qps[cq->nqps++] = qp;
     pthread_mutex_unlock(&cq->lock);
     return 0;
@@ -492,8 +487,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
         goto fail;
     if (!init->srq && (cap->max_recv_wr > UIW_MAX_QP_WR || cap->max_recv_sge > UIW_MAX_SGE))
         goto fail;
-    if (atomic_fetch_add(&nqps, 1) >= UIW_MAX_QP) {
-        atomic_fetch_sub(&nqps, 1);
+    if (!uiw_count_take(&nqps, UIW_MAX_QP)) {
         err = ENOMEM;
         goto fail;
     }
@@ -595,7 +589,6 @@ fail:
 UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
-    uint32_t reported;
     bool rnr_timers;
     int fd;
 
@@ -644,14 +637,8 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     if (qp->rcq != qp->scq)
         uiw_cq_clean(qp->rcq, ibqp->qp_num, qp->srq != NULL);
     /* 5. rdma-core: wait until every async event handed out was acked */
-    uiw_async_purge(qp->ctx, ibqp);
-    pthread_mutex_lock(&qp->ctx->async_lock);
-    reported = qp->async_reported;
-    pthread_mutex_unlock(&qp->ctx->async_lock);
-    pthread_mutex_lock(&ibqp->mutex);
-    while (ibqp->events_completed != reported)
-        pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
-    pthread_mutex_unlock(&ibqp->mutex);
+    uiw_async_settle(qp->ctx, ibqp, &qp->async_reported, &ibqp->mutex, &ibqp->cond,
+                     &ibqp->events_completed);
 
     atomic_fetch_sub(&qp->pd->refs, 1);
     if (qp->srq)
@@ -970,11 +957,8 @@ UIW_EXPORT struct ibv_srq *ibv_create_srq(struct ibv_pd *ibpd, struct ibv_srq_in
         errno = EINVAL;
         return NULL;
     }
-    if (atomic_fetch_add(&nsrqs, 1) >= UIW_MAX_SRQ) {
-        atomic_fetch_sub(&nsrqs, 1);
-        errno = ENOMEM;
+    if (!uiw_count_take(&nsrqs, UIW_MAX_SRQ))
         return NULL;
-    }
     srq = calloc(1, sizeof(*srq));
     if (srq)
         srq->ring = srq_ring_alloc(init->attr.max_wr);
@@ -1058,20 +1042,13 @@ UIW_EXPORT int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 UIW_EXPORT int ibv_destroy_srq(struct ibv_srq *ibsrq)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
-    uint32_t reported;
 
     if (!srq)
         return EINVAL;
     if (atomic_load(&srq->refs) > 0)
         return EBUSY;
-    uiw_async_purge(srq->ctx, ibsrq);
-    pthread_mutex_lock(&srq->ctx->async_lock);
-    reported = srq->async_reported;
-    pthread_mutex_unlock(&srq->ctx->async_lock);
-    pthread_mutex_lock(&ibsrq->mutex);
-    while (ibsrq->events_completed != reported)
-        pthread_cond_wait(&ibsrq->cond, &ibsrq->mutex);
-    pthread_mutex_unlock(&ibsrq->mutex);
+    uiw_async_settle(srq->ctx, ibsrq, &srq->async_reported, &ibsrq->mutex, &ibsrq->cond,
+                     &ibsrq->events_completed);
     atomic_fetch_sub(&srq->pd->refs, 1);
     pthread_mutex_destroy(&srq->lock);
     pthread_mutex_destroy(&ibsrq->mutex);

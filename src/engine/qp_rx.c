@@ -106,8 +106,8 @@ struct dp_rx {
     bool msg_rtr; /* the message takes no receive: the P2P RTR, or (with
                    * msg_attach) the Immediate Data of a Send with Imm */
     bool msg_attach;
-    bool imm_pending;  /* an attached Immediate Data arrived: its Send is next */
-    uint32_t imm_val;  /* ... and its value (network order, as imm_data) */
+    bool imm_pending; /* an attached Immediate Data arrived: its Send is next */
+    uint32_t imm_val; /* ... and its value (network order, as imm_data) */
     struct uiw_rqe rqe;
     uint32_t msg_msn;
     uint64_t msg_len;
@@ -781,20 +781,32 @@ static struct uiw_irqe *irq_push(struct uiw_qp *qp)
     return e;
 }
 
+/* A request on QN 1 (Read Request, or Atomic Request sharing its MSNs and
+ * IRD: RFC 7306 §5.2) in sequence (RFC 5041 §7.1 check 5) and within IRD
+ * (RFC 5040 §6.1; PEERS.md §8, as siw)? If not, the Terminate (rreq: it
+ * attaches the RDMAP header too) and false. */
+static bool qn1_admit(struct uiw_qp *qp, struct dp_rx *r, bool rreq)
+{
+    if (!useq_next(qp->rx_msn[UIW_QN_READ_REQ], &r->hdr)) {
+        ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE, rreq);
+        return false;
+    }
+    if (qp->irq_count >= dp_ird(qp)) {
+        ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_CATASTROPHIC_STREAM,
+                  rreq);
+        return false;
+    }
+    return true;
+}
+
 static void end_rreq(struct uiw_qp *qp, struct dp_rx *r)
 {
     const uiw_hdr *h = &r->hdr;
     const uiw_rreq *q = &h->u.rreq;
     struct uiw_irqe *e;
 
-    /* RFC 5041 §7.1 check 5 on QN 1 */
-    if (!useq_next(qp->rx_msn[UIW_QN_READ_REQ], h))
-        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
-                         true);
-    /* RFC 5040 §6.1: no more than IRD outstanding; PEERS.md §8 (as siw) */
-    if (qp->irq_count >= dp_ird(qp))
-        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
-                         UIW_RDMAP_EC_CATASTROPHIC_STREAM, true);
+    if (!qn1_admit(qp, r, true))
+        return;
     /* RFC 5040 §5.2.1, §7.2: a non-zero-length Read validates its source
      * (REMOTE_READ enforced); a zero-length one validates nothing */
     if (q->read_size) {
@@ -865,12 +877,8 @@ static void end_areq(struct uiw_qp *qp, struct dp_rx *r)
 
     /* RFC 7306 §5.2: QN 1, shared MSNs and IRD with Read Requests; errors
      * attach the DDP header only (§8.1 case 2) */
-    if (!useq_next(qp->rx_msn[UIW_QN_READ_REQ], h))
-        return ctrl_fail(qp, r, UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MSN_RANGE,
-                         false);
-    if (qp->irq_count >= dp_ird(qp))
-        return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
-                         UIW_RDMAP_EC_CATASTROPHIC_STREAM, false);
+    if (!qn1_admit(qp, r, false))
+        return;
     mr = uiw_mr_get(qp->pd, a->stag, a->to, 8, IBV_ACCESS_REMOTE_ATOMIC, &addr, &err);
     if (!mr)
         return ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, dp_prot_code(err),

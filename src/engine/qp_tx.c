@@ -544,6 +544,25 @@ static struct uiw_orqe *orq_push(struct uiw_qp *qp)
     return o;
 }
 
+/* The SQE e at pos is a local operation (Local Invalidate, Bind MW),
+ * executed in SQ order with the result r: done (1), or on failure wait for
+ * what was built before it (0) or complete it with the status fail (-1),
+ * as start_sqe returns. */
+static int local_op_done(struct uiw_qp *qp, struct dp_tx *t, struct uiw_sqe *e, unsigned pos, int r,
+                         enum ibv_wc_status fail)
+{
+    if (r) {
+        if (t->niov)
+            return 0;
+        sqe_fail(qp, pos, fail);
+        return -1;
+    }
+    e->state = SQE_DONE;
+    e->status = IBV_WC_SUCCESS;
+    t->sq_started++;
+    return 1;
+}
+
 /* Start the SQE at position t->sq_started. 1: started (or a local
  * operation executed), 0: must wait, -1: failed (QP in error). */
 static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
@@ -657,31 +676,13 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
     case IBV_WR_LOCAL_INV:
         /* executed in SQ order; verbs: failure is a local protection error */
         r = uiw_stag_invalidate(qp->pd, e->imm_or_inv);
-        if (r) {
-            if (t->niov)
-                return 0;
-            sqe_fail(qp, pos, IBV_WC_LOC_PROT_ERR);
-            return -1;
-        }
-        e->state = SQE_DONE;
-        e->status = IBV_WC_SUCCESS;
-        t->sq_started++;
-        return 1;
+        return local_op_done(qp, t, e, pos, r, IBV_WC_LOC_PROT_ERR);
     case IBV_WR_BIND_MW:
         /* executed in SQ order, like Local Invalidate (IB verbs: a failed
          * bind completes with IBV_WC_MW_BIND_ERR) */
         r = uiw_mw_bind(qp->pd, e->bind_mw, e->rkey, e->bind_mr, e->remote_addr, e->length,
                         e->bind_access);
-        if (r) {
-            if (t->niov)
-                return 0;
-            sqe_fail(qp, pos, IBV_WC_MW_BIND_ERR);
-            return -1;
-        }
-        e->state = SQE_DONE;
-        e->status = IBV_WC_SUCCESS;
-        t->sq_started++;
-        return 1;
+        return local_op_done(qp, t, e, pos, r, IBV_WC_MW_BIND_ERR);
     default:
         return -1; /* refused at post time */
     }

@@ -41,6 +41,15 @@ socklen_t rcm_sa_len(const struct sockaddr *sa)
     }
 }
 
+socklen_t rcm_sa_copy(struct sockaddr_storage *ss, const struct sockaddr *sa)
+{
+    socklen_t len = rcm_sa_len(sa);
+
+    memset(ss, 0, sizeof(*ss));
+    memcpy(ss, sa, len);
+    return len;
+}
+
 bool rcm_sa_is_loopback(const struct sockaddr *sa)
 {
     if (sa->sa_family == AF_INET)
@@ -95,11 +104,9 @@ void rcm_sa_set_port(struct sockaddr *sa, uint16_t port_be)
 int rcm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
 {
     struct sockaddr_storage d;
-    socklen_t len = rcm_sa_len(dst);
+    socklen_t len = rcm_sa_copy(&d, dst);
     if (!len)
         return -EAFNOSUPPORT;
-    memset(&d, 0, sizeof(d));
-    memcpy(&d, dst, len);
     /* A UDP connect only looks the route up; the port does not matter but
      * must not be 0 for every kernel. */
     if (!rcm_sa_port((struct sockaddr *)&d))
@@ -124,11 +131,8 @@ int rcm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
 static int addr_ifname(const struct sockaddr *sa_in, char *ifname, size_t n)
 {
     struct sockaddr_storage ss;
-    socklen_t len = rcm_sa_len(sa_in);
-    if (!len)
+    if (!rcm_sa_copy(&ss, sa_in))
         return -EAFNOSUPPORT;
-    memset(&ss, 0, sizeof(ss));
-    memcpy(&ss, sa_in, len);
     rcm_sa_unmap(&ss);
     const struct sockaddr *sa = (const struct sockaddr *)&ss;
 

@@ -221,19 +221,18 @@ void rcm_queue_local(struct rcm_id *id, enum rdma_cm_event_type type, int status
     pthread_mutex_unlock(&rcm_route_lock);
 }
 
-void rcm_purge_id(struct rcm_id *id)
+/* Take id's events off ch, the others staying in order: the list of
+ * id's, in order. ch->lock held. */
+static struct rcm_qev *take_id_locked(struct rcm_channel *ch, struct rcm_id *id)
 {
-    struct rcm_channel *ch = id->ch;
-    struct rcm_qev *drop = NULL;
-    pthread_mutex_lock(&ch->lock);
-    struct rcm_qev *keep = NULL, **kt = &keep, *q;
+    struct rcm_qev *keep = NULL, **kt = &keep, *took = NULL, **tt = &took, *q;
     bool had = ch->head != NULL;
     while ((q = ch->head)) {
         ch->head = q->next;
         q->next = NULL;
         if (q->id == id) {
-            q->next = drop;
-            drop = q;
+            *tt = q;
+            tt = &q->next;
         } else {
             *kt = q;
             kt = &q->next;
@@ -245,6 +244,14 @@ void rcm_purge_id(struct rcm_id *id)
         ch->tail = q;
     if (had && !ch->head)
         wake_clear(ch);
+    return took;
+}
+
+void rcm_purge_id(struct rcm_id *id)
+{
+    struct rcm_channel *ch = id->ch;
+    pthread_mutex_lock(&ch->lock);
+    struct rcm_qev *drop = take_id_locked(ch, id), *q;
     pthread_mutex_unlock(&ch->lock);
     while (drop) {
         q = drop;
@@ -262,24 +269,12 @@ void rcm_move_events(struct rcm_id *id, struct rcm_channel *to)
     struct rcm_channel *a = from < to ? from : to, *b = from < to ? to : from;
     pthread_mutex_lock(&a->lock);
     pthread_mutex_lock(&b->lock);
-    struct rcm_qev *keep = NULL, **kt = &keep, *q;
-    bool had = from->head != NULL;
-    while ((q = from->head)) {
-        from->head = q->next;
-        q->next = NULL;
-        if (q->id == id) {
-            push_locked(to, q);
-        } else {
-            *kt = q;
-            kt = &q->next;
-        }
+    struct rcm_qev *move = take_id_locked(from, id), *q;
+    while (move) {
+        q = move;
+        move = q->next;
+        push_locked(to, q);
     }
-    from->head = keep;
-    from->tail = NULL;
-    for (q = keep; q; q = q->next)
-        from->tail = q;
-    if (had && !from->head)
-        wake_clear(from);
     pthread_mutex_lock(&id->lock);
     id->ch = to;
     id->id.channel = &to->pub;

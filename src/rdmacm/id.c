@@ -225,8 +225,7 @@ UIW_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
         rc = -EINVAL;
     if (!rc) {
         if (x->bound && !rcm_sa_is_any(bsrc)) {
-            memset(&src, 0, sizeof(src));
-            memcpy(&src, bsrc, rcm_sa_len(bsrc));
+            rcm_sa_copy(&src, bsrc);
         } else {
             /* Source selection: what the routing table picks for dst. */
             rc = rcm_route_src(dst_addr, &src);
@@ -391,6 +390,43 @@ static int pick_qp(struct rcm_id *x, const struct rdma_conn_param *p, struct ibv
     return 0;
 }
 
+/* The start of rdma_connect and rdma_accept: lock x and check that it is
+ * in the state want (with need_conn, holding the request's connection),
+ * that p is acceptable and that there is a QP to use (*qp, *ext: pick_qp).
+ * 0 with x->lock held; otherwise x is unlocked and a negative errno
+ * returned. */
+static int conn_begin(struct rcm_id *x, enum rcm_state want, bool need_conn,
+                      const struct rdma_conn_param *p, struct ibv_qp **qp, bool *ext)
+{
+    pthread_mutex_lock(&x->lock);
+    int rc = x->state == want && (!need_conn || x->conn) ? 0 : -EINVAL;
+    if (!rc)
+        rc = check_param(x, p);
+    if (!rc)
+        rc = pick_qp(x, p, qp, ext);
+    if (rc)
+        pthread_mutex_unlock(&x->lock);
+    return rc;
+}
+
+/* The engine's parameters for p: rdma-core's "maximum" sentinels (and no
+ * parameters) mean ord_max and ird_max; the id's options. */
+static struct uiw_conn_param conn_param_of(const struct rcm_id *x, const struct rdma_conn_param *p,
+                                           uint8_t ord_max, uint8_t ird_max,
+                                           const void *private_data, uint16_t private_data_len)
+{
+    return (struct uiw_conn_param){
+        .ord = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH) ? ord_max : p->initiator_depth,
+        .ird =
+            (!p || p->responder_resources == RDMA_MAX_RESP_RES) ? ird_max : p->responder_resources,
+        .private_data = private_data,
+        .private_data_len = private_data_len,
+        .peer_timeout_ms = x->peer_timeout_ms,
+        .tos_set = x->tos_set,
+        .tos = x->tos,
+    };
+}
+
 /* ------------------------------------------------------------------------
  * Active side
  * ---------------------------------------------------------------------- */
@@ -402,32 +438,16 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     struct rcm_id *x = to_rid(id);
     struct ibv_qp *qp = NULL;
     bool ext = false;
-    pthread_mutex_lock(&x->lock);
-    int rc = x->state == RCM_ROUTE_RESOLVED ? 0 : -EINVAL;
-    if (!rc)
-        rc = check_param(x, conn_param);
-    if (!rc)
-        rc = pick_qp(x, conn_param, &qp, &ext);
-    if (rc) {
-        pthread_mutex_unlock(&x->lock);
+    int rc = conn_begin(x, RCM_ROUTE_RESOLVED, false, conn_param, &qp, &ext);
+    if (rc)
         return rcm_err(-rc);
-    }
     const struct rdma_conn_param *p = conn_param;
     /* Kept in the id: a refused attempt may be repeated (event.c). */
     uint16_t pd_len = p ? p->private_data_len : 0;
     if (pd_len)
         memcpy(x->conn_pd, p->private_data, pd_len);
-    x->conn_param = (struct uiw_conn_param){
-        .ord = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH) ? x->dev->max_init_depth
-                                                                 : p->initiator_depth,
-        .ird = (!p || p->responder_resources == RDMA_MAX_RESP_RES) ? x->dev->max_resp_res
-                                                                   : p->responder_resources,
-        .private_data = pd_len ? x->conn_pd : NULL,
-        .private_data_len = pd_len,
-        .peer_timeout_ms = x->peer_timeout_ms,
-        .tos_set = x->tos_set,
-        .tos = x->tos,
-    };
+    x->conn_param = conn_param_of(x, p, x->dev->max_init_depth, x->dev->max_resp_res,
+                                  pd_len ? x->conn_pd : NULL, pd_len);
     x->conn_qp = qp;
     /* An external QP is the application's to destroy with ibv_destroy_qp,
      * which rdma_destroy_qp does not see: its refused attempts are not
@@ -484,36 +504,18 @@ UIW_EXPORT int rdma_accept(struct rdma_cm_id *id, struct rdma_conn_param *conn_p
     struct rcm_id *x = to_rid(id);
     struct ibv_qp *qp = NULL;
     bool ext = false;
-    pthread_mutex_lock(&x->lock);
-    int rc = x->state == RCM_REQ && x->conn ? 0 : -EINVAL;
-    if (!rc)
-        rc = check_param(x, conn_param);
-    if (!rc)
-        rc = pick_qp(x, conn_param, &qp, &ext);
-    if (rc) {
-        pthread_mutex_unlock(&x->lock);
+    int rc = conn_begin(x, RCM_REQ, true, conn_param, &qp, &ext);
+    if (rc)
         return rcm_err(-rc);
-    }
     const struct rdma_conn_param *p = conn_param;
     /* rdma-core: the "maximum" sentinels (and no parameters) mean what
      * the request asked for, bounded by the device. */
-    unsigned ord = (!p || p->initiator_depth == RDMA_MAX_INIT_DEPTH)
-                       ? (x->req_init_depth < x->dev->max_init_depth ? x->req_init_depth
-                                                                     : x->dev->max_init_depth)
-                       : p->initiator_depth;
-    unsigned ird =
-        (!p || p->responder_resources == RDMA_MAX_RESP_RES)
-            ? (x->req_resp_res < x->dev->max_resp_res ? x->req_resp_res : x->dev->max_resp_res)
-            : p->responder_resources;
-    struct uiw_conn_param cp = {
-        .ord = (uint16_t)ord,
-        .ird = (uint16_t)ird,
-        .private_data = p ? p->private_data : NULL,
-        .private_data_len = p ? p->private_data_len : 0,
-        .peer_timeout_ms = x->peer_timeout_ms,
-        .tos_set = x->tos_set,
-        .tos = x->tos,
-    };
+    uint8_t ord_max =
+        x->req_init_depth < x->dev->max_init_depth ? x->req_init_depth : x->dev->max_init_depth;
+    uint8_t ird_max =
+        x->req_resp_res < x->dev->max_resp_res ? x->req_resp_res : x->dev->max_resp_res;
+    struct uiw_conn_param cp = conn_param_of(x, p, ord_max, ird_max, p ? p->private_data : NULL,
+                                             p ? p->private_data_len : 0);
     struct uiw_conn *c = x->conn;
     x->state = RCM_ACCEPTING;
     pthread_mutex_unlock(&x->lock);

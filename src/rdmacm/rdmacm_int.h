@@ -78,6 +78,9 @@ struct rcm_dev *rcm_dev_of_verbs(const struct ibv_context *verbs);
 
 /* Address helpers */
 socklen_t rcm_sa_len(const struct sockaddr *sa);
+/* *ss = *sa, the rest zero: its length, or 0 (ss all zero) when sa is not
+ * IPv4 or IPv6. */
+socklen_t rcm_sa_copy(struct sockaddr_storage *ss, const struct sockaddr *sa);
 bool rcm_sa_is_any(const struct sockaddr *sa);
 bool rcm_sa_is_loopback(const struct sockaddr *sa);
 /* Turn an IPv4-mapped IPv6 address into AF_INET (in place). */

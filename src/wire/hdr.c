@@ -11,46 +11,12 @@
 #include <errno.h>
 #include <string.h>
 
+#include "uiw_be.h"
 #include "uiwarp/wire.h"
 
 /* ------------------------------------------------------------------------
  * Byte order helpers
  * ---------------------------------------------------------------------- */
-
-static uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((unsigned)p[0] << 8 | p[1]);
-}
-
-static uint32_t get32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
-
-static uint64_t get64(const uint8_t *p)
-{
-    return (uint64_t)get32(p) << 32 | get32(p + 4);
-}
-
-static void put16(uint8_t *p, uint16_t v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
-
-static void put32(uint8_t *p, uint32_t v)
-{
-    p[0] = (uint8_t)(v >> 24);
-    p[1] = (uint8_t)(v >> 16);
-    p[2] = (uint8_t)(v >> 8);
-    p[3] = (uint8_t)v;
-}
-
-static void put64(uint8_t *p, uint64_t v)
-{
-    put32(p, (uint32_t)(v >> 32));
-    put32(p + 4, (uint32_t)v);
-}
 
 /* ------------------------------------------------------------------------
  * DDP control + RDMAP control (RFC 5041 §4.1, RFC 5040 §4.1 Figure 3)
@@ -303,11 +269,11 @@ static int encode_body(const uiw_hdr *h, uint8_t *p)
     case UIW_OP_READ_REQ: {
         /* RFC 5040 §4.4 Figure 6 */
         const uiw_rreq *r = &h->u.rreq;
-        put32(p, r->sink_stag);
-        put64(p + 4, r->sink_to);
-        put32(p + 12, r->read_size);
-        put32(p + 16, r->src_stag);
-        put64(p + 20, r->src_to);
+        uiw_put_be32(p, r->sink_stag);
+        uiw_put_be64(p + 4, r->sink_to);
+        uiw_put_be32(p + 12, r->read_size);
+        uiw_put_be32(p + 16, r->src_stag);
+        uiw_put_be64(p + 20, r->src_to);
         return UIW_RREQ_LEN;
     }
     case UIW_OP_IMM_DATA:
@@ -318,20 +284,20 @@ static int encode_body(const uiw_hdr *h, uint8_t *p)
     case UIW_OP_ATOMIC_REQ: {
         /* RFC 7306 §5.2.1 Figure 4: 28 reserved bits (zero), AOpCode(4) */
         const uiw_atomic_req *a = &h->u.atomic_req;
-        put32(p, a->aop);
-        put32(p + 4, a->req_id);
-        put32(p + 8, a->stag);
-        put64(p + 12, a->to);
-        put64(p + 20, a->add_swap);
-        put64(p + 28, a->add_swap_mask);
-        put64(p + 36, a->compare);
-        put64(p + 44, a->compare_mask);
+        uiw_put_be32(p, a->aop);
+        uiw_put_be32(p + 4, a->req_id);
+        uiw_put_be32(p + 8, a->stag);
+        uiw_put_be64(p + 12, a->to);
+        uiw_put_be64(p + 20, a->add_swap);
+        uiw_put_be64(p + 28, a->add_swap_mask);
+        uiw_put_be64(p + 36, a->compare);
+        uiw_put_be64(p + 44, a->compare_mask);
         return UIW_ATOMIC_REQ_LEN;
     }
     case UIW_OP_ATOMIC_RESP:
         /* RFC 7306 §5.2.2 Figure 6 */
-        put32(p, h->u.atomic_resp.req_id);
-        put64(p + 4, h->u.atomic_resp.orig_value);
+        uiw_put_be32(p, h->u.atomic_resp.req_id);
+        uiw_put_be64(p + 4, h->u.atomic_resp.orig_value);
         return UIW_ATOMIC_RESP_LEN;
     case UIW_OP_TERMINATE: {
         /* RFC 5040 §4.8 Figure 7 */
@@ -387,19 +353,19 @@ int uiw_hdr_encode(const uiw_hdr *h, uint8_t *out, size_t cap)
                       (unsigned)h->ddp_version << CTRL_DV_SHIFT |
                       (unsigned)h->rdmap_version << CTRL_RV_SHIFT |
                       (unsigned)h->rdmap_rsvd << CTRL_RSV_SHIFT | op);
-    put16(out, ctrl);
+    uiw_put_be16(out, ctrl);
     if (h->tagged) {
         /* RFC 5041 §4.2 Figure 4 */
-        put32(out + 2, h->stag);
-        put64(out + 6, h->to);
+        uiw_put_be32(out + 2, h->stag);
+        uiw_put_be64(out + 6, h->to);
         return UIW_HDR_TAGGED_LEN;
     }
     /* RFC 5041 §4.3 Figure 5; RsvdULP[8:39] carries the Invalidate STag
      * (RFC 5040 §4.1) */
-    put32(out + UT_OFF_RSVDULP, h->inv_stag);
-    put32(out + UT_OFF_QN, h->qn);
-    put32(out + UT_OFF_MSN, h->msn);
-    put32(out + UT_OFF_MO, h->mo);
+    uiw_put_be32(out + UT_OFF_RSVDULP, h->inv_stag);
+    uiw_put_be32(out + UT_OFF_QN, h->qn);
+    uiw_put_be32(out + UT_OFF_MSN, h->msn);
+    uiw_put_be32(out + UT_OFF_MO, h->mo);
     return UIW_HDR_UNTAGGED_LEN + encode_body(h, out + UIW_HDR_UNTAGGED_LEN);
 }
 
@@ -480,7 +446,7 @@ int uiw_hdr_decode(const uint8_t *in, size_t len, uiw_hdr *h, uiw_term_cause *ca
         return -EAGAIN;
 
     /* DDP control + RDMAP control (RFC 5041 §4.1, RFC 5040 §4.1) */
-    ctrl = get16(in);
+    ctrl = uiw_get_be16(in);
     h->tagged = (ctrl & CTRL_T) != 0;
     h->last = (ctrl & CTRL_L) != 0;
     h->ddp_rsvd = (uint8_t)(ctrl >> CTRL_RESRV_SHIFT & CTRL_RESRV_MASK);
@@ -519,24 +485,24 @@ int uiw_hdr_decode(const uint8_t *in, size_t len, uiw_hdr *h, uiw_term_cause *ca
         /* RFC 5041 §4.2 Figure 4 */
         if (len < UIW_HDR_TAGGED_LEN)
             return -EAGAIN;
-        h->stag = get32(in + 2);
-        h->to = get64(in + 6);
+        h->stag = uiw_get_be32(in + 2);
+        h->to = uiw_get_be64(in + 6);
         return UIW_HDR_TAGGED_LEN;
     }
 
     /* RFC 5041 §4.3 Figure 5 */
     if (len < UT_OFF_QN + 4)
         return -EAGAIN;
-    h->inv_stag = get32(in + UT_OFF_RSVDULP);
-    h->qn = get32(in + UT_OFF_QN);
+    h->inv_stag = uiw_get_be32(in + UT_OFF_RSVDULP);
+    h->qn = uiw_get_be32(in + UT_OFF_QN);
     /* RFC 5041 §7.1 (1) "The QN is valid for this stream": each opcode has
      * exactly one queue (RFC 5040 Figure 4, RFC 7306 Figure 2) */
     if (h->qn != oi->qn)
         return FAIL_UNTAGGED(UIW_DDP_EC_U_INVALID_QN);
     if (len < UIW_HDR_UNTAGGED_LEN)
         return -EAGAIN;
-    h->msn = get32(in + UT_OFF_MSN);
-    h->mo = get32(in + UT_OFF_MO);
+    h->msn = uiw_get_be32(in + UT_OFF_MSN);
+    h->mo = uiw_get_be32(in + UT_OFF_MO);
     /* RFC 5041 §7.1 (3): the one-header buffer has only offset 0 */
     if (op_hdr_only(op) && h->mo != 0)
         return FAIL_UNTAGGED(UIW_DDP_EC_U_INVALID_MO);
@@ -564,11 +530,11 @@ int uiw_hdr_decode(const uint8_t *in, size_t len, uiw_hdr *h, uiw_term_cause *ca
     case UIW_OP_READ_REQ: {
         /* RFC 5040 §4.4 Figure 6 */
         uiw_rreq *r = &h->u.rreq;
-        r->sink_stag = get32(p);
-        r->sink_to = get64(p + 4);
-        r->read_size = get32(p + 12);
-        r->src_stag = get32(p + 16);
-        r->src_to = get64(p + 20);
+        r->sink_stag = uiw_get_be32(p);
+        r->sink_to = uiw_get_be64(p + 4);
+        r->read_size = uiw_get_be32(p + 12);
+        r->src_stag = uiw_get_be32(p + 16);
+        r->src_to = uiw_get_be64(p + 20);
         break;
     }
     case UIW_OP_IMM_DATA:
@@ -579,19 +545,19 @@ int uiw_hdr_decode(const uint8_t *in, size_t len, uiw_hdr *h, uiw_term_cause *ca
     case UIW_OP_ATOMIC_REQ: {
         /* RFC 7306 §5.2.1 Figure 4 */
         uiw_atomic_req *a = &h->u.atomic_req;
-        a->req_id = get32(p + 4);
-        a->stag = get32(p + 8);
-        a->to = get64(p + 12);
-        a->add_swap = get64(p + 20);
-        a->add_swap_mask = get64(p + 28);
-        a->compare = get64(p + 36);
-        a->compare_mask = get64(p + 44);
+        a->req_id = uiw_get_be32(p + 4);
+        a->stag = uiw_get_be32(p + 8);
+        a->to = uiw_get_be64(p + 12);
+        a->add_swap = uiw_get_be64(p + 20);
+        a->add_swap_mask = uiw_get_be64(p + 28);
+        a->compare = uiw_get_be64(p + 36);
+        a->compare_mask = uiw_get_be64(p + 44);
         break;
     }
     case UIW_OP_ATOMIC_RESP:
         /* RFC 7306 §5.2.2 Figure 6 */
-        h->u.atomic_resp.req_id = get32(p);
-        h->u.atomic_resp.orig_value = get64(p + 4);
+        h->u.atomic_resp.req_id = uiw_get_be32(p);
+        h->u.atomic_resp.orig_value = uiw_get_be64(p + 4);
         break;
     default:
         break;
@@ -682,8 +648,8 @@ bool uiw_term_untagged_qn_msn(const uiw_term *t, uint32_t *qn, uint32_t *msn)
         (d[0] & 0x80))
         return false;
     /* RFC 5041 §4.3: ctrl(2) rsvd/inv(4) QN(4) MSN(4) MO(4) */
-    *qn = get32(d + 6);
-    *msn = get32(d + 10);
+    *qn = uiw_get_be32(d + 6);
+    *msn = uiw_get_be32(d + 10);
     return true;
 }
 

@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "uiw_be.h"
 #include "uiwarp/wire.h"
 
 /* RFC 5044 §7.1.1: the two keys differ only in byte 9 ('q' vs 'p'). */
@@ -21,17 +22,6 @@ static const uint8_t key_req[UIW_MPA_KEY_LEN] = {'M', 'P', 'A', ' ', 'I', 'D', '
                                                  'e', 'q', ' ', 'F', 'r', 'a', 'm', 'e'};
 static const uint8_t key_rep[UIW_MPA_KEY_LEN] = {'M', 'P', 'A', ' ', 'I', 'D', ' ', 'R',
                                                  'e', 'p', ' ', 'F', 'r', 'a', 'm', 'e'};
-
-static inline uint16_t get16(const uint8_t *p)
-{
-    return (uint16_t)((unsigned)p[0] << 8 | p[1]);
-}
-
-static inline void put16(uint8_t *p, unsigned v)
-{
-    p[0] = (uint8_t)(v >> 8);
-    p[1] = (uint8_t)v;
-}
 
 /* Reserved bits of the flags byte. Up to Rev 1 the bit that RFC 6581 calls
  * S is still part of Res (RFC 5044 §7.1.1): RFC 6581 §6 says enhanced
@@ -101,7 +91,7 @@ int uiw_mpa_encode(const uiw_mpa_frame *f, uint8_t *out, size_t cap)
         flags |= UIW_MPA_FLAG_S;
     out[16] = flags;
     out[17] = f->rev;
-    put16(out + 18, (unsigned)pd_len);
+    uiw_put_be16(out + 18, (unsigned)pd_len);
     uint8_t *p = out + UIW_MPA_HDR_LEN;
     if (f->enhanced) {
         /* RFC 6581 §9: |A|B| IRD(14) |C|D| ORD(14)|, network byte order. */
@@ -114,8 +104,8 @@ int uiw_mpa_encode(const uiw_mpa_frame *f, uint8_t *out, size_t cap)
             ord |= UIW_MPA_ORD_C_WRITE0;
         if (f->rtr & UIW_RTR_READ)
             ord |= UIW_MPA_ORD_D_READ0;
-        put16(p, ird);
-        put16(p + 2, ord);
+        uiw_put_be16(p, ird);
+        uiw_put_be16(p + 2, ord);
         p += UIW_MPA_RFC6581_LEN;
     }
     if (f->ulp_pd_len)
@@ -141,7 +131,7 @@ int uiw_mpa_decode(const uint8_t *in, size_t len, unsigned expect_kind, uiw_mpa_
 
     uint8_t flags = in[16];
     uint8_t rev = in[17];
-    uint16_t pd_len = get16(in + 18);
+    uint16_t pd_len = uiw_get_be16(in + 18);
     /* RFC 5044 §7.1.1 PD_Length / §7.1.2 rule 9: more than 512 octets is an
      * improperly formatted frame. */
     if (pd_len > UIW_MPA_MAX_PD)
@@ -170,7 +160,7 @@ int uiw_mpa_decode(const uint8_t *in, size_t len, unsigned expect_kind, uiw_mpa_
     const uint8_t *p = in + UIW_MPA_HDR_LEN;
     size_t ulp = pd_len;
     if (enhanced) {
-        uint16_t ird = get16(p), ord = get16(p + 2);
+        uint16_t ird = uiw_get_be16(p), ord = uiw_get_be16(p + 2);
         f->p2p = ird & UIW_MPA_IRD_A_P2P;
         /* B, C, D as received; RFC 6581 §9.2 says they are ignored when A
          * is 0, which is the negotiation's business, not the codec's. */

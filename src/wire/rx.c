@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <string.h>
 
+#include "uiw_be.h"
 #include "uiwarp/wire.h"
 
 enum rx_state {
@@ -25,16 +26,6 @@ enum rx_state {
     S_PAD,     /* 0-3 pad bytes */
     S_CRC,     /* 4 CRC bytes */
 };
-
-static uint16_t get_be16(const uint8_t *p)
-{
-    return (uint16_t)((unsigned)p[0] << 8 | p[1]);
-}
-
-static uint32_t get_be32(const uint8_t *p)
-{
-    return (uint32_t)p[0] << 24 | (uint32_t)p[1] << 16 | (uint32_t)p[2] << 8 | p[3];
-}
 
 static size_t min_sz(size_t a, size_t b)
 {
@@ -207,8 +198,8 @@ static void marker_begin(uiw_rx *rx)
 /* All 4 marker bytes are in rx->marker. Returns true if the stream dies. */
 static bool marker_end(uiw_rx *rx)
 {
-    uint16_t rsvd = get_be16(rx->marker);
-    uint16_t ptr = get_be16(rx->marker + 2);
+    uint16_t rsvd = uiw_get_be16(rx->marker);
+    uint16_t ptr = uiw_get_be16(rx->marker + 2);
     uint64_t expect = rx->marker_between ? 0 : rx->marker_off - rx->fpdu_off;
 
     /* RFC 5044 §4.2: RESERVED is ignored on receive; reported only. */
@@ -249,7 +240,7 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
          * before RDMAP sees it (RFC 5040 §7.2 item 1). DDP version is
          * uiw_hdr_decode's (RFC 5041 §4.1, §7.2). */
         why = "DDP header rejected";
-    } else if (!tagged && hl >= 10 && get_be32(h + 6) >= UIW_QN_COUNT) {
+    } else if (!tagged && hl >= 10 && uiw_get_be32(h + 6) >= UIW_QN_COUNT) {
         /* RFC 5041 §7.1 (1) "The QN is valid for this stream": only QNs
          * 0-3 are defined (RFC 5040 §5.1, RFC 7306 §10.2). */
         cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_QN};
@@ -347,6 +338,35 @@ static void size_header(uiw_rx *rx)
     rx->hdr_sized = true;
 }
 
+/* Add up to avail bytes at p to the header buffer, until it holds end
+ * bytes; *used = what was taken. True once it holds end bytes. */
+static bool hdr_fill(uiw_rx *rx, const uint8_t *p, size_t avail, size_t end, size_t *used)
+{
+    size_t take = min_sz(avail, end - rx->hdr_have);
+
+    memcpy(rx->hdrbuf + rx->hdr_have, p, take);
+    hash(rx, p, take);
+    rx->hdr_have += (uint16_t)take;
+    rx->stream_off += take;
+    *used = take;
+    return rx->hdr_have >= end;
+}
+
+/* The FPDU's CRC field is in: report the pending error (*ev) with what the
+ * CRC check found, and stop. */
+static bool crc_err(uiw_rx *rx, bool checked, bool ok, uint32_t recv, uint32_t calc,
+                    uiw_rx_event *ev)
+{
+    rx->err.crc_checked = checked;
+    rx->err.crc_ok = ok;
+    rx->err.crc_recv = recv;
+    rx->err.crc_calc = calc;
+    rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
+    rx->dead = true;
+    *ev = rx->err;
+    return true;
+}
+
 /* Process up to avail (>0) bytes of FPDU content (no marker inside).
  * Sets *used; returns true with *ev set when an event is ready. */
 static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_rx_event *ev)
@@ -355,17 +375,11 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
 
     switch (rx->state) {
     case S_LEN:
-        take = min_sz(avail, UIW_MPA_LEN_FIELD - rx->hdr_have);
         if (rx->hdr_have == 0)
             rx->fpdu_off = rx->stream_off;
-        memcpy(rx->hdrbuf + rx->hdr_have, p, take);
-        hash(rx, p, take);
-        rx->hdr_have += (uint16_t)take;
-        rx->stream_off += take;
-        *used = take;
-        if (rx->hdr_have < UIW_MPA_LEN_FIELD)
+        if (!hdr_fill(rx, p, avail, UIW_MPA_LEN_FIELD, used))
             return false;
-        rx->ulpdu_len = get_be16(rx->hdrbuf);
+        rx->ulpdu_len = uiw_get_be16(rx->hdrbuf);
         /* RFC 5044 §8 code 3: a ULPDU_Length that cannot hold a DDP control
          * field, or exceeds the MULPDU we accept, cannot be followed. */
         if (rx->ulpdu_len < 2) {
@@ -383,15 +397,8 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
         rx->hdr_sized = false;
         return false;
 
-    case S_HDR: {
-        size_t end = (size_t)UIW_MPA_LEN_FIELD + rx->hdr_want;
-        take = min_sz(avail, end - rx->hdr_have);
-        memcpy(rx->hdrbuf + rx->hdr_have, p, take);
-        hash(rx, p, take);
-        rx->hdr_have += (uint16_t)take;
-        rx->stream_off += take;
-        *used = take;
-        if (rx->hdr_have < end)
+    case S_HDR:
+        if (!hdr_fill(rx, p, avail, (size_t)UIW_MPA_LEN_FIELD + rx->hdr_want, used))
             return false;
         if (!rx->hdr_sized) {
             size_header(rx);
@@ -399,7 +406,6 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
                 return false;
         }
         return header_done(rx, ev);
-    }
 
     case S_PAYLOAD:
         take = min_sz(avail, rx->payload_len - rx->payload_done);
@@ -466,25 +472,10 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
         if (rx->cfg.crc && recv != calc) {
             /* RFC 5044 §4.4, §8 code 2; overrides anything found inside. */
             set_err(rx, UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_CRC, "CRC mismatch");
-            rx->err.crc_checked = true;
-            rx->err.crc_ok = false;
-            rx->err.crc_recv = recv;
-            rx->err.crc_calc = calc;
-            rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
-            rx->dead = true;
-            *ev = rx->err;
-            return true;
+            return crc_err(rx, true, false, recv, calc, ev);
         }
-        if (rx->err_pending) {
-            rx->err.crc_checked = rx->cfg.crc;
-            rx->err.crc_ok = true;
-            rx->err.crc_recv = recv;
-            rx->err.crc_calc = calc;
-            rx->err.fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
-            rx->dead = true;
-            *ev = rx->err;
-            return true;
-        }
+        if (rx->err_pending)
+            return crc_err(rx, rx->cfg.crc, true, recv, calc, ev);
         ev->kind = UIW_RX_END;
         ev->fpdu_off = rx->fpdu_off;
         ev->ulpdu_len = rx->ulpdu_len;

@@ -129,13 +129,7 @@ static inline int dp_ep_create(struct dp_ep *e, const struct dp_ep_opts *o)
 /* Drop every queued async event (of any object). */
 static inline void dp_async_drain(void)
 {
-    struct ibv_async_event ev;
-    int fl = fcntl(dp_ctx->async_fd, F_GETFL);
-
-    fcntl(dp_ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    while (ibv_get_async_event(dp_ctx, &ev) == 0)
-        ibv_ack_async_event(&ev);
-    fcntl(dp_ctx->async_fd, F_SETFL, fl);
+    eng_async_drain(dp_ctx, NULL);
 }
 
 /* Wait for an async event about qp; returns its type or -1. Other events

@@ -1,16 +1,19 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The engine test fixture, shared by the engine tests (test_cm*.c,
- * test_multi.c, test_twoproc.c, test_peer_timeout.c and, through dp_test.h,
- * the data path tests), tests/rdmacm/test_rdmacm*.c and tests/faults/faults.h
- * (as "engine/eng_test.h"; no engine internals here): clocks, the uiw_lo device, RC QPs moved to
- * INIT, QP state queries, completion polling with a timeout, byte patterns, and the socket helpers
- * of the tests that play a raw TCP peer. The uiw_cm helpers are in cm_test.h.
+ * The engine test fixture, shared by every engine test (directly, or
+ * through dp_test.h for the data path tests), tests/rdmacm/test_rdmacm*.c
+ * and tests/faults/faults.h (as "engine/eng_test.h"; no engine internals
+ * here): clocks, the uiw_lo device, RC QPs created (RESET) or moved to
+ * INIT, QP state queries, async event draining, one-SGE post helpers,
+ * completion polling with a timeout, byte patterns, a case in a child
+ * process, and the socket helpers of the tests that play a raw TCP peer.
+ * The uiw_cm helpers are in cm_test.h.
  */
 #ifndef UIWARP_ENG_TEST_H
 #define UIWARP_ENG_TEST_H
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <poll.h>
@@ -61,16 +64,13 @@ static inline struct ibv_context *eng_open_lo(bool any_fallback)
     return c;
 }
 
-/* An RC QP on scq/rcq (and srq, may be NULL) with the capabilities cap,
- * moved to INIT (port 1, the given access flags; extra_mask is added to
- * the modify mask). NULL if a step failed (a created QP is destroyed). */
-static inline struct ibv_qp *eng_qp_init(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
-                                         struct ibv_srq *srq, struct ibv_qp_cap cap, bool sig_all,
-                                         int access, int extra_mask)
+/* An RC QP on scq/rcq (and srq, may be NULL) with the capabilities cap, in
+ * RESET; NULL with errno set if ibv_create_qp failed. */
+static inline struct ibv_qp *eng_qp_create(struct ibv_pd *pd, struct ibv_cq *scq,
+                                           struct ibv_cq *rcq, struct ibv_srq *srq,
+                                           struct ibv_qp_cap cap, bool sig_all)
 {
     struct ibv_qp_init_attr ia;
-    struct ibv_qp_attr a;
-    struct ibv_qp *qp;
 
     memset(&ia, 0, sizeof(ia));
     ia.send_cq = scq;
@@ -79,18 +79,57 @@ static inline struct ibv_qp *eng_qp_init(struct ibv_pd *pd, struct ibv_cq *scq, 
     ia.qp_type = IBV_QPT_RC;
     ia.sq_sig_all = sig_all;
     ia.cap = cap;
-    qp = ibv_create_qp(pd, &ia);
-    if (!qp)
-        return NULL;
+    return ibv_create_qp(pd, &ia);
+}
+
+/* Move a QP to INIT (port 1, the given access flags; extra_mask is added
+ * to the modify mask): ibv_modify_qp's result. */
+static inline int eng_qp_to_init(struct ibv_qp *qp, int access, int extra_mask)
+{
+    struct ibv_qp_attr a;
+
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
     a.qp_access_flags = access;
-    if (ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | extra_mask)) {
+    return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS | extra_mask);
+}
+
+/* eng_qp_create moved to INIT with eng_qp_to_init. NULL if a step failed
+ * (a created QP is destroyed). */
+static inline struct ibv_qp *eng_qp_init(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+                                         struct ibv_srq *srq, struct ibv_qp_cap cap, bool sig_all,
+                                         int access, int extra_mask)
+{
+    struct ibv_qp *qp = eng_qp_create(pd, scq, rcq, srq, cap, sig_all);
+
+    if (!qp)
+        return NULL;
+    if (eng_qp_to_init(qp, access, extra_mask)) {
         ibv_destroy_qp(qp);
         return NULL;
     }
     return qp;
+}
+
+/* Fetch and ack every queued async event of ctx (any object), the
+ * descriptor made non-blocking meanwhile: how many, the last in *last
+ * (may be NULL). */
+static inline int eng_async_drain(struct ibv_context *ctx, struct ibv_async_event *last)
+{
+    struct ibv_async_event ev;
+    int fl = fcntl(ctx->async_fd, F_GETFL);
+    int n = 0;
+
+    fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+    while (ibv_get_async_event(ctx, &ev) == 0) {
+        if (last)
+            *last = ev;
+        ibv_ack_async_event(&ev);
+        n++;
+    }
+    fcntl(ctx->async_fd, F_SETFL, fl);
+    return n;
 }
 
 /* A PD, a 64-entry CQ and an RC QP on it (16 WRs, 1 SGE each way, moved to
@@ -165,9 +204,10 @@ static inline int eng_post_atomic(struct ibv_qp *qp, enum ibv_wr_opcode op, void
     return ibv_post_send(qp, &wr, &bad);
 }
 
-/* Post one receive of one SGE. */
-static inline int eng_post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey,
-                                uint64_t wr_id)
+/* Post one receive of one SGE, to qp's receive queue or, with qp NULL, to
+ * srq. */
+static inline int eng_post_recv_to(struct ibv_qp *qp, struct ibv_srq *srq, void *addr, uint32_t len,
+                                   uint32_t lkey, uint64_t wr_id)
 {
     struct ibv_sge sge = {.addr = (uintptr_t)addr, .length = len, .lkey = lkey};
     struct ibv_recv_wr wr, *bad = NULL;
@@ -175,7 +215,19 @@ static inline int eng_post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uin
     wr.wr_id = wr_id;
     wr.sg_list = &sge;
     wr.num_sge = 1;
-    return ibv_post_recv(qp, &wr, &bad);
+    return qp ? ibv_post_recv(qp, &wr, &bad) : ibv_post_srq_recv(srq, &wr, &bad);
+}
+
+static inline int eng_post_recv(struct ibv_qp *qp, void *addr, uint32_t len, uint32_t lkey,
+                                uint64_t wr_id)
+{
+    return eng_post_recv_to(qp, NULL, addr, len, lkey, wr_id);
+}
+
+static inline int eng_post_srq_recv(struct ibv_srq *srq, void *addr, uint32_t len, uint32_t lkey,
+                                    uint64_t wr_id)
+{
+    return eng_post_recv_to(NULL, srq, addr, len, lkey, wr_id);
 }
 
 /* The QP's state as ibv_query_qp reports it, or -1. */

@@ -57,7 +57,6 @@ static struct ibv_cq_ex *cq_ex(int cqe, uint64_t wc_flags)
 static int ex_ep_create(struct ex_ep *x, unsigned send_wr, int cqe)
 {
     struct ibv_qp_init_attr_ex ia;
-    struct ibv_qp_attr a;
 
     memset(x, 0, sizeof(*x));
     x->e.pd = ibv_alloc_pd(dp_ctx);
@@ -89,12 +88,7 @@ static int ex_ep_create(struct ex_ep *x, unsigned send_wr, int cqe)
     x->qpx = ibv_qp_to_qp_ex(x->e.qp);
     if (!x->qpx)
         return -1;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
-                        IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_LOCAL_WRITE;
-    return ibv_modify_qp(x->e.qp, &a, IBV_QP_STATE | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    return eng_qp_to_init(x->e.qp, ENG_ACCESS_ALL, 0);
 }
 
 /* One completion through start_poll / end_poll (ENOENT retried). */
@@ -158,12 +152,8 @@ static bool quiet_ex(struct ibv_cq_ex *cq, unsigned ms)
 
 static void post_recvs(struct ibv_qp *qp, struct ibv_mr *mr, uint8_t *buf, int n, uint64_t id0)
 {
-    for (int i = 0; i < n; i++) {
-        struct ibv_sge s = {.addr = (uintptr_t)(buf + i * 256), .length = 256, .lkey = mr->lkey};
-        struct ibv_recv_wr w = {.wr_id = id0 + (uint64_t)i, .sg_list = &s, .num_sge = 1};
-        struct ibv_recv_wr *bad;
-        CHECK_EQ(ibv_post_recv(qp, &w, &bad), 0);
-    }
+    for (int i = 0; i < n; i++)
+        CHECK_EQ(eng_post_recv(qp, buf + i * 256, 256, mr->lkey, id0 + (uint64_t)i), 0);
 }
 
 /* ------------------------------------------------------------------------
@@ -758,17 +748,13 @@ static void test_unsupported(void)
 {
     struct ibv_pd *pd = ibv_alloc_pd(dp_ctx);
     struct ibv_cq *cq = ibv_create_cq(dp_ctx, 8, NULL, NULL, 0);
-    struct ibv_qp_init_attr ia;
+    struct ibv_qp_cap cap = {
+        .max_send_wr = 2, .max_recv_wr = 2, .max_send_sge = 1, .max_recv_sge = 1};
     struct ibv_qp *qp;
     uint8_t buf[64];
 
     CHECK(pd && cq);
-    memset(&ia, 0, sizeof(ia));
-    ia.send_cq = ia.recv_cq = cq;
-    ia.qp_type = IBV_QPT_RC;
-    ia.cap.max_send_wr = ia.cap.max_recv_wr = 2;
-    ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
-    qp = ibv_create_qp(pd, &ia);
+    qp = eng_qp_create(pd, cq, cq, NULL, cap, false);
     CHECK(qp != NULL);
 
 #define CHECK_NULL_ERRNO(expr, err)                                                                \

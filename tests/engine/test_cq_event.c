@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
 static struct ibv_cq *g_cq;
@@ -51,16 +52,10 @@ static void *late_push(void *arg)
 
 int main(void)
 {
-    int n = 0;
-    struct ibv_device **list = ibv_get_device_list(&n);
-    struct ibv_device *lo = NULL;
-    for (int i = 0; i < n; i++)
-        if (strcmp(ibv_get_device_name(list[i]), "uiw_lo") == 0)
-            lo = list[i];
-    CHECK(lo != NULL);
-    if (!lo)
+    struct ibv_context *ctx = eng_open_lo(false);
+    CHECK(ctx != NULL);
+    if (!ctx)
         TEST_MAIN_END();
-    struct ibv_context *ctx = ibv_open_device(lo);
     struct ibv_comp_channel *ch = ibv_create_comp_channel(ctx);
     g_cq = ibv_create_cq(ctx, 16, (void *)0x1234, ch, 0);
     CHECK(g_cq != NULL);
@@ -113,6 +108,5 @@ int main(void)
     CHECK_EQ(ibv_destroy_cq(g_cq), 0);
     CHECK_EQ(ibv_destroy_comp_channel(ch), 0);
     ibv_close_device(ctx);
-    ibv_free_device_list(list);
     TEST_MAIN_END();
 }

@@ -736,29 +736,18 @@ static void test_solicited(void)
 static void test_srq(void)
 {
     struct dp_ep_opts so = {.srq = true};
-    struct ibv_send_wr wr;
-    struct ibv_recv_wr rw, *rbad;
-    struct ibv_sge s, r[4];
     struct ibv_wc wc;
 
     pair_up(NULL, &so, true, false, 16, 16);
-    for (int i = 0; i < 4; i++) {
-        r[i] =
-            (struct ibv_sge){(uintptr_t)(bf.b_dst + 8192u * (unsigned)i), 8192, bf.b_dst_mr->lkey};
-        memset(&rw, 0, sizeof(rw));
-        rw.wr_id = 60 + (uint64_t)i;
-        rw.sg_list = &r[i];
-        rw.num_sge = 1;
-        CHECK_EQ(ibv_post_srq_recv(B.srq, &rw, &rbad), 0);
-    }
+    for (int i = 0; i < 4; i++)
+        CHECK_EQ(eng_post_srq_recv(B.srq, bf.b_dst + 8192u * (unsigned)i, 8192, bf.b_dst_mr->lkey,
+                                   60 + (uint64_t)i),
+                 0);
     for (int i = 0; i < 4; i++) {
         dp_fill(bf.a_src + 8192u * (unsigned)i, 5000);
-        s = (struct ibv_sge){(uintptr_t)(bf.a_src + 8192u * (unsigned)i), 5000, bf.a_src_mr->lkey};
-        memset(&wr, 0, sizeof(wr));
-        wr.opcode = IBV_WR_SEND;
-        wr.sg_list = &s;
-        wr.num_sge = 1;
-        CHECK_EQ(post_send1(A.qp, &wr), 0);
+        CHECK_EQ(eng_post(A.qp, IBV_WR_SEND, bf.a_src + 8192u * (unsigned)i, 5000,
+                          bf.a_src_mr->lkey, 0, 0, 0, false),
+                 0);
     }
     for (int i = 0; i < 4; i++) {
         CHECK_EQ(dp_poll(B.rcq, &wc, DP_TIMEOUT_MS), 1);

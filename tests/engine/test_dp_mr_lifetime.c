@@ -63,18 +63,8 @@ static uint8_t *map(size_t n)
 static void post(uint64_t id, enum ibv_wr_opcode op, uint8_t *buf, uint32_t len, struct ibv_mr *mr,
                  uint32_t seed)
 {
-    struct ibv_send_wr wr, *bad_wr;
-    struct ibv_sge s = {(uintptr_t)buf, len, mr->lkey};
-
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = id;
-    wr.opcode = op;
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.sg_list = &s;
-    wr.num_sge = 1;
-    wr.wr.rdma.rkey = 0x1234;
-    wr.wr.rdma.remote_addr = (uint64_t)seed << 32; /* the peer finds the seed in the TO */
-    CHECK_EQ(ibv_post_send(A.qp, &wr, &bad_wr), 0);
+    /* the peer finds the seed in the TO */
+    CHECK_EQ(eng_post(A.qp, op, buf, len, mr->lkey, (uint64_t)seed << 32, 0x1234, id, true), 0);
 }
 
 /* Wait until the QP's transmission is blocked (socket full). */

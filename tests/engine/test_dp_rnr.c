@@ -67,13 +67,7 @@ static void set_rnr(struct ibv_qp *q, unsigned retry, unsigned timer)
 static int post_recv_on(struct ibv_qp *q, struct ibv_srq *srq, uint64_t id, void *addr,
                         uint32_t len, uint32_t lkey)
 {
-    struct ibv_sge s = {(uintptr_t)addr, len, lkey};
-    struct ibv_recv_wr wr, *bad;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = id;
-    wr.sg_list = len ? &s : NULL;
-    wr.num_sge = len ? 1 : 0;
-    return srq ? ibv_post_srq_recv(srq, &wr, &bad) : ibv_post_recv(q, &wr, &bad);
+    return eng_post_recv_to(srq ? NULL : q, srq, addr, len, lkey, id);
 }
 
 static int post_wr(struct ibv_qp *q, uint64_t id, enum ibv_wr_opcode op, unsigned flags, void *addr,

@@ -131,13 +131,7 @@ static void expect_dead(int async)
 
 static int post_recv(uint64_t id, void *addr, uint32_t len, uint32_t lkey)
 {
-    struct ibv_sge s = {(uintptr_t)addr, len, lkey};
-    struct ibv_recv_wr wr, *bad;
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = id;
-    wr.sg_list = len ? &s : NULL;
-    wr.num_sge = len ? 1 : 0;
-    return ibv_post_recv(B.qp, &wr, &bad);
+    return eng_post_recv(B.qp, addr, len, lkey, id);
 }
 
 static void expect_rwc(uint64_t id, enum ibv_wc_status st)
@@ -406,21 +400,13 @@ static void t_untagged(void)
 static void t_srq(void)
 {
     struct dp_ep_opts o = {.srq = true};
-    struct ibv_recv_wr wr, *bad;
-    struct ibv_sge sg;
     uiw_hdr h;
     uint8_t pay[200], img[64];
     unsigned il;
 
     setup(true, NULL, &o);
-    sg = (struct ibv_sge){(uintptr_t)region(), 100, mr_all->lkey};
-    memset(&wr, 0, sizeof(wr));
-    wr.wr_id = 51;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    CHECK_EQ(ibv_post_srq_recv(B.srq, &wr, &bad), 0);
-    wr.wr_id = 52;
-    CHECK_EQ(ibv_post_srq_recv(B.srq, &wr, &bad), 0);
+    CHECK_EQ(eng_post_srq_recv(B.srq, region(), 100, mr_all->lkey, 51), 0);
+    CHECK_EQ(eng_post_srq_recv(B.srq, region(), 100, mr_all->lkey, 52), 0);
     dp_hdr_u(&h, UIW_OP_SEND, 0, 1);
     dp_fill(pay, sizeof(pay));
     CHECK_EQ(dp_raw_send(&P, &h, pay, 60), 0);

@@ -14,29 +14,11 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
 static struct ibv_context *ctx;
 static struct ibv_pd *pd, *pd2;
-
-static void msleep(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
-
-static struct ibv_context *open_lo(void)
-{
-    int n;
-    struct ibv_device **l = ibv_get_device_list(&n);
-    struct ibv_context *c = NULL;
-
-    for (int i = 0; l && i < n; i++)
-        if (strcmp(ibv_get_device_name(l[i]), "uiw_lo") == 0)
-            c = ibv_open_device(l[i]);
-    ibv_free_device_list(l);
-    return c;
-}
 
 #define LW IBV_ACCESS_LOCAL_WRITE
 #define RW IBV_ACCESS_REMOTE_WRITE
@@ -378,7 +360,7 @@ static void *hold_thread(void *arg)
     CHECK(m != NULL);
     atomic_store(&h->phase, 1);
     while (atomic_load(&h->phase) != 2)
-        msleep(1);
+        eng_msleep(1);
     /* still ours: deregistration has not returned */
     CHECK(!atomic_load(&h->dereg_done));
     memset(addr, 0x5a, 16); /* a placement in progress */
@@ -406,9 +388,9 @@ static void test_dereg_waits(void)
     h.stag = h.mr->rkey;
     pthread_create(&th, NULL, hold_thread, &h);
     while (atomic_load(&h.phase) != 1)
-        msleep(1);
+        eng_msleep(1);
     pthread_create(&td, NULL, dereg_thread, &h);
-    msleep(100);
+    eng_msleep(100);
     CHECK(!atomic_load(&h.dereg_done));
     /* no new access once deregistration started */
     CHECK(uiw_mr_get(to_upd(pd), h.stag, (uintptr_t)buf, 1, 0, &addr, &err) == NULL);
@@ -580,7 +562,7 @@ static void test_hash_stress(void)
 
 int main(void)
 {
-    ctx = open_lo();
+    ctx = eng_open_lo(false);
     CHECK(ctx != NULL);
     if (!ctx)
         TEST_MAIN_END();

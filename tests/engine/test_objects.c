@@ -24,16 +24,11 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "eng_test.h"
 #include "testutil.h"
 
 static struct ibv_context *ctx;
 static struct ibv_device *lo_dev;
-
-static void msleep(unsigned ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 static bool fd_readable(int fd)
 {
@@ -45,23 +40,6 @@ static void set_nonblock(int fd, bool on)
 {
     int fl = fcntl(fd, F_GETFL);
     fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
-}
-
-/* Fetch and ack every queued async event; return how many, the last in *last. */
-static int drain_async(struct ibv_async_event *last)
-{
-    struct ibv_async_event ev;
-    int n = 0;
-
-    set_nonblock(ctx->async_fd, true);
-    while (ibv_get_async_event(ctx, &ev) == 0) {
-        if (last)
-            *last = ev;
-        ibv_ack_async_event(&ev);
-        n++;
-    }
-    set_nonblock(ctx->async_fd, false);
-    return n;
 }
 
 /* ------------------------------------------------------------------------ */
@@ -325,7 +303,7 @@ static void test_async(void)
     struct getter g = {.ret = 99};
     pthread_t t;
     pthread_create(&t, NULL, async_getter, &g);
-    msleep(50);
+    eng_msleep(50);
     CHECK(!atomic_load(&g.done));
     uiw_async_event(to_uctx(ctx), IBV_EVENT_PORT_ERR, (void *)(uintptr_t)1);
     pthread_join(t, NULL);
@@ -337,17 +315,13 @@ static void test_async(void)
 
 /* ------------------------------------------------------------------------ */
 
+/* An RC QP in RESET: 16 WRs and 2 SGEs each way. */
 static struct ibv_qp *make_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
                               struct ibv_srq *srq)
 {
-    struct ibv_qp_init_attr ia = {
-        .send_cq = scq,
-        .recv_cq = rcq,
-        .srq = srq,
-        .cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2},
-        .qp_type = IBV_QPT_RC,
-    };
-    return ibv_create_qp(pd, &ia);
+    struct ibv_qp_cap cap = {
+        .max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 2, .max_recv_sge = 2};
+    return eng_qp_create(pd, scq, rcq, srq, cap, false);
 }
 
 /* Give the QP a connected socket, as the CM does; returns the peer end. */
@@ -478,7 +452,7 @@ static void test_cq_overflow(void)
     CHECK(ibv_poll_cq(cq, 8, out) < 0);
     uiw_cq_push(to_ucq(cq), &wc, false); /* dropped: CQ in error */
     CHECK(ibv_poll_cq(cq, 8, out) < 0);
-    CHECK_EQ(drain_async(NULL), 0); /* one CQ_ERR only */
+    CHECK_EQ(eng_async_drain(ctx, NULL), 0); /* one CQ_ERR only */
     CHECK_EQ(ibv_destroy_cq(cq), 0);
 }
 
@@ -592,7 +566,7 @@ static void test_comp_channel(void)
     struct destroyer d = {.cq = cq, .ret = 99};
     pthread_t t;
     pthread_create(&t, NULL, destroy_thread, &d);
-    msleep(100);
+    eng_msleep(100);
     CHECK(!atomic_load(&d.done));
     ibv_ack_cq_events(cq, 1);
     pthread_join(t, NULL);
@@ -623,7 +597,7 @@ static void *producer(void *arg)
         wc.wr_id = i;
         uiw_cq_push(to_ucq(cq), &wc, (i % 7) == 0);
         if (i % 1000 == 0)
-            msleep(1);
+            eng_msleep(1);
     }
     return NULL;
 }
@@ -1005,7 +979,7 @@ static void test_qp_state_machine(void)
     CHECK_EQ(to_uqp(qp)->fd, -1);
     close(peer);
     CHECK_EQ(ibv_destroy_qp(qp), 0);
-    CHECK_EQ(drain_async(NULL), 0);
+    CHECK_EQ(eng_async_drain(ctx, NULL), 0);
     CHECK_EQ(ibv_destroy_cq(cq), 0);
     CHECK_EQ(ibv_dealloc_pd(pd), 0);
 }
@@ -1176,7 +1150,7 @@ static void test_flush(void)
 
     CHECK_EQ(ibv_destroy_qp(qp), 0);
     close(peer);
-    CHECK_EQ(drain_async(NULL), 0);
+    CHECK_EQ(eng_async_drain(ctx, NULL), 0);
     CHECK_EQ(ibv_destroy_cq(scq), 0);
     CHECK_EQ(ibv_destroy_cq(rcq), 0);
     CHECK_EQ(ibv_dealloc_pd(pd), 0);
@@ -1315,7 +1289,7 @@ static void test_srq(void)
     struct destroyer d = {.srq = srq, .ret = 99};
     pthread_t t;
     pthread_create(&t, NULL, destroy_thread, &d);
-    msleep(100);
+    eng_msleep(100);
     CHECK(!atomic_load(&d.done));
     ibv_ack_async_event(&ev);
     pthread_join(t, NULL);
@@ -1337,7 +1311,7 @@ static void test_srq(void)
     CHECK(ibv_create_srq_ex(ctx, &sx) == NULL);
     CHECK_EQ(errno, EOPNOTSUPP);
 
-    CHECK_EQ(drain_async(NULL), 0);
+    CHECK_EQ(eng_async_drain(ctx, NULL), 0);
     CHECK_EQ(ibv_destroy_cq(cq), 0);
     CHECK_EQ(ibv_dealloc_pd(pd), 0);
 }
@@ -1359,7 +1333,7 @@ static void test_qp_events(void)
     struct destroyer d = {.qp = qp, .ret = 99};
     pthread_t t;
     pthread_create(&t, NULL, destroy_thread, &d);
-    msleep(100);
+    eng_msleep(100);
     CHECK(!atomic_load(&d.done));
     ibv_ack_async_event(&ev);
     pthread_join(t, NULL);
@@ -1376,14 +1350,14 @@ static void test_qp_events(void)
          * reference (however slowly the thread gets to run here) */
         unsigned nqps = 1;
         for (int i = 0; i < 1000 && nqps; i++) {
-            msleep(10);
+            eng_msleep(10);
             pthread_mutex_lock(&to_ucq(cq)->lock);
             nqps = to_ucq(cq)->nqps;
             pthread_mutex_unlock(&to_ucq(cq)->lock);
         }
         CHECK_EQ(nqps, 0); /* off the CQ */
     }
-    msleep(50);
+    eng_msleep(50);
     CHECK(!atomic_load(&d2.done)); /* but still waiting */
     uiw_qp_put(to_uqp(qp));
     pthread_join(t, NULL);
@@ -1394,7 +1368,7 @@ static void test_qp_events(void)
     CHECK_EQ(ibv_get_async_event(ctx, &ev), 0);
     struct destroyer d3 = {.cq = cq, .ret = 99};
     pthread_create(&t, NULL, destroy_thread, &d3);
-    msleep(100);
+    eng_msleep(100);
     CHECK(!atomic_load(&d3.done));
     ibv_ack_async_event(&ev);
     pthread_join(t, NULL);
@@ -1692,7 +1666,7 @@ int main(int argc, char **argv)
     test_strings();
     test_config();
     test_progress_nice();
-    CHECK_EQ(drain_async(NULL), 0);
+    CHECK_EQ(eng_async_drain(ctx, NULL), 0);
     CHECK_EQ(ibv_close_device(ctx), 0);
     TEST_MAIN_END();
 }

@@ -196,21 +196,12 @@ static void side_free(struct side *s)
 
 static int post_recv(struct side *s, uint64_t id, uint32_t off, uint32_t len)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)s->buf + off, .length = len, .lkey = s->mr->lkey};
-    struct ibv_recv_wr wr = {.wr_id = id, .sg_list = &sge, .num_sge = 1}, *bad;
-    return ibv_post_recv(s->qp, &wr, &bad);
+    return eng_post_recv(s->qp, s->buf + off, len, s->mr->lkey, id);
 }
 
 static int post_send(struct side *s, uint64_t id, uint32_t len)
 {
-    struct ibv_sge sge = {.addr = (uintptr_t)s->buf, .length = len, .lkey = s->mr->lkey};
-    struct ibv_send_wr wr = {.wr_id = id,
-                             .sg_list = &sge,
-                             .num_sge = 1,
-                             .opcode = IBV_WR_SEND,
-                             .send_flags = IBV_SEND_SIGNALED},
-                       *bad;
-    return ibv_post_send(s->qp, &wr, &bad);
+    return eng_post(s->qp, IBV_WR_SEND, s->buf, len, s->mr->lkey, 0, 0, id, true);
 }
 
 /* Collect completions, async events and CM events until both sides saw

@@ -115,11 +115,12 @@ static unsigned long long num(const char *flat, const char *fmt, unsigned qpn, c
 
 #define Q(flat, qpn, rest) num(flat, "p.qps.%u.%s", qpn, rest)
 
-static void post_wait(struct dp_ep *e, struct ibv_send_wr *wr)
+/* Post one signaled WR of one SGE and wait for its successful completion. */
+static void post_wait(struct dp_ep *e, enum ibv_wr_opcode op, void *laddr, uint32_t len,
+                      uint32_t lkey, void *raddr, uint32_t rkey, uint64_t wr_id)
 {
-    struct ibv_send_wr *bad;
     struct ibv_wc wc;
-    CHECK_EQ(ibv_post_send(e->qp, wr, &bad), 0);
+    CHECK_EQ(eng_post(e->qp, op, laddr, len, lkey, (uintptr_t)raddr, rkey, wr_id, true), 0);
     CHECK_EQ(dp_poll(e->scq, &wc, DP_TIMEOUT_MS), 1);
     CHECK_EQ(wc.status, IBV_WC_SUCCESS);
 }
@@ -166,23 +167,11 @@ int main(void)
 
     /* 4 Sends of 1000 B; the 4th finds no receive posted yet: B holds it
      * (receiver not ready, counted in rnr_holds) until the receive comes */
-    for (unsigned i = 0; i < 3; i++) {
-        struct ibv_sge rs = {(uintptr_t)(rbuf + i * 1000), 1000, mb_mr->lkey};
-        struct ibv_recv_wr rw = {.wr_id = i, .sg_list = &rs, .num_sge = 1}, *rbad;
-        CHECK_EQ(ibv_post_recv(B.qp, &rw, &rbad), 0);
-    }
-    for (unsigned i = 0; i < 4; i++) {
-        struct ibv_sge s = {(uintptr_t)(sbuf + i * 1000), 1000, ma_mr->lkey};
-        struct ibv_send_wr w = {.wr_id = i,
-                                .sg_list = &s,
-                                .num_sge = 1,
-                                .opcode = IBV_WR_SEND,
-                                .send_flags = IBV_SEND_SIGNALED};
-        post_wait(&A, &w);
-    }
+    for (unsigned i = 0; i < 3; i++)
+        CHECK_EQ(eng_post_recv(B.qp, rbuf + i * 1000, 1000, mb_mr->lkey, i), 0);
+    for (unsigned i = 0; i < 4; i++)
+        post_wait(&A, IBV_WR_SEND, sbuf + i * 1000, 1000, ma_mr->lkey, NULL, 0, i);
     {
-        struct ibv_sge rs = {(uintptr_t)(rbuf + 3 * 1000), 1000, mb_mr->lkey};
-        struct ibv_recv_wr rw = {.wr_id = 3, .sg_list = &rs, .num_sge = 1}, *rbad;
         uint64_t holds = 0;
         for (uint64_t end = dp_now_ms() + DP_TIMEOUT_MS; !holds && dp_now_ms() < end;) {
             pthread_mutex_lock(&to_uqp(B.qp)->lock);
@@ -191,7 +180,7 @@ int main(void)
             dp_msleep(1);
         }
         CHECK_EQ(holds, 1);
-        CHECK_EQ(ibv_post_recv(B.qp, &rw, &rbad), 0);
+        CHECK_EQ(eng_post_recv(B.qp, rbuf + 3 * 1000, 1000, mb_mr->lkey, 3), 0);
     }
     for (unsigned i = 0; i < 4; i++) {
         struct ibv_wc wc;
@@ -202,28 +191,15 @@ int main(void)
     /* 2 Writes of 100000 B */
     for (unsigned i = 0; i < 2; i++) {
         size_t off = 4000 + i * big;
-        struct ibv_sge s = {(uintptr_t)(sbuf + off), (uint32_t)big, ma_mr->lkey};
-        struct ibv_send_wr w = {.sg_list = &s,
-                                .num_sge = 1,
-                                .opcode = IBV_WR_RDMA_WRITE,
-                                .send_flags = IBV_SEND_SIGNALED};
-        w.wr.rdma.remote_addr = (uintptr_t)(rbuf + off);
-        w.wr.rdma.rkey = mb_mr->rkey;
-        post_wait(&A, &w);
+        post_wait(&A, IBV_WR_RDMA_WRITE, sbuf + off, (uint32_t)big, ma_mr->lkey, rbuf + off,
+                  mb_mr->rkey, 0);
     }
     /* 3 Reads of 3000 B: A reads B's buffer (filled by the test) */
     size_t roff = 4000 + 2 * big;
     dp_fill(rbuf + roff, 9000);
-    for (unsigned i = 0; i < 3; i++) {
-        struct ibv_sge s = {(uintptr_t)(sbuf + roff + i * 3000), 3000, ma_mr->lkey};
-        struct ibv_send_wr w = {.sg_list = &s,
-                                .num_sge = 1,
-                                .opcode = IBV_WR_RDMA_READ,
-                                .send_flags = IBV_SEND_SIGNALED};
-        w.wr.rdma.remote_addr = (uintptr_t)(rbuf + roff + i * 3000);
-        w.wr.rdma.rkey = mb_mr->rkey;
-        post_wait(&A, &w);
-    }
+    for (unsigned i = 0; i < 3; i++)
+        post_wait(&A, IBV_WR_RDMA_READ, sbuf + roff + i * 3000, 3000, ma_mr->lkey,
+                  rbuf + roff + i * 3000, mb_mr->rkey, 0);
     /* the Writes' last bytes are placed before the Read Responses left B */
     dp_sync(B.qp);
     dp_sync(A.qp);

@@ -20,28 +20,15 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "engine/eng_test.h"
 #include "testutil.h"
 
 #define WAIT_MS 5000
 
-static uint64_t now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
+/* One successful completion within WAIT_MS. */
 static bool wait_cq(struct ibv_cq *cq, struct ibv_wc *wc)
 {
-    uint64_t end = now_ms() + WAIT_MS;
-    while (now_ms() < end) {
-        int n = ibv_poll_cq(cq, 1, wc);
-        if (n == 1)
-            return wc->status == IBV_WC_SUCCESS;
-        if (n < 0)
-            return false;
-    }
-    return false;
+    return eng_poll_one(cq, wc, WAIT_MS) == 1 && wc->status == IBV_WC_SUCCESS;
 }
 
 struct server {
