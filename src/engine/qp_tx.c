@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -55,6 +56,7 @@
 #define TXB_HELD    8
 #define TXB_SPILLS  4
 #define TX_BUDGET   (16u << 20) /* bytes per call before yielding to other QPs */
+#define HOLD_TAIL   1u          /* bytes of the first FPDU that the hold keeps back */
 
 enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
 /* dp_tx.vol[]: what an iovec points into */
@@ -110,6 +112,8 @@ struct dp_tx {
     bool last_irq;        /* fairness: the previous message came from the IRQ */
     uint8_t rtr;          /* P2P RTR still to send (enum uiw_rtr bit) */
     bool await;           /* responder: nothing before the first FPDU arrived */
+    bool hold;            /* initiator: the first FPDU's last byte is held
+                           * until qp->first_hold fires (docs/INTEROP.md §1) */
     bool term_queued;     /* a Terminate is in the batch: nothing else follows */
     bool term_out;        /* ... and was handed to TCP */
     bool shut;            /* SHUT_WR done */
@@ -362,16 +366,55 @@ static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
 
 /* sendmsg until the batch is out (0), the socket is full (-EAGAIN) or
  * broken (-errno). */
+/* The first-FPDU hold: how many of the batch's unsent bytes may go now
+ * (SIZE_MAX: all). The first FPDU of the stream is the first of the first
+ * batch (wire_base 0); everything up to its last byte goes, that byte and
+ * whatever follows it wait for the timer. */
+static size_t hold_allow(const struct dp_tx *t)
+{
+    size_t stop;
+
+    if (!t->hold || t->wire_base != 0 || !t->nfp)
+        return SIZE_MAX;
+    stop = t->fp[0].end - HOLD_TAIL;
+    return t->sent < stop ? stop - t->sent : 0;
+}
+
+/* 0: the batch is out; 1: the rest is held (first-FPDU hold); -EAGAIN:
+ * the socket is full; another negative errno: the connection failed. */
 static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
 {
     while (t->cur < t->niov) {
         struct msghdr mh;
         ssize_t n;
+        size_t allow = hold_allow(t), cut_len = 0;
+        int cut = -1;
 
+        if (allow == 0)
+            return 1;
         memset(&mh, 0, sizeof(mh));
         mh.msg_iov = &t->iov[t->cur];
         mh.msg_iovlen = (size_t)(t->niov - t->cur);
+        if (allow != SIZE_MAX) {
+            /* send no further than `allow` bytes: shorten one iovec for
+             * this call */
+            size_t acc = 0;
+            for (int i = t->cur; i < t->niov; i++) {
+                if (acc + t->iov[i].iov_len >= allow) {
+                    cut = i;
+                    cut_len = t->iov[i].iov_len;
+                    t->iov[i].iov_len = allow - acc;
+                    mh.msg_iovlen = (size_t)(i - t->cur + 1);
+                    break;
+                }
+                acc += t->iov[i].iov_len;
+            }
+        }
         n = sendmsg(qp->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0 && qp->pcap)
+            uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
+        if (cut >= 0)
+            t->iov[cut].iov_len = cut_len;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -379,8 +422,6 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
                 return -EAGAIN;
             return -errno;
         }
-        if (qp->pcap)
-            uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
         t->sent += (size_t)n;
         while (n > 0) {
             struct iovec *v = &t->iov[t->cur];
@@ -995,6 +1036,7 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
         }
     }
     base = t->wire_base + t->sent;
+    t->hold = false; /* the FPDU cut short is finished at once */
     release_held(t);
     batch_reset(qp, t);
     t->src = SRC_NONE;
@@ -1051,6 +1093,7 @@ void dp_tx_error_cleanup(struct uiw_qp *qp)
     t->irq_started = 0;
     t->rtr = 0;
     t->await = false;
+    t->hold = false;
 }
 
 void dp_tx_release_await(struct uiw_qp *qp)
@@ -1059,6 +1102,58 @@ void dp_tx_release_await(struct uiw_qp *qp)
 
     if (t)
         t->await = false;
+}
+
+/* ------------------------------------------------------------------------
+ * The initiator's first-FPDU hold (docs/INTEROP.md §1)
+ *
+ * Linux siw's responder sends its MPA Reply before it installs the socket
+ * callback that reads FPDUs; bytes arriving in between are not looked at
+ * until more bytes arrive. So the first FPDU (the RTR, or without P2P the
+ * ULP's first message) goes out at once but for its last byte, which goes
+ * hold_ms after the attach (about when the Reply arrived): its arrival
+ * wakes the callback, which then reads the whole FPDU. Work posted
+ * meanwhile queues behind it; ESTABLISHED is not delayed. A first FPDU
+ * built after the deadline is not held at all.
+ * ---------------------------------------------------------------------- */
+
+void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (!t || !hold_ms)
+        return;
+    t->hold = true;
+    uiw_timer_arm(&qp->first_hold, hold_ms);
+    uiw_dbg(1, "qp %u: first FPDU held %u ms (its last byte)", qp->ibqp.qp_num, hold_ms);
+}
+
+static void release_hold(struct uiw_qp *qp, const char *why)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (!t || !t->hold)
+        return;
+    t->hold = false;
+    uiw_timer_disarm(&qp->first_hold);
+    uiw_dbg(2, "qp %u: first-FPDU hold ends (%s)", qp->ibqp.qp_num, why);
+    uiw_qp_tx_progress(qp);
+}
+
+void dp_hold_timer_cb(void *obj)
+{
+    struct uiw_qp *qp = obj;
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->fd >= 0 && !uiw_timer_pending(&qp->first_hold))
+        release_hold(qp, "timer");
+    pthread_mutex_unlock(&qp->lock);
+}
+
+void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp)
+{
+    if (qp->fd >= 0)
+        release_hold(qp, "disconnect");
 }
 
 int uiw_qp_tx_progress(struct uiw_qp *qp)
@@ -1084,6 +1179,8 @@ int uiw_qp_tx_progress(struct uiw_qp *qp)
                 ret = r;
                 break;
             }
+            if (r == 1) /* held: qp->first_hold resumes */
+                break;
             continue;
         }
         if (t->term_queued || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
