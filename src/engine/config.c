@@ -18,7 +18,7 @@
  *   UIWARP_PEER_TIMEOUT    0 (off) .. 86400 seconds            default 30
  *   UIWARP_RNR_HOLD_MS     0 (Terminate at once) .. 86400000,  default 5000
  *                          or unlimited (receiver not ready, qp_rx.c)
- *   UIWARP_FIRST_FPDU_HOLD_MS 0 (no hold) .. 10000             default 10
+ *   UIWARP_FIRST_FPDU_HOLD_MS 0 (no hold) .. 10000             default 20
  *                          (an initiator's first FPDU's last byte waits this
  *                          long after the MPA Reply: Linux siw, qp_tx.c)
  *
@@ -45,7 +45,7 @@
 #include "engine.h"
 
 #define DEF_ZCOPY_MIN          4096u
-#define DEF_FIRST_FPDU_HOLD_MS 10u /* docs/INTEROP.md §1: measured against siw */
+#define DEF_FIRST_FPDU_HOLD_MS 20u /* docs/INTEROP.md §1: measured against siw */
 
 static struct uiw_config cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;

@@ -364,8 +364,6 @@ static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
     }
 }
 
-/* sendmsg until the batch is out (0), the socket is full (-EAGAIN) or
- * broken (-errno). */
 /* The first-FPDU hold: how many of the batch's unsent bytes may go now
  * (SIZE_MAX: all). The first FPDU of the stream is the first of the first
  * batch (wire_base 0); everything up to its last byte goes, that byte and
@@ -380,8 +378,8 @@ static size_t hold_allow(const struct dp_tx *t)
     return t->sent < stop ? stop - t->sent : 0;
 }
 
-/* 0: the batch is out; 1: the rest is held (first-FPDU hold); -EAGAIN:
- * the socket is full; another negative errno: the connection failed. */
+/* sendmsg until the batch is out (0), the rest is held (1: first-FPDU
+ * hold), the socket is full (-EAGAIN) or broken (-errno). */
 static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
 {
     while (t->cur < t->niov) {

@@ -1871,7 +1871,7 @@ static void c_p2p_read(void)
  * and client-server (the ULP's first Send is held). */
 static void c_first_hold_default(void)
 {
-    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 10); /* docs/INTEROP.md §1 */
+    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20); /* docs/INTEROP.md §1 */
     bool p2p = uiw_config()->p2p;
     t_first_hold(p2p, uiw_config()->first_fpdu_hold_ms, false);
 }
