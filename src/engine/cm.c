@@ -575,7 +575,7 @@ static void active_done(struct uiw_conn *c)
     }
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
-    /* The data path holds the last byte of our first FPDU (RTR or ULP
+    /* The data path holds the trailer (pad, CRC) of our first FPDU (RTR or ULP
      * data) a moment: Linux siw's responder sends its Reply before it
      * installs the callback that reads FPDUs, and data arriving in between
      * is not noticed until more data comes (docs/INTEROP.md §1).

@@ -64,7 +64,7 @@ void dp_sq_fail_upto(struct uiw_qp *qp, unsigned pos, enum ibv_wc_status st);
 void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st);
 /* The responder may send (first FPDU received). */
 void dp_tx_release_await(struct uiw_qp *qp);
-/* Hold the first FPDU's last byte hold_ms (uiw_qp_attach_socket_hold);
+/* Hold the first FPDU's trailer (pad, CRC) hold_ms (uiw_qp_attach_socket_hold);
  * qp->first_hold is initialised. */
 void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms);
 /* qp->first_hold's callback: the held byte may go. */

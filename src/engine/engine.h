@@ -68,7 +68,7 @@ struct uiw_config {
     unsigned zcopy_min;      /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
     int debug;               /* UIWARP_DEBUG: 0..3 */
     unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: an initiator sends the
-                                  * last byte of its first FPDU this long after the
+                                  * trailer (pad, CRC) of its first FPDU this long after the
                                   * MPA Reply at the earliest (0: no hold;
                                   * docs/INTEROP.md §1) */
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
@@ -443,7 +443,7 @@ struct uiw_qp {
     bool rnr_timers;
     struct uiw_timer rnr_kick, rnr_limit;
     /* The initiator's first-FPDU hold (qp_tx.c, docs/INTEROP.md §1): fires
-     * when the held last byte may go; initialised and finished with the
+     * when the held trailer may go; initialised and finished with the
      * receiver-not-ready timers (rnr_timers). */
     struct uiw_timer first_hold;
     bool rnr_retry_set; /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
@@ -567,11 +567,11 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
  * negotiated parameters, move to RTS, start progress. */
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
 /* The same, for an initiator that holds its first FPDU (cm.c): everything
- * but that FPDU's last byte goes out as usual, the last byte (and what
+ * but that FPDU's trailer (pad, CRC) goes out as usual, the trailer (and what
  * follows it) not before hold_ms after the attach; 0: no hold. */
 int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
                               unsigned hold_ms);
-/* Send a held last byte now (an orderly disconnect, before our FIN).
+/* Send a held trailer now (an orderly disconnect, before our FIN).
  * qp->lock held. */
 void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp);
 /* The socket reported EOF/RST: flush and move to ERR (or close cleanly if

@@ -56,7 +56,6 @@
 #define TXB_HELD    8
 #define TXB_SPILLS  4
 #define TX_BUDGET   (16u << 20) /* bytes per call before yielding to other QPs */
-#define HOLD_TAIL   1u          /* bytes of the first FPDU that the hold keeps back */
 
 enum { MK_NONE = 0, MK_SQE, MK_IRQ, MK_TERM };
 /* dp_tx.vol[]: what an iovec points into */
@@ -112,8 +111,9 @@ struct dp_tx {
     bool last_irq;        /* fairness: the previous message came from the IRQ */
     uint8_t rtr;          /* P2P RTR still to send (enum uiw_rtr bit) */
     bool await;           /* responder: nothing before the first FPDU arrived */
-    bool hold;            /* initiator: the first FPDU's last byte is held
+    bool hold;            /* initiator: the first FPDU's trailer is held
                            * until qp->first_hold fires (docs/INTEROP.md §1) */
+    uint8_t first_tail;   /* the first FPDU's pad + CRC bytes */
     bool term_queued;     /* a Terminate is in the batch: nothing else follows */
     bool term_out;        /* ... and was handed to TCP */
     bool shut;            /* SHUT_WR done */
@@ -275,6 +275,8 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
                 t->vol_bytes += n;
         }
     }
+    if (t->nfp == 0 && t->wire_base == 0) /* RFC 5044 §4.1: pad to 4, CRC */
+        t->first_tail = (uint8_t)(4u + (4u - (2u + f->ulpdu_len) % 4u) % 4u);
     t->total += f->bytes;
     t->fp[t->nfp].end = t->total;
     t->fp[t->nfp].kind = kind;
@@ -366,15 +368,18 @@ static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
 
 /* The first-FPDU hold: how many of the batch's unsent bytes may go now
  * (SIZE_MAX: all). The first FPDU of the stream is the first of the first
- * batch (wire_base 0); everything up to its last byte goes, that byte and
- * whatever follows it wait for the timer. */
+ * batch (wire_base 0); everything up to its trailer (pad and CRC) goes,
+ * the trailer and whatever follows it wait for the timer. The trailer
+ * stays in one piece: Linux 6.1 siw copies each part of a trailer split
+ * across socket reads to the trailer's start (siw_get_trailer), so a split
+ * CRC fails its check (docs/INTEROP.md §1). */
 static size_t hold_allow(const struct dp_tx *t)
 {
     size_t stop;
 
     if (!t->hold || t->wire_base != 0 || !t->nfp)
         return SIZE_MAX;
-    stop = t->fp[0].end - HOLD_TAIL;
+    stop = t->fp[0].end - t->first_tail;
     return t->sent < stop ? stop - t->sent : 0;
 }
 
@@ -1108,9 +1113,9 @@ void dp_tx_release_await(struct uiw_qp *qp)
  * Linux siw's responder sends its MPA Reply before it installs the socket
  * callback that reads FPDUs; bytes arriving in between are not looked at
  * until more bytes arrive. So the first FPDU (the RTR, or without P2P the
- * ULP's first message) goes out at once but for its last byte, which goes
- * hold_ms after the attach (about when the Reply arrived): its arrival
- * wakes the callback, which then reads the whole FPDU. Work posted
+ * ULP's first message) goes out at once but for its trailer (pad + CRC),
+ * which goes hold_ms after the attach (about when the Reply arrived): its
+ * arrival wakes the callback, which then reads the whole FPDU. Work posted
  * meanwhile queues behind it; ESTABLISHED is not delayed. A first FPDU
  * built after the deadline is not held at all.
  * ---------------------------------------------------------------------- */
@@ -1123,7 +1128,7 @@ void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
         return;
     t->hold = true;
     uiw_timer_arm(&qp->first_hold, hold_ms);
-    uiw_dbg(1, "qp %u: first FPDU held %u ms (its last byte)", qp->ibqp.qp_num, hold_ms);
+    uiw_dbg(1, "qp %u: first FPDU held %u ms (its trailer)", qp->ibqp.qp_num, hold_ms);
 }
 
 static void release_hold(struct uiw_qp *qp, const char *why)

@@ -1441,11 +1441,14 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
  * ---------------------------------------------------------------------- */
 
 /* Read exactly n bytes of fd within ms; *t_most: when all but the last
- * byte had arrived, *t_all: when the last one did (eng_now_ms). */
-static bool read_timed(int fd, uint8_t *buf, size_t n, int ms, uint64_t *t_most, uint64_t *t_all)
+ * `tail` bytes had arrived, *t_all: when the last one did (eng_now_ms);
+ * *split_ok is cleared when the bytes that came first (within 100 ms) ended
+ * inside the tail. */
+static bool read_timed(int fd, uint8_t *buf, size_t n, size_t tail, int ms, uint64_t *t_most,
+                       uint64_t *t_all, bool *split_ok)
 {
     size_t got = 0;
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
+    uint64_t start = eng_now_ms(), end = start + (uint64_t)ms;
     *t_most = *t_all = 0;
     while (got < n) {
         int64_t left = (int64_t)(end - eng_now_ms());
@@ -1457,8 +1460,11 @@ static bool read_timed(int fd, uint8_t *buf, size_t n, int ms, uint64_t *t_most,
             return false;
         got += (size_t)r;
         uint64_t now = eng_now_ms();
-        if (got + 1 >= n && !*t_most)
+        if (got + tail >= n && !*t_most) {
             *t_most = now;
+            if (got < n && now - start < 100)
+                *split_ok = got + tail == n; /* the trailer not cut */
+        }
         if (got == n)
             *t_all = now;
     }
@@ -1466,17 +1472,24 @@ static bool read_timed(int fd, uint8_t *buf, size_t n, int ms, uint64_t *t_most,
 }
 
 /* Bytes of the FPDU whose MPA length field starts at p (RFC 5044 §4.1:
- * length, ULPDU, pad to 4, CRC). */
+ * length, ULPDU, pad to 4, CRC), and of its trailer (pad, CRC). */
 static size_t fpdu_len(const uint8_t *p)
 {
     size_t l = 2 + ((size_t)p[0] << 8 | p[1]);
     return l + (4 - l % 4) % 4 + 4;
 }
 
+static size_t fpdu_trailer(const uint8_t *p)
+{
+    size_t l = 2 + ((size_t)p[0] << 8 | p[1]);
+    return (4 - l % 4) % 4 + 4;
+}
+
 /* Our initiator (P2P or not, the policy of the environment) against a raw
  * responder: ESTABLISHED comes with the Reply, at once; the first FPDU (the
- * RTR, or without P2P the ULP's first Send) arrives but for its last byte,
- * which comes hold_ms after the Reply at the earliest; the Send posted
+ * RTR, or without P2P the ULP's first Send) arrives but for its trailer
+ * (pad, CRC, in one piece: siw), which comes hold_ms after the Reply at the
+ * earliest; the Send posted
  * right after ESTABLISHED arrives intact behind it and completes.
  * strict: also check the timing from above (a hold of hundreds of ms). */
 static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
@@ -1512,14 +1525,17 @@ static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
         CHECK_EQ(eng_post(a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), mr->lkey, 0, 0, 5, true), 0);
         /* the first FPDU: its length field, then the rest with timing */
         uint64_t t_most, t_all;
+        bool split_ok = true;
         bool ok = est && read_n(fd, stream, 2, EV_MS, NULL) == 2;
         size_t first = ok ? fpdu_len(stream) : 0;
         CHECK(first > 2 && first <= 200);
         ok = ok && first > 2 && first <= 200 &&
-             read_timed(fd, stream + 2, first - 2, EV_MS, &t_most, &t_all);
+             read_timed(fd, stream + 2, first - 2, fpdu_trailer(stream), EV_MS, &t_most, &t_all,
+                        &split_ok);
         CHECK(ok);
         if (ok) {
-            CHECK(t_all - t0 >= hold_ms); /* the last byte waited */
+            CHECK(t_all - t0 >= hold_ms); /* the trailer waited */
+            CHECK(split_ok);              /* the trailer came in one piece */
             if (strict) {
                 CHECK(t_most - t0 < hold_ms / 2); /* the rest did not */
                 CHECK(t_est < t_all);
