@@ -63,7 +63,7 @@ if have rping; then
     done
     # The initiator's first-FPDU hold (UIWARP_FIRST_FPDU_HOLD_MS, for siw's
     # lost-first-FPDU race, docs/INTEROP.md §1; on by default, here longer):
-    # with P2P (the RTR's last byte is held) and client-server (the ULP's
+    # with P2P (the RTR's CRC is held) and client-server (the ULP's
     # first Send's); the log shows the hold.
     for p2p in 1 0; do
         port=$(free_port 4)

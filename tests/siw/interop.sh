@@ -82,7 +82,7 @@ tail -1 "${TMPDIR:-/tmp}/uiwarp-siw-vm-build.log"
 
 # siw's responder sends its MPA Reply before installing the callback that
 # reads FPDUs; a first FPDU arriving in between is not noticed until more data
-# comes (docs/INTEROP.md §1). uiwarp's initiator holds back the last byte of
+# comes (docs/INTEROP.md §1). uiwarp's initiator holds back the pad and CRC of
 # its first FPDU by default (UIWARP_FIRST_FPDU_HOLD_MS, 20 ms): the stage runs
 # without the variable, as a user would; set it to try other values.
 # perftest's server closes its listener after the first connection and
