@@ -584,7 +584,12 @@ static void active_done(struct uiw_conn *c)
     }
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
-    int rc = uiw_qp_attach_socket(qp, fd, &res);
+    /* The data path holds the trailer (pad, CRC) of our first FPDU (RTR or ULP
+     * data) a moment: Linux siw's responder sends its Reply before it
+     * installs the callback that reads FPDUs, and data arriving in between
+     * is not noticed until more data comes (docs/INTEROP.md §1).
+     * ESTABLISHED is not delayed. */
+    int rc = uiw_qp_attach_socket_hold(qp, fd, &res, uiw_config()->first_fpdu_hold_ms);
     pthread_mutex_lock(&c->lock);
     busy_leave(c);
     if (rc == 0) {
@@ -636,24 +641,6 @@ static void active_read(struct uiw_conn *c)
         case UIW_MPA_S_WAIT_REP:
             continue;
         case UIW_MPA_S_DONE:
-            if (uiw_config()->first_fpdu_hold_ms) {
-                /* Hold our first FPDU (RTR or ULP data) a moment: Linux
-                 * siw's responder sends its Reply before it installs the
-                 * callback that reads FPDUs, and data arriving in between
-                 * is not noticed until more data comes (docs/INTEROP.md).
-                 * Bytes the responder sends meanwhile (it should not,
-                 * RFC 5044 §7.1.2, but siw without P2P may) stay in the
-                 * socket for the QP: the Reply was read exactly. */
-                uiw_dbg(1, "cm: MPA Reply accepted; first FPDU held %u ms",
-                        uiw_config()->first_fpdu_hold_ms);
-                c->state = UIW_CS_REP_HOLD;
-                if (c->fd_reg) {
-                    uiw_progress_del(c->fd);
-                    c->fd_reg = false;
-                }
-                timer_arm(c, uiw_config()->first_fpdu_hold_ms);
-                return;
-            }
             active_done(c);
             return;
         case UIW_MPA_S_REJECTED:
@@ -908,9 +895,6 @@ static void conn_timer_cb(void *obj)
     case UIW_CS_WAIT_REP:
         uiw_dbg(1, "cm: no MPA Reply within %u ms", c->timeout_ms);
         active_fail(c, UIW_CM_CONNECT_ERROR, -ETIMEDOUT, true);
-        break;
-    case UIW_CS_REP_HOLD:
-        active_done(c);
         break;
     case UIW_CS_WAIT_RTR:
         uiw_dbg(1, "cm: no RTR within %u ms", c->timeout_ms);
@@ -1619,6 +1603,8 @@ UIW_EXPORT int uiw_cm_disconnect(struct uiw_conn *c)
     pthread_mutex_unlock(&c->lock);
     if (qp) {
         pthread_mutex_lock(&qp->lock);
+        /* a first FPDU cut short by the hold is finished before the FIN */
+        uiw_qp_tx_release_hold_locked(qp);
         if (qp->fd >= 0)
             (void)shutdown(qp->fd, SHUT_WR);
         /* Flush: the QP sends nothing after our FIN. The data path reports

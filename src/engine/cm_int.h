@@ -12,7 +12,6 @@
 enum uiw_conn_state {
     UIW_CS_CONNECTING = 1, /* active: TCP connect in progress (EPOLLOUT) */
     UIW_CS_WAIT_REP,       /* active: Request sent, reading the Reply */
-    UIW_CS_REP_HOLD,       /* active: Reply accepted, first FPDU held (timer) */
     UIW_CS_WAIT_REQ,       /* passive: reading the Request */
     UIW_CS_REQ_RCVD,       /* passive: CONNECT_REQUEST raised, the ULP decides */
     UIW_CS_ACCEPTING,      /* passive: accept/reject in progress (caller's thread) */

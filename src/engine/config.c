@@ -19,6 +19,9 @@
  *   UIWARP_PEER_TIMEOUT    0 (off) .. 86400 seconds            default 30
  *   UIWARP_RNR_HOLD_MS     0 (Terminate at once) .. 86400000,  default 5000
  *                          or unlimited (receiver not ready, qp_rx.c)
+ *   UIWARP_FIRST_FPDU_HOLD_MS 0 (no hold) .. 10000             default 20
+ *                          (an initiator's first FPDU's pad and CRC wait this
+ *                          long after the MPA Reply: Linux siw, qp_tx.c)
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a
@@ -42,7 +45,8 @@
 
 #include "engine.h"
 
-#define DEF_ZCOPY_MIN 4096u
+#define DEF_ZCOPY_MIN          4096u
+#define DEF_FIRST_FPDU_HOLD_MS 20u /* docs/INTEROP.md §1: measured against siw */
 
 static struct uiw_config cfg;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
@@ -221,7 +225,7 @@ static void config_load(void)
     cfg.max_fpdu = 0;
     cfg.zcopy_min = DEF_ZCOPY_MIN;
     cfg.debug = 0;
-    cfg.first_fpdu_hold_ms = 0;
+    cfg.first_fpdu_hold_ms = DEF_FIRST_FPDU_HOLD_MS; /* docs/INTEROP.md §1 */
     cfg.progress_spin_us = 200;
     cfg.tx_coalesce_ns = 2000; /* docs/ENGINE.md "Transmit" */
     cfg.progress_nice = 0;

@@ -64,6 +64,11 @@ void dp_sq_fail_upto(struct uiw_qp *qp, unsigned pos, enum ibv_wc_status st);
 void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st);
 /* The responder may send (first FPDU received). */
 void dp_tx_release_await(struct uiw_qp *qp);
+/* Hold the first FPDU's trailer (pad, CRC) hold_ms (uiw_qp_attach_socket_hold);
+ * qp->first_hold is initialised. */
+void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms);
+/* qp->first_hold's callback: the held byte may go. */
+void dp_hold_timer_cb(void *obj);
 /* Drop all transmit work (QP in ERR), keeping a Terminate in flight. */
 void dp_tx_error_cleanup(struct uiw_qp *qp);
 /* Re-arm the socket's epoll registration (EPOLLOUT while blocked). */

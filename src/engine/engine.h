@@ -69,9 +69,10 @@ struct uiw_config {
     unsigned max_fpdu;       /* UIWARP_MAX_FPDU: 0 = derive from MSS (default) */
     unsigned zcopy_min;      /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
     int debug;               /* UIWARP_DEBUG: 0..3 */
-    unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: initiator waits this
-                                  * long after the MPA Reply before its first
-                                  * FPDU (default 0; docs/INTEROP.md) */
+    unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: an initiator sends the
+                                  * trailer (pad, CRC) of its first FPDU this long after the
+                                  * MPA Reply at the earliest (0: no hold;
+                                  * docs/INTEROP.md §1) */
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
     unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: progress.c "Spinning" (default 200) */
     unsigned tx_coalesce_ns;     /* UIWARP_TX_COALESCE_US (in ns): qp_tx.c coalescing, 0 = off */
@@ -499,6 +500,10 @@ struct uiw_qp {
     struct uiw_qp *srq_hold_prev, *srq_hold_next;
     bool rnr_timers; /* rnr_kick, rnr_limit initialised */
     struct uiw_timer rnr_kick, rnr_limit;
+    /* The initiator's first-FPDU hold (qp_tx.c, docs/INTEROP.md §1): fires
+     * when the held trailer may go; initialised and finished with the
+     * receiver-not-ready timers (rnr_timers). */
+    struct uiw_timer first_hold;
     bool rnr_retry_set; /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
 
     /* negotiated connection parameters */
@@ -626,6 +631,14 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
 /* Connection established (cm.c, after MPA): attach the socket and the
  * negotiated parameters, move to RTS, start progress. */
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
+/* The same, for an initiator that holds its first FPDU (cm.c): everything
+ * but that FPDU's trailer (pad, CRC) goes out as usual, the trailer (and what
+ * follows it) not before hold_ms after the attach; 0: no hold. */
+int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
+                              unsigned hold_ms);
+/* Send a held trailer now (an orderly disconnect, before our FIN).
+ * qp->lock held. */
+void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp);
 /* The socket reported EOF/RST: flush and move to ERR (or close cleanly if
  * we were disconnecting). qp->lock held. */
 void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err);

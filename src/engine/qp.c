@@ -615,6 +615,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     if (rnr_timers) {
         uiw_timer_fini(&qp->rnr_kick);
         uiw_timer_fini(&qp->rnr_limit);
+        uiw_timer_fini(&qp->first_hold);
     }
     /* 3. every other holder is gone */
     pthread_mutex_lock(&ibqp->mutex);

@@ -205,6 +205,12 @@ static unsigned depth(uint16_t negotiated, unsigned current, unsigned max)
 
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
 {
+    return uiw_qp_attach_socket_hold(qp, fd, mpa, 0);
+}
+
+int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
+                              unsigned hold_ms)
+{
     struct ibv_qp_attr attr;
     unsigned max_fpdu;
     int one = 1, fl, r;
@@ -239,12 +245,20 @@ int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
     if (!r)
         r = dp_rx_attach(qp);
     if (!r && !qp->rnr_timers) {
-        /* receiver not ready (qp_rx.c): the kick and the limit */
+        /* receiver not ready (qp_rx.c): the kick and the limit; the
+         * first-FPDU hold (qp_tx.c) */
         r = uiw_timer_init(&qp->rnr_kick, dp_rnr_timer_cb, qp);
         if (!r) {
             r = uiw_timer_init(&qp->rnr_limit, dp_rnr_timer_cb, qp);
             if (r)
                 uiw_timer_fini(&qp->rnr_kick);
+        }
+        if (!r) {
+            r = uiw_timer_init(&qp->first_hold, dp_hold_timer_cb, qp);
+            if (r) {
+                uiw_timer_fini(&qp->rnr_kick);
+                uiw_timer_fini(&qp->rnr_limit);
+            }
         }
         qp->rnr_timers = !r;
     }
@@ -279,6 +293,8 @@ int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
     uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
             qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
             qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
+    if (hold_ms)
+        dp_tx_hold_first(qp, hold_ms);
     /* bytes may be waiting already; the RTR goes out now */
     uiw_qp_rx_progress(qp);
 out:

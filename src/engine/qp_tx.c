@@ -37,6 +37,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -119,6 +120,9 @@ struct dp_tx {
     bool last_irq;        /* fairness: the previous message came from the IRQ */
     uint8_t rtr;          /* P2P RTR still to send (enum uiw_rtr bit) */
     bool await;           /* responder: nothing before the first FPDU arrived */
+    bool hold;            /* initiator: the first FPDU's trailer is held
+                           * until qp->first_hold fires (docs/INTEROP.md §1) */
+    uint8_t first_tail;   /* the first FPDU's pad + CRC bytes */
     bool term_queued;     /* a Terminate is in the batch: nothing else follows */
     bool term_out;        /* ... and was handed to TCP */
     bool shut;            /* SHUT_WR done */
@@ -280,6 +284,8 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
                 t->vol_bytes += n;
         }
     }
+    if (t->nfp == 0 && t->wire_base == 0) /* RFC 5044 §4.1: pad to 4, CRC */
+        t->first_tail = (uint8_t)(4u + (4u - (2u + f->ulpdu_len) % 4u) % 4u);
     t->total += f->bytes;
     t->fp[t->nfp].end = t->total;
     t->fp[t->nfp].kind = kind;
@@ -369,18 +375,58 @@ static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
     }
 }
 
-/* sendmsg until the batch is out (0), the socket is full (-EAGAIN) or
- * broken (-errno). */
+/* The first-FPDU hold: how many of the batch's unsent bytes may go now
+ * (SIZE_MAX: all). The first FPDU of the stream is the first of the first
+ * batch (wire_base 0); everything up to its trailer (pad and CRC) goes,
+ * the trailer and whatever follows it wait for the timer. The trailer
+ * stays in one piece: Linux 6.1 siw copies each part of a trailer split
+ * across socket reads to the trailer's start (siw_get_trailer), so a split
+ * CRC fails its check (docs/INTEROP.md §1). */
+static size_t hold_allow(const struct dp_tx *t)
+{
+    size_t stop;
+
+    if (!t->hold || t->wire_base != 0 || !t->nfp)
+        return SIZE_MAX;
+    stop = t->fp[0].end - t->first_tail;
+    return t->sent < stop ? stop - t->sent : 0;
+}
+
+/* sendmsg until the batch is out (0), the rest is held (1: first-FPDU
+ * hold), the socket is full (-EAGAIN) or broken (-errno). */
 static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
 {
     while (t->cur < t->niov) {
         struct msghdr mh;
         ssize_t n;
+        size_t allow = hold_allow(t), cut_len = 0;
+        int cut = -1;
 
+        if (allow == 0)
+            return 1;
         memset(&mh, 0, sizeof(mh));
         mh.msg_iov = &t->iov[t->cur];
         mh.msg_iovlen = (size_t)(t->niov - t->cur);
+        if (allow != SIZE_MAX) {
+            /* send no further than `allow` bytes: shorten one iovec for
+             * this call */
+            size_t acc = 0;
+            for (int i = t->cur; i < t->niov; i++) {
+                if (acc + t->iov[i].iov_len >= allow) {
+                    cut = i;
+                    cut_len = t->iov[i].iov_len;
+                    t->iov[i].iov_len = allow - acc;
+                    mh.msg_iovlen = (size_t)(i - t->cur + 1);
+                    break;
+                }
+                acc += t->iov[i].iov_len;
+            }
+        }
         n = sendmsg(qp->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+        if (n > 0 && qp->pcap)
+            uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
+        if (cut >= 0)
+            t->iov[cut].iov_len = cut_len;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -388,8 +434,6 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
                 return -EAGAIN;
             return -errno;
         }
-        if (qp->pcap)
-            uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
         qp->st->tx_sends++;
         t->sent += (size_t)n;
         while (n > 0) {
@@ -1006,6 +1050,7 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
         }
     }
     base = t->wire_base + t->sent;
+    t->hold = false; /* the FPDU cut short is finished at once */
     release_held(t);
     batch_reset(qp, t);
     t->src = SRC_NONE;
@@ -1062,6 +1107,7 @@ void dp_tx_error_cleanup(struct uiw_qp *qp)
     t->irq_started = 0;
     t->rtr = 0;
     t->await = false;
+    t->hold = false;
 }
 
 void dp_tx_release_await(struct uiw_qp *qp)
@@ -1257,6 +1303,58 @@ void uiw_tx_flush_deferred(void)
         flush_listed();
 }
 
+/* ------------------------------------------------------------------------
+ * The initiator's first-FPDU hold (docs/INTEROP.md §1)
+ *
+ * Linux siw's responder sends its MPA Reply before it installs the socket
+ * callback that reads FPDUs; bytes arriving in between are not looked at
+ * until more bytes arrive. So the first FPDU (the RTR, or without P2P the
+ * ULP's first message) goes out at once but for its trailer (pad + CRC),
+ * which goes hold_ms after the attach (about when the Reply arrived): its
+ * arrival wakes the callback, which then reads the whole FPDU. Work posted
+ * meanwhile queues behind it; ESTABLISHED is not delayed. A first FPDU
+ * built after the deadline is not held at all.
+ * ---------------------------------------------------------------------- */
+
+void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (!t || !hold_ms)
+        return;
+    t->hold = true;
+    uiw_timer_arm(&qp->first_hold, hold_ms);
+    uiw_dbg(1, "qp %u: first FPDU held %u ms (its trailer)", qp->ibqp.qp_num, hold_ms);
+}
+
+static void release_hold(struct uiw_qp *qp, const char *why)
+{
+    struct dp_tx *t = TX(qp);
+
+    if (!t || !t->hold)
+        return;
+    t->hold = false;
+    uiw_timer_disarm(&qp->first_hold);
+    uiw_dbg(2, "qp %u: first-FPDU hold ends (%s)", qp->ibqp.qp_num, why);
+    uiw_qp_tx_progress(qp);
+}
+
+void dp_hold_timer_cb(void *obj)
+{
+    struct uiw_qp *qp = obj;
+
+    pthread_mutex_lock(&qp->lock);
+    if (qp->fd >= 0 && !uiw_timer_pending(&qp->first_hold))
+        release_hold(qp, "timer");
+    pthread_mutex_unlock(&qp->lock);
+}
+
+void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp)
+{
+    if (qp->fd >= 0)
+        release_hold(qp, "disconnect");
+}
+
 int uiw_qp_tx_progress(struct uiw_qp *qp)
 {
     struct dp_tx *t = TX(qp);
@@ -1281,6 +1379,8 @@ int uiw_qp_tx_progress(struct uiw_qp *qp)
                 ret = r;
                 break;
             }
+            if (r == 1) /* held: qp->first_hold resumes */
+                break;
             continue;
         }
         if (t->term_queued || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)

@@ -1437,6 +1437,172 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
 }
 
 /* ------------------------------------------------------------------------
+ * The initiator's first-FPDU hold (docs/INTEROP.md §1)
+ * ---------------------------------------------------------------------- */
+
+/* Read exactly n bytes of fd within ms; *t_most: when all but the last
+ * `tail` bytes had arrived, *t_all: when the last one did (eng_now_ms);
+ * *split_ok is cleared when the bytes that came first (within 100 ms) ended
+ * inside the tail. */
+static bool read_timed(int fd, uint8_t *buf, size_t n, size_t tail, int ms, uint64_t *t_most,
+                       uint64_t *t_all, bool *split_ok)
+{
+    size_t got = 0;
+    uint64_t start = eng_now_ms(), end = start + (uint64_t)ms;
+    *t_most = *t_all = 0;
+    while (got < n) {
+        int64_t left = (int64_t)(end - eng_now_ms());
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        if (left <= 0 || poll(&p, 1, (int)left) != 1)
+            return false;
+        ssize_t r = recv(fd, buf + got, n - got, 0);
+        if (r <= 0)
+            return false;
+        got += (size_t)r;
+        uint64_t now = eng_now_ms();
+        if (got + tail >= n && !*t_most) {
+            *t_most = now;
+            if (got < n && now - start < 100)
+                *split_ok = got + tail == n; /* the trailer not cut */
+        }
+        if (got == n)
+            *t_all = now;
+    }
+    return true;
+}
+
+/* Bytes of the FPDU whose MPA length field starts at p (RFC 5044 §4.1:
+ * length, ULPDU, pad to 4, CRC), and of its trailer (pad, CRC). */
+static size_t fpdu_len(const uint8_t *p)
+{
+    size_t l = 2 + ((size_t)p[0] << 8 | p[1]);
+    return l + (4 - l % 4) % 4 + 4;
+}
+
+static size_t fpdu_trailer(const uint8_t *p)
+{
+    size_t l = 2 + ((size_t)p[0] << 8 | p[1]);
+    return (4 - l % 4) % 4 + 4;
+}
+
+/* Our initiator (P2P or not, the policy of the environment) against a raw
+ * responder: ESTABLISHED comes with the Reply, at once; the first FPDU (the
+ * RTR, or without P2P the ULP's first Send) arrives but for its trailer
+ * (pad, CRC, in one piece: siw), which comes hold_ms after the Reply at the
+ * earliest; the Send posted
+ * right after ESTABLISHED arrives intact behind it and completes.
+ * strict: also check the timing from above (a hold of hundreds of ms). */
+static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
+{
+    struct eng_tqp a;
+    static uint8_t sbuf[100];
+    uint8_t f[64], stream[512];
+    if (!tqp_make(&a)) {
+        CHECK(!"QP setup");
+        eng_tqp_free(&a);
+        return;
+    }
+    eng_fill(sbuf, sizeof(sbuf), 77);
+    struct ibv_mr *mr = ibv_reg_mr(a.pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+    struct uiw_cm_channel *ch = eng_cm_chan();
+    struct uiw_conn *c = NULL;
+    uiw_mpa_frame rq;
+    struct uiw_cm_event ev;
+    struct uiw_conn_param p = {.ird = 2, .ord = 2};
+    int fd = mr ? raw_responder(AF_INET, &p, a.qp, ch, &c, &rq) : -1;
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        CHECK_EQ(rq.p2p, p2p);
+        size_t n =
+            p2p ? mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0)
+                : mk_frame(f, false, S, 2, 2, 2, NULL, 0);
+        uint64_t t0 = eng_now_ms();
+        eng_send_all(fd, f, n);
+        bool est = expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "hold: est");
+        uint64_t t_est = eng_now_ms();
+        if (strict)
+            CHECK(t_est - t0 < hold_ms / 2); /* not after the hold */
+        CHECK_EQ(eng_post(a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), mr->lkey, 0, 0, 5, true), 0);
+        /* the first FPDU: its length field, then the rest with timing */
+        uint64_t t_most, t_all;
+        bool split_ok = true;
+        bool ok = est && read_n(fd, stream, 2, EV_MS, NULL) == 2;
+        size_t first = ok ? fpdu_len(stream) : 0;
+        CHECK(first > 2 && first <= 200);
+        ok = ok && first > 2 && first <= 200 &&
+             read_timed(fd, stream + 2, first - 2, fpdu_trailer(stream), EV_MS, &t_most, &t_all,
+                        &split_ok);
+        CHECK(ok);
+        if (ok) {
+            CHECK(t_all - t0 >= hold_ms); /* the trailer waited */
+            CHECK(split_ok);              /* the trailer came in one piece */
+            if (strict) {
+                CHECK(t_most - t0 < hold_ms / 2); /* the rest did not */
+                CHECK(t_est < t_all);
+            }
+            size_t total = first;
+            if (p2p) {
+                /* the Send follows the RTR */
+                ok = read_n(fd, stream + total, 2, EV_MS, NULL) == 2;
+                CHECK(ok);
+                size_t second = ok ? fpdu_len(stream + total) : 0;
+                ok = ok && second <= sizeof(stream) - total &&
+                     read_n(fd, stream + total + 2, second - 2, EV_MS, NULL) == second - 2;
+                CHECK(ok);
+                total += second;
+            }
+            /* parse: [RTR Write,] Send MSN 1 with the payload intact */
+            uiw_rx rx;
+            uiw_rx_cfg cfg = {.crc = false};
+            uiw_rx_init(&rx, &cfg);
+            size_t off = 0, got = 0;
+            int ends = 0, sends = 0;
+            while (ok && off < total) {
+                uiw_rx_event e;
+                size_t used = uiw_rx_feed(&rx, stream + off, total - off, &e);
+                off += used;
+                if (e.kind == UIW_RX_HDR) {
+                    if (e.hdr->opcode == UIW_OP_SEND) {
+                        sends++;
+                        CHECK_EQ(e.hdr->msn, 1);
+                        CHECK_EQ(e.payload_len, sizeof(sbuf));
+                    } else {
+                        CHECK(p2p && ends == 0); /* only the RTR comes first */
+                        CHECK_EQ(e.hdr->opcode, UIW_OP_WRITE);
+                        CHECK_EQ(e.hdr->stag, 1);
+                    }
+                } else if (e.kind == UIW_RX_PAYLOAD) {
+                    CHECK(got + e.len <= sizeof(sbuf));
+                    if (got + e.len <= sizeof(sbuf))
+                        CHECK(memcmp(e.data, sbuf + got, e.len) == 0);
+                    got += e.len;
+                } else if (e.kind == UIW_RX_END) {
+                    CHECK(e.crc_ok);
+                    ends++;
+                } else if (e.kind == UIW_RX_ERROR || used == 0) {
+                    CHECK(!"parse");
+                    break;
+                }
+            }
+            CHECK_EQ(ends, p2p ? 2 : 1);
+            CHECK_EQ(sends, 1);
+            CHECK_EQ(got, sizeof(sbuf));
+            struct ibv_wc wc;
+            CHECK_EQ(eng_poll_one(a.cq, &wc, EV_MS), 1);
+            CHECK_EQ(wc.wr_id, 5);
+            CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+            CHECK(quiet(fd, 50)); /* nothing more */
+        }
+        close(fd);
+    }
+    eng_tqp_free(&a);
+    if (mr)
+        ibv_dereg_mr(mr);
+    uiw_cm_conn_destroy(c);
+    uiw_cm_channel_destroy(ch);
+}
+
+/* ------------------------------------------------------------------------
  * Policies from the environment (child processes)
  * ---------------------------------------------------------------------- */
 
@@ -1717,6 +1883,29 @@ static void c_p2p_read(void)
     t_qp_pair(AF_INET6, true);
 }
 
+/* No UIWARP_FIRST_FPDU_HOLD_MS: the default hold, P2P (the RTR is held)
+ * and client-server (the ULP's first Send is held). */
+static void c_first_hold_default(void)
+{
+    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20); /* docs/INTEROP.md §1 */
+    bool p2p = uiw_config()->p2p;
+    t_first_hold(p2p, uiw_config()->first_fpdu_hold_ms, false);
+}
+
+/* A long hold: the timing checked from both sides. */
+static void c_first_hold_long(void)
+{
+    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 400);
+    t_first_hold(uiw_config()->p2p, 400, true);
+}
+
+/* UIWARP_FIRST_FPDU_HOLD_MS=0: nothing held. */
+static void c_first_hold_off(void)
+{
+    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 0);
+    t_first_hold(uiw_config()->p2p, 0, false);
+}
+
 struct child_case {
     const char *name;
     void (*fn)(void);
@@ -1731,6 +1920,11 @@ static const struct child_case cases[] = {
     {"rev1", c_rev1, {"UIWARP_MPA_REV=1"}},
     {"p2p_write", c_p2p_write, {"UIWARP_P2P=1", "UIWARP_RTR=write"}},
     {"p2p_read", c_p2p_read, {"UIWARP_P2P=1", "UIWARP_RTR=read"}},
+    {"first_hold_p2p", c_first_hold_default, {"UIWARP_P2P=1"}},
+    {"first_hold_cs", c_first_hold_default, {NULL}},
+    {"first_hold_long_p2p", c_first_hold_long, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=400"}},
+    {"first_hold_long_cs", c_first_hold_long, {"UIWARP_FIRST_FPDU_HOLD_MS=400"}},
+    {"first_hold_off", c_first_hold_off, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=0"}},
 };
 
 /* Run a case in a fresh process with its environment; add its counts. */

@@ -62,8 +62,9 @@ if have rping; then
             "rping -c -a 127.0.0.1 -p $port -C 1000 -V -S $sz"
     done
     # The initiator's first-FPDU hold (UIWARP_FIRST_FPDU_HOLD_MS, for siw's
-    # lost-first-FPDU race, docs/INTEROP.md): with P2P (the RTR is held) and
-    # client-server (the ULP's first Send is held); the log shows the hold.
+    # lost-first-FPDU race, docs/INTEROP.md §1; on by default, here longer):
+    # with P2P (the RTR's CRC is held) and client-server (the ULP's
+    # first Send's); the log shows the hold.
     for p2p in 1 0; do
         port=$(free_port 4)
         run_case "rping-first-fpdu-hold-p2p$p2p" REQUIRED "" 30 \
