@@ -21,6 +21,7 @@
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/select.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -80,6 +81,14 @@ static struct rs_sock *rs_new(int domain, const struct rs_sock *parent)
     rs->domain = domain;
     rs->index = -1;
     pthread_mutex_init(&rs->lock, NULL);
+    pthread_cond_init(&rs->cond, NULL);
+    rs->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (rs->wake_fd < 0) {
+        pthread_cond_destroy(&rs->cond);
+        pthread_mutex_destroy(&rs->lock);
+        free(rs);
+        return NULL;
+    }
     if (parent) {
         rs->sbuf_size = parent->sbuf_size;
         rs->rbuf_size = parent->rbuf_size;
@@ -97,6 +106,9 @@ static struct rs_sock *rs_new(int domain, const struct rs_sock *parent)
     }
     rs->ch = rdma_create_event_channel();
     if (!rs->ch) {
+        close(rs->wake_fd);
+        pthread_cond_destroy(&rs->cond);
+        pthread_mutex_destroy(&rs->lock);
         free(rs);
         return NULL;
     }
@@ -143,6 +155,8 @@ static void rs_free(struct rs_sock *rs)
         rdma_destroy_id(rs->id);
     if (rs->ch)
         rdma_destroy_event_channel(rs->ch);
+    close(rs->wake_fd);
+    pthread_cond_destroy(&rs->cond);
     pthread_mutex_destroy(&rs->lock);
     free(rs);
 }
@@ -385,13 +399,15 @@ static void rs_peer_gone(struct rs_sock *rs)
     }
 }
 
-static void rs_poll_cq(struct rs_sock *rs)
+/* Take the completions; returns how many. */
+static int rs_poll_cq(struct rs_sock *rs)
 {
     struct ibv_wc wc[16];
-    int n, reposts = 0;
+    int n, reposts = 0, total = 0;
     if (!rs->cq)
-        return;
+        return 0;
     while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+        total += n;
         for (int i = 0; i < n; i++) {
             struct ibv_wc *w = &wc[i];
             if (w->wr_id & WR_RECV) {
@@ -448,6 +464,7 @@ static void rs_poll_cq(struct rs_sock *rs)
                 rs_set_error(rs, errno);
                 break;
             }
+    return total;
 }
 
 static void rs_conn_fail(struct rs_sock *rs, int e)
@@ -519,22 +536,48 @@ static void rs_handle_cm(struct rs_sock *rs, struct rdma_cm_event *ev)
 }
 
 /* Take every pending connection event of a non-listening socket. */
-static void rs_cm_poll(struct rs_sock *rs)
+static int rs_cm_poll(struct rs_sock *rs)
 {
     struct rdma_cm_event *ev;
+    int n = 0;
     if (rs->state & RS_ST_LISTEN)
-        return;
+        return 0;
     while (rdma_get_cm_event(rs->ch, &ev) == 0) {
         rs_handle_cm(rs, ev);
         rdma_ack_cm_event(ev);
+        n++;
+    }
+    return n;
+}
+
+/* Wake the threads waiting on rs (lock held): they look again. */
+static void rs_wake(struct rs_sock *rs)
+{
+    rs->gen++;
+    pthread_cond_broadcast(&rs->cond);
+    if (rs->sleepers) {
+        uint64_t one = 1;
+        if (write(rs->wake_fd, &one, sizeof(one)) < 0) {
+            /* the counter is full: it is readable, which is all we need */
+        }
+    }
+}
+
+static void rs_drain_wake(struct rs_sock *rs)
+{
+    uint64_t v;
+    if (read(rs->wake_fd, &v, sizeof(v)) < 0) {
+        /* EAGAIN: nothing pending */
     }
 }
 
 static void rs_progress(struct rs_sock *rs)
 {
-    rs_cm_poll(rs);
-    rs_poll_cq(rs);
+    int n = rs_cm_poll(rs);
+    n += rs_poll_cq(rs);
     rs_update_credits(rs);
+    if (n)
+        rs_wake(rs);
 }
 
 static void rs_take_cq_event(struct rs_sock *rs)
@@ -569,15 +612,35 @@ static int rs_wait(struct rs_sock *rs, bool (*test)(struct rs_sock *), bool nonb
             rs->cq_armed = 1;
             continue; /* poll again: no completion is lost */
         }
-        struct pollfd pf[2] = {{.fd = rs->ch->fd, .events = POLLIN}};
-        int n = 1;
+        if (rs->polling) {
+            /* another thread polls the channels: wait for its news */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 200000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&rs->cond, &rs->lock, &ts);
+            continue;
+        }
+        struct pollfd pf[3] = {{.fd = rs->wake_fd, .events = POLLIN},
+                               {.fd = rs->ch->fd, .events = POLLIN}};
+        int n = 2;
         if (rs->cch)
             pf[n++] = (struct pollfd){.fd = rs->cch->fd, .events = POLLIN};
+        rs->polling = 1;
+        rs->sleepers++;
         pthread_mutex_unlock(&rs->lock);
         poll(pf, (nfds_t)n, timeout_ms >= 0 ? 50 : 1000);
         pthread_mutex_lock(&rs->lock);
-        if (n > 1 && (pf[1].revents & POLLIN))
+        rs->polling = 0;
+        rs->sleepers--;
+        if (pf[0].revents & POLLIN)
+            rs_drain_wake(rs);
+        if (n > 2 && (pf[2].revents & POLLIN))
             rs_take_cq_event(rs);
+        pthread_cond_broadcast(&rs->cond); /* the next waiter may poll */
     }
 }
 
@@ -1042,10 +1105,11 @@ UIW_EXPORT ssize_t rreadv(int socket, const struct iovec *iov, int iovcnt)
  * ---------------------------------------------------------------------- */
 
 /* Readiness of one rsocket now (lock taken here). */
-static short rs_revents(struct rs_sock *rs, short events)
+static short rs_revents(struct rs_sock *rs, short events, unsigned *gen)
 {
     short rev = 0;
     pthread_mutex_lock(&rs->lock);
+    *gen = rs->gen;
     if (rs->state & RS_ST_LISTEN) {
         struct pollfd pf = {.fd = rs->ch->fd, .events = POLLIN};
         poll(&pf, 1, 0);
@@ -1073,13 +1137,19 @@ UIW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 {
     uint64_t start = now_ns();
     struct pollfd *pf = NULL;
+    unsigned gen_local[16], *gen = gen_local;
     int ret;
+    if (nfds > 16) {
+        gen = calloc(nfds, sizeof(*gen));
+        if (!gen)
+            return rcm_err(ENOMEM);
+    }
     for (;;) {
         int cnt = 0;
         for (nfds_t i = 0; i < nfds; i++) {
             struct rs_sock *rs = rs_lookup(fds[i].fd);
             if (rs) {
-                fds[i].revents = rs_revents(rs, fds[i].events);
+                fds[i].revents = rs_revents(rs, fds[i].events, &gen[i]);
             } else {
                 fds[i].revents = 0;
                 if (fds[i].fd >= 0)
@@ -1100,9 +1170,11 @@ UIW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
         if (now_ns() - start < 20000)
             continue; /* spin briefly */
         if (!pf) {
-            pf = calloc(2 * nfds + 1, sizeof(*pf));
-            if (!pf)
-                return rcm_err(ENOMEM);
+            pf = calloc(3 * nfds + 1, sizeof(*pf));
+            if (!pf) {
+                ret = rcm_err(ENOMEM);
+                break;
+            }
         }
         /* arm, then poll the channels behind the rsockets */
         nfds_t n = 0;
@@ -1114,6 +1186,10 @@ UIW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
                 continue;
             }
             pthread_mutex_lock(&rs->lock);
+            if (rs->gen != gen[i])
+                ready = true; /* another thread made progress meanwhile */
+            rs->sleepers++;
+            pf[n++] = (struct pollfd){.fd = rs->wake_fd, .events = POLLIN};
             pf[n++] = (struct pollfd){.fd = rs->ch->fd, .events = POLLIN};
             if (rs->cq) {
                 if (!rs->cq_armed) {
@@ -1125,23 +1201,28 @@ UIW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
             }
             pthread_mutex_unlock(&rs->lock);
         }
-        if (ready)
-            continue;
-        int pr = poll(pf, n, left < 0 || left > 1000 ? 1000 : left);
-        if (pr < 0) {
-            ret = -1;
-            break;
-        }
+        int pr = ready ? 0 : poll(pf, n, left < 0 || left > 1000 ? 1000 : left);
+        int perr = errno;
         for (nfds_t i = 0; i < nfds; i++) {
             struct rs_sock *rs = rs_lookup(fds[i].fd);
-            if (rs && rs->cch) {
+            if (rs) {
                 pthread_mutex_lock(&rs->lock);
-                rs_take_cq_event(rs);
+                rs->sleepers--;
+                if (!ready)
+                    rs_drain_wake(rs);
+                if (rs->cch)
+                    rs_take_cq_event(rs);
                 pthread_mutex_unlock(&rs->lock);
             }
         }
+        if (pr < 0) {
+            ret = rcm_err(perr);
+            break;
+        }
     }
     free(pf);
+    if (gen != gen_local)
+        free(gen);
     return ret;
 }
 

@@ -96,6 +96,15 @@ struct rs_sock {
     int index; /* = the fd of ch, the number the application sees */
     int domain;
     pthread_mutex_t lock;
+    /* Waiting: one thread at a time sleeps in poll() on the channels (the
+     * poller); other threads of rs_wait sleep on cond. Progress made by any
+     * thread broadcasts cond and, while someone sleeps in poll() (sleepers:
+     * the poller and rpoll callers), writes wake_fd, which they poll too. */
+    pthread_cond_t cond;
+    int polling;
+    int sleepers;
+    int wake_fd;
+    unsigned gen; /* counts rs_wake calls: progress an rpoll may have missed */
     struct rdma_event_channel *ch;
     struct rdma_cm_id *id;
     struct ibv_comp_channel *cch;
