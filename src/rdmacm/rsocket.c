@@ -1123,7 +1123,10 @@ static short rs_revents(struct rs_sock *rs, short events, unsigned *gen)
                 rev |= POLLIN;
             if ((events & POLLOUT) && rs_can_send(rs))
                 rev |= POLLOUT;
-            if (rs->state & RS_ST_DISCONNECTED)
+            /* hang-up once the data that came before it is read: like
+             * TCP, and programs that stop at POLLHUP (rstream -T a) get
+             * the end of the stream */
+            if ((rs->state & RS_ST_DISCONNECTED) && !rs_have_rdata(rs))
                 rev |= POLLHUP;
             if (rs->state & RS_ST_ERROR)
                 rev |= POLLERR;
