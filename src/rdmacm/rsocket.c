@@ -165,6 +165,12 @@ static void rs_free(struct rs_sock *rs)
  * Endpoint: CQ, QP, buffers, receives
  * ---------------------------------------------------------------------- */
 
+/* Receives (and 4-byte message slots) of a socket. */
+static int rs_nrecv(const struct rs_sock *rs)
+{
+    return rs->rq_size + RS_RECV_EXTRA;
+}
+
 static int rs_post_recv(struct rs_sock *rs)
 {
     struct ibv_sge sge = {
@@ -175,7 +181,7 @@ static int rs_post_recv(struct rs_sock *rs)
     struct ibv_recv_wr wr = {
         .wr_id = WR_RECV | (uint32_t)rs->rmsg_slot, .sg_list = &sge, .num_sge = 1};
     struct ibv_recv_wr *bad;
-    if (++rs->rmsg_slot == rs->rq_size)
+    if (++rs->rmsg_slot == rs_nrecv(rs))
         rs->rmsg_slot = 0;
     int r = ibv_post_recv(rs->id->qp, &wr, &bad);
     return r ? rcm_err(r) : 0;
@@ -200,7 +206,7 @@ static int rs_create_ep(struct rs_sock *rs)
     if (!rs->cch)
         return -1;
     set_nonblock(rs->cch->fd);
-    rs->cq = ibv_create_cq(id->verbs, rs->sq_size + rs->rq_size, rs, rs->cch, 0);
+    rs->cq = ibv_create_cq(id->verbs, rs->sq_size + rs_nrecv(rs), rs, rs->cch, 0);
     if (!rs->cq)
         return -1;
 
@@ -211,7 +217,7 @@ static int rs_create_ep(struct rs_sock *rs)
     qa.qp_type = IBV_QPT_RC;
     qa.sq_sig_all = 1;
     qa.cap.max_send_wr = rs->sq_size;
-    qa.cap.max_recv_wr = rs->rq_size;
+    qa.cap.max_recv_wr = (uint32_t)rs_nrecv(rs);
     qa.cap.max_send_sge = 2;
     qa.cap.max_recv_sge = 1;
     /* control messages (4 B) and grants (16 B) always go inline */
@@ -227,13 +233,13 @@ static int rs_create_ep(struct rs_sock *rs)
     struct ibv_pd *pd = id->qp->pd;
     int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     rs->sbuf = malloc(rs->sbuf_size);
-    rs->rbuf = calloc(1, rs->rbuf_size + (size_t)rs->rq_size * RS_MSG_BYTES);
+    rs->rbuf = calloc(1, rs->rbuf_size + (size_t)rs_nrecv(rs) * RS_MSG_BYTES);
     rs->target_sgl = calloc(RS_WIRE_SGL_SIZE, sizeof(struct rs_wire_sge));
     rs->rmsg = calloc(rs->rq_size + 1u, sizeof(uint32_t));
     if (!rs->sbuf || !rs->rbuf || !rs->target_sgl || !rs->rmsg)
         return rcm_err(ENOMEM);
     rs->smr = ibv_reg_mr(pd, rs->sbuf, rs->sbuf_size, IBV_ACCESS_LOCAL_WRITE);
-    rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size + (size_t)rs->rq_size * RS_MSG_BYTES, rw);
+    rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size + (size_t)rs_nrecv(rs) * RS_MSG_BYTES, rw);
     rs->target_mr =
         ibv_reg_mr(pd, rs->target_sgl, RS_WIRE_SGL_SIZE * sizeof(struct rs_wire_sge), rw);
     if (!rs->smr || !rs->rmr || !rs->target_mr)
@@ -247,7 +253,7 @@ static int rs_create_ep(struct rs_sock *rs)
     rs->ctrl_max_seqno = RS_CTRL_SLOTS;
     rs->sqe_avail = rs->sq_size - RS_CTRL_SLOTS;
     rs->rseq_comp = rs->rq_size / 2;
-    for (int i = 0; i < rs->rq_size; i++)
+    for (int i = 0; i < rs_nrecv(rs); i++)
         if (rs_post_recv(rs))
             return -1;
     return 0;

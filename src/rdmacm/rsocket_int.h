@@ -76,6 +76,11 @@ static inline uint32_t rs_msg_data(uint32_t m)
 #define RS_SNDLOWAT   2048
 #define RS_MAX_XFER   65536
 #define RS_CTRL_SLOTS 4 /* send-queue entries kept for control messages */
+/* Receives posted beyond the credits we advertise (rq_size): a peer's
+ * control messages (grants, shutdown, keepalive; up to RS_CTRL_SLOTS of
+ * them, two entries per grant) take receives too, and credits only bound
+ * its data messages. */
+#define RS_RECV_EXTRA (2 * RS_CTRL_SLOTS)
 
 /* Socket states (bit set). */
 enum {
