@@ -1038,6 +1038,11 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
             break;
     }
     pthread_mutex_unlock(&rs->lock);
+    /* End of stream: 0, and errno no longer the EAGAIN of an earlier call
+     * (rstream, nonblocking, retries while errno is EAGAIN even on 0 and
+     * spun for ever once its peer had died). */
+    if (!got && !r && len)
+        errno = 0;
     if (got || !r)
         return (ssize_t)got;
     return -1;

@@ -243,7 +243,9 @@ static void run_case(int family, bool nonblocking, const uint8_t *a2b, const uin
     /* end of stream: the client stops sending; the server reads 0 */
     CHECK_EQ(rshutdown(cfd, SHUT_WR), 0);
     char c;
+    errno = EAGAIN;
     CHECK_EQ(rrecv(l.fd, &c, 1, 0), 0);
+    CHECK_EQ(errno, 0); /* not a stale EAGAIN: rstream loops on one */
     CHECK_EQ(rclose(l.fd), 0);
     CHECK_EQ(rclose(cfd), 0);
     CHECK_EQ(rclose(l.lfd), 0);
