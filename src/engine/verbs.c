@@ -38,205 +38,72 @@ static void *compat_stub(void)
     return NULL;
 }
 
-static int stub_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
-                          struct ibv_sge *sg, uint32_t n)
-{
-    (void)pd, (void)advice, (void)flags, (void)sg, (void)n;
-    return EOPNOTSUPP;
-}
+/*
+ * The stubs: STUB_INT fails by returning EOPNOTSUPP, STUB_PTR by returning
+ * NULL with errno set to EOPNOTSUPP. Their parameters are named (C17 wants
+ * names in a definition) but never read.
+ */
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wunused-parameter"
+#define STUB_INT(name, params)                                                                     \
+    static int name params                                                                         \
+    {                                                                                              \
+        return EOPNOTSUPP;                                                                         \
+    }
+#define STUB_PTR(type, name, params)                                                               \
+    static type *name params                                                                       \
+    {                                                                                              \
+        errno = EOPNOTSUPP;                                                                        \
+        return NULL;                                                                               \
+    }
 
-static struct ibv_mr *stub_alloc_null_mr(struct ibv_pd *pd)
-{
-    (void)pd;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
+STUB_INT(stub_advise_mr, (struct ibv_pd * pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+                          struct ibv_sge *sg, uint32_t n))
+STUB_PTR(struct ibv_mr, stub_alloc_null_mr, (struct ibv_pd * pd))
+STUB_INT(stub_read_counters, (struct ibv_counters * c, uint64_t *v, uint32_t n, uint32_t flags))
+STUB_INT(stub_attach_counters_point_flow,
+         (struct ibv_counters * c, struct ibv_counter_attach_attr *attr, struct ibv_flow *flow))
+STUB_PTR(struct ibv_counters, stub_create_counters,
+         (struct ibv_context * ctx, struct ibv_counters_init_attr *attr))
+STUB_INT(stub_destroy_counters, (struct ibv_counters * c))
+STUB_PTR(struct ibv_mr, stub_reg_dm_mr,
+         (struct ibv_pd * pd, struct ibv_dm *dm, uint64_t off, size_t len, unsigned int access))
+STUB_PTR(struct ibv_dm, stub_alloc_dm, (struct ibv_context * ctx, struct ibv_alloc_dm_attr *attr))
+STUB_INT(stub_free_dm, (struct ibv_dm * dm))
+STUB_INT(stub_modify_flow_action_esp,
+         (struct ibv_flow_action * a, struct ibv_flow_action_esp_attr *attr))
+STUB_INT(stub_destroy_flow_action, (struct ibv_flow_action * a))
+STUB_PTR(struct ibv_flow_action, stub_create_flow_action_esp,
+         (struct ibv_context * ctx, struct ibv_flow_action_esp_attr *attr))
+STUB_INT(stub_modify_qp_rate_limit, (struct ibv_qp * qp, struct ibv_qp_rate_limit_attr *attr))
+STUB_PTR(struct ibv_pd, stub_alloc_parent_domain,
+         (struct ibv_context * ctx, struct ibv_parent_domain_init_attr *attr))
+STUB_INT(stub_dealloc_td, (struct ibv_td * td))
+STUB_PTR(struct ibv_td, stub_alloc_td, (struct ibv_context * ctx, struct ibv_td_init_attr *attr))
+STUB_INT(stub_modify_cq, (struct ibv_cq * cq, struct ibv_modify_cq_attr *attr))
+STUB_INT(stub_destroy_rwq_ind_table, (struct ibv_rwq_ind_table * t))
+STUB_PTR(struct ibv_rwq_ind_table, stub_create_rwq_ind_table,
+         (struct ibv_context * ctx, struct ibv_rwq_ind_table_init_attr *a))
+STUB_INT(stub_destroy_wq, (struct ibv_wq * wq))
+STUB_INT(stub_modify_wq, (struct ibv_wq * wq, struct ibv_wq_attr *attr))
+STUB_PTR(struct ibv_wq, stub_create_wq, (struct ibv_context * ctx, struct ibv_wq_init_attr *attr))
+STUB_INT(stub_query_rt_values, (struct ibv_context * ctx, struct ibv_values_ex *values))
+STUB_INT(stub_destroy_flow, (struct ibv_flow * flow))
+STUB_PTR(struct ibv_flow, stub_create_flow, (struct ibv_qp * qp, struct ibv_flow_attr *attr))
+STUB_PTR(struct ibv_qp, stub_open_qp, (struct ibv_context * ctx, struct ibv_qp_open_attr *attr))
+STUB_INT(stub_get_srq_num, (struct ibv_srq * srq, uint32_t *num))
+STUB_PTR(struct ibv_xrcd, stub_open_xrcd,
+         (struct ibv_context * ctx, struct ibv_xrcd_init_attr *attr))
+STUB_INT(stub_close_xrcd, (struct ibv_xrcd * xrcd))
 
-static int stub_read_counters(struct ibv_counters *c, uint64_t *v, uint32_t n, uint32_t flags)
-{
-    (void)c, (void)v, (void)n, (void)flags;
-    return EOPNOTSUPP;
-}
-
-static int stub_attach_counters_point_flow(struct ibv_counters *c,
-                                           struct ibv_counter_attach_attr *attr,
-                                           struct ibv_flow *flow)
-{
-    (void)c, (void)attr, (void)flow;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_counters *stub_create_counters(struct ibv_context *ctx,
-                                                 struct ibv_counters_init_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_destroy_counters(struct ibv_counters *c)
-{
-    (void)c;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_mr *stub_reg_dm_mr(struct ibv_pd *pd, struct ibv_dm *dm, uint64_t off, size_t len,
-                                     unsigned int access)
-{
-    (void)pd, (void)dm, (void)off, (void)len, (void)access;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static struct ibv_dm *stub_alloc_dm(struct ibv_context *ctx, struct ibv_alloc_dm_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_free_dm(struct ibv_dm *dm)
-{
-    (void)dm;
-    return EOPNOTSUPP;
-}
-
-static int stub_modify_flow_action_esp(struct ibv_flow_action *a,
-                                       struct ibv_flow_action_esp_attr *attr)
-{
-    (void)a, (void)attr;
-    return EOPNOTSUPP;
-}
-
-static int stub_destroy_flow_action(struct ibv_flow_action *a)
-{
-    (void)a;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_flow_action *stub_create_flow_action_esp(struct ibv_context *ctx,
-                                                           struct ibv_flow_action_esp_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_modify_qp_rate_limit(struct ibv_qp *qp, struct ibv_qp_rate_limit_attr *attr)
-{
-    (void)qp, (void)attr;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_pd *stub_alloc_parent_domain(struct ibv_context *ctx,
-                                               struct ibv_parent_domain_init_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_dealloc_td(struct ibv_td *td)
-{
-    (void)td;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_td *stub_alloc_td(struct ibv_context *ctx, struct ibv_td_init_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr)
-{
-    (void)cq, (void)attr;
-    return EOPNOTSUPP;
-}
+#undef STUB_PTR
+#undef STUB_INT
+#pragma GCC diagnostic pop
 
 static int stub_post_srq_ops(struct ibv_srq *srq, struct ibv_ops_wr *op, struct ibv_ops_wr **bad)
 {
     (void)srq;
     *bad = op;
-    return EOPNOTSUPP;
-}
-
-static int stub_destroy_rwq_ind_table(struct ibv_rwq_ind_table *t)
-{
-    (void)t;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_rwq_ind_table *stub_create_rwq_ind_table(struct ibv_context *ctx,
-                                                           struct ibv_rwq_ind_table_init_attr *a)
-{
-    (void)ctx, (void)a;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_destroy_wq(struct ibv_wq *wq)
-{
-    (void)wq;
-    return EOPNOTSUPP;
-}
-
-static int stub_modify_wq(struct ibv_wq *wq, struct ibv_wq_attr *attr)
-{
-    (void)wq, (void)attr;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_wq *stub_create_wq(struct ibv_context *ctx, struct ibv_wq_init_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_query_rt_values(struct ibv_context *ctx, struct ibv_values_ex *values)
-{
-    (void)ctx, (void)values;
-    return EOPNOTSUPP;
-}
-
-static int stub_destroy_flow(struct ibv_flow *flow)
-{
-    (void)flow;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_flow *stub_create_flow(struct ibv_qp *qp, struct ibv_flow_attr *attr)
-{
-    (void)qp, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static struct ibv_qp *stub_open_qp(struct ibv_context *ctx, struct ibv_qp_open_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_get_srq_num(struct ibv_srq *srq, uint32_t *num)
-{
-    (void)srq, (void)num;
-    return EOPNOTSUPP;
-}
-
-static struct ibv_xrcd *stub_open_xrcd(struct ibv_context *ctx, struct ibv_xrcd_init_attr *attr)
-{
-    (void)ctx, (void)attr;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-static int stub_close_xrcd(struct ibv_xrcd *xrcd)
-{
-    (void)xrcd;
     return EOPNOTSUPP;
 }
 
@@ -388,44 +255,33 @@ UIW_EXPORT const char *ibv_event_type_str(enum ibv_event_type event)
 
 UIW_EXPORT const char *ibv_node_type_str(enum ibv_node_type node_type)
 {
-    switch (node_type) {
-    case IBV_NODE_CA:
-        return "InfiniBand channel adapter";
-    case IBV_NODE_SWITCH:
-        return "InfiniBand switch";
-    case IBV_NODE_ROUTER:
-        return "InfiniBand router";
-    case IBV_NODE_RNIC:
-        return "iWARP NIC";
-    case IBV_NODE_USNIC:
-        return "usNIC";
-    case IBV_NODE_USNIC_UDP:
-        return "usNIC UDP";
-    case IBV_NODE_UNSPECIFIED:
-        return "unspecified";
-    default:
-        return "unknown";
-    }
+    static const char *const s[] = {
+        [IBV_NODE_CA] = "InfiniBand channel adapter",
+        [IBV_NODE_SWITCH] = "InfiniBand switch",
+        [IBV_NODE_ROUTER] = "InfiniBand router",
+        [IBV_NODE_RNIC] = "iWARP NIC",
+        [IBV_NODE_USNIC] = "usNIC",
+        [IBV_NODE_USNIC_UDP] = "usNIC UDP",
+        [IBV_NODE_UNSPECIFIED] = "unspecified",
+    };
+
+    /* IBV_NODE_UNKNOWN (-1) falls outside the table as a large unsigned */
+    if ((unsigned)node_type < sizeof(s) / sizeof(s[0]) && s[node_type])
+        return s[node_type];
+    return "unknown";
 }
 
 UIW_EXPORT const char *ibv_port_state_str(enum ibv_port_state port_state)
 {
-    switch (port_state) {
-    case IBV_PORT_NOP:
-        return "PORT_NOP";
-    case IBV_PORT_DOWN:
-        return "PORT_DOWN";
-    case IBV_PORT_INIT:
-        return "PORT_INIT";
-    case IBV_PORT_ARMED:
-        return "PORT_ARMED";
-    case IBV_PORT_ACTIVE:
-        return "PORT_ACTIVE";
-    case IBV_PORT_ACTIVE_DEFER:
-        return "PORT_ACTIVE_DEFER";
-    default:
-        return "unknown";
-    }
+    static const char *const s[] = {
+        [IBV_PORT_NOP] = "PORT_NOP",       [IBV_PORT_DOWN] = "PORT_DOWN",
+        [IBV_PORT_INIT] = "PORT_INIT",     [IBV_PORT_ARMED] = "PORT_ARMED",
+        [IBV_PORT_ACTIVE] = "PORT_ACTIVE", [IBV_PORT_ACTIVE_DEFER] = "PORT_ACTIVE_DEFER",
+    };
+
+    if ((unsigned)port_state < sizeof(s) / sizeof(s[0]) && s[port_state])
+        return s[port_state];
+    return "unknown";
 }
 
 /* ------------------------------------------------------------------------
