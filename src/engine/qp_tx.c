@@ -1162,7 +1162,9 @@ static void bs_init(void)
         close(fd);
         return;
     }
+    pthread_mutex_lock(&bs.lock);
     bs.tfd = fd;
+    pthread_mutex_unlock(&bs.lock);
 }
 
 /* bs.lock held */
@@ -1282,14 +1284,19 @@ static void flush_listed(void)
 static void bs_fire(void *obj, uint32_t events)
 {
     uint64_t v;
+    int fd;
 
     (void)obj;
     (void)events;
-    if (read(bs.tfd, &v, sizeof(v)) < 0 && errno != EAGAIN)
-        return;
+    /* bs.tfd under the lock: it was set before the arming that made this
+     * firing, and the lock orders the two threads (the kernel's timer does
+     * not, as far as a race checker can see) */
     pthread_mutex_lock(&bs.lock);
+    fd = bs.tfd;
     bs.armed = false;
     pthread_mutex_unlock(&bs.lock);
+    if (fd < 0 || (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN))
+        return;
     flush_listed();
     pthread_mutex_lock(&bs.lock);
     if (bs.head)
