@@ -1794,6 +1794,13 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
     pthread_mutex_lock(&qp->lock);
     if (qp->conn == c)
         qp->conn = NULL;
+    /* After rdma_disconnect (our FIN is out) ibv_destroy_qp discards what
+     * the peer still sends before the close(), so that the orderly end is
+     * not turned into an RST that can cost the peer data it has not read
+     * yet (rsockets' close: disconnect, then destroy). A QP destroyed
+     * before any disconnect keeps the rule below. */
+    if (st == UIW_CS_DISCONNECTING)
+        qp->close_drain = true;
     /* The QP closes the socket with a plain close(), as Linux siw's QP
      * destroy does (sock_release): FIN when everything received was read,
      * RST when bytes are left unread (the kernel's rule). An RST right

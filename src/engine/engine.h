@@ -530,6 +530,7 @@ struct uiw_qp {
     void *rx_state;                /* qp_rx.c private state (current message, staging buffer) */
     void *tx_state;                /* qp_tx.c private state (current FPDU batch) */
     bool want_write;               /* transmission blocked: EPOLLOUT armed */
+    bool close_drain; /* disconnected in order: unread bytes discarded at close (cm.c) */
     /* transmit coalescing (qp_tx.c, docs/ENGINE.md "Transmit"), qp->lock */
     uint64_t tx_post_ns;     /* when the latest ibv_post_send returned */
     unsigned tx_streak;      /* posts in a row, each within the window of the last */

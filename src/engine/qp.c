@@ -589,7 +589,7 @@ fail:
 UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
-    bool rnr_timers;
+    bool rnr_timers, drain;
     int fd;
 
     if (!qp)
@@ -630,9 +630,16 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     qp->fd = -1;
     uiw_cap_close(qp->pcap, false);
     qp->pcap = NULL;
+    drain = qp->close_drain;
     pthread_mutex_unlock(&qp->lock);
-    if (fd >= 0)
+    if (fd >= 0) {
+        if (drain) { /* no callbacks any more (2.): nobody else reads it */
+            char b[4096];
+            while (recv(fd, b, sizeof(b), MSG_DONTWAIT) > 0)
+                ;
+        }
         close(fd);
+    }
     /* 4b. no completion of this QP is polled after it is gone */
     uiw_cq_clean(qp->scq, ibqp->qp_num, qp->scq == qp->rcq && qp->srq);
     if (qp->rcq != qp->scq)
