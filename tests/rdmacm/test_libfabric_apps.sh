@@ -37,7 +37,7 @@ if [ ! -x "$RUN" ] || [ ! -e "$LIB/librdmacm.so.1" ] || [ ! -e "$LIB/libibverbs.
     echo "SKIP: uiwarp (bin/uiwarp, lib/librdmacm.so.1, lib/libibverbs.so.1) not found in $BUILD"
     exit 77
 fi
-if ldd "$LIB/libibverbs.so.1" 2>/dev/null | grep -Eq 'lib(asan|tsan|ubsan)'; then
+if grep -Eq 'lib(asan|tsan|ubsan)' <<<"$(ldd "$LIB/libibverbs.so.1" 2>/dev/null)"; then
     echo "SKIP: $LIB holds sanitizer builds, which the distribution's programs cannot load"
     exit 77
 fi

@@ -24,7 +24,7 @@ if [ ! -e "$LIB/librdmacm.so.1" ] || [ ! -e "$LIB/libibverbs.so.1" ]; then
     echo "SKIP: uiwarp's librdmacm.so.1 / libibverbs.so.1 not found in $LIB"
     exit 77
 fi
-if ldd "$LIB/libibverbs.so.1" 2>/dev/null | grep -Eq 'lib(asan|tsan|ubsan)'; then
+if grep -Eq 'lib(asan|tsan|ubsan)' <<<"$(ldd "$LIB/libibverbs.so.1" 2>/dev/null)"; then
     echo "SKIP: $LIB holds sanitizer builds, which the distribution's programs cannot load"
     exit 77
 fi
