@@ -23,7 +23,9 @@ bash scripts/deps.sh all || exit 1
 
 passed=0
 failed=0
+recap=() # one line per failure, printed again at the end (CI shows the tail)
 stage() { echo; echo "=== $*"; }
+fail() { echo "$*"; recap+=("$*"); failed=$((failed + 1)); }
 
 run_ctest() { # dir label [regex]
     local dir=$1 label=$2 regex=${3:-} log
@@ -32,10 +34,12 @@ run_ctest() { # dir label [regex]
     local n f
     n=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\2/p' "$log" | tail -1)
     f=$(sed -n 's/.*tests passed, \([0-9]*\) tests failed out of \([0-9]*\).*/\1/p' "$log" | tail -1)
+    while read -r t; do
+        recap+=("$label: $t")
+    done < <(sed -n '/The following tests FAILED:/,$p' "$log" | grep -E '^[[:space:]]+[0-9]+ - ' | sed 's/^[[:space:]]*//')
     rm -f "$log"
     if [ -z "$n" ]; then
-        echo "$label: ctest did not run"
-        failed=$((failed + 1))
+        fail "$label: ctest did not run"
         return
     fi
     passed=$((passed + n - f))
@@ -50,8 +54,7 @@ if bash scripts/build.sh build "${dev[@]}"; then
     stage "ctest (build)"
     run_ctest build release
 else
-    echo "build failed"
-    failed=$((failed + 1))
+    fail "build failed"
 fi
 
 # What a packager builds: Release (-O3 -DNDEBUG), its own suite.
@@ -60,8 +63,7 @@ if bash scripts/build.sh build-release -DCMAKE_BUILD_TYPE=Release "${dev[@]}"; t
     stage "ctest (Release)"
     run_ctest build-release release-build
 else
-    echo "Release build failed"
-    failed=$((failed + 1))
+    fail "Release build failed"
 fi
 
 stage "build with ASan+UBSan"
@@ -71,8 +73,7 @@ if bash scripts/build.sh build-asan -DCMAKE_BUILD_TYPE=Debug \
     ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1 \
         run_ctest build-asan asan
 else
-    echo "sanitizer build failed"
-    failed=$((failed + 1))
+    fail "sanitizer build failed"
 fi
 
 stage "build with TSan (the multithreaded engine tests)"
@@ -82,8 +83,7 @@ if bash scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
         run_ctest build-tsan tsan 'test_(objects|mem|cm|datapath|dp_term|dp_crc_race|dp_mr_lifetime|dp_mw|dp_imm|dp_coalesce|dp_shared_cq|misuse|abi|multi|twoproc|rdmacm)'
 else
-    echo "TSan build failed"
-    failed=$((failed + 1))
+    fail "TSan build failed"
 fi
 
 # The benchmark's quick mode, only to prove that it runs (its figures are
@@ -96,8 +96,7 @@ if [ -x build/bin/uiwarp ]; then
         passed=$((passed + 1))
     else
         tail -20 build/bench-quick.log
-        echo "benchmark: did not run"
-        failed=$((failed + 1))
+        fail "benchmark: did not run"
     fi
 fi
 
@@ -123,13 +122,11 @@ if [ "$fuzz_secs" -gt 0 ]; then
                 passed=$((passed + 1))
             else
                 tail -40 "build-fuzz/$name.log"
-                echo "$name: FAILED"
-                failed=$((failed + 1))
+                fail "$name: FAILED"
             fi
         done
     else
-        echo "fuzz build failed"
-        failed=$((failed + 1))
+        fail "fuzz build failed"
     fi
 fi
 
@@ -144,12 +141,18 @@ if [ "${UIWARP_SIW:-1}" != 0 ]; then
     f=$(grep -cE '^\| .* \| FAIL \|' "$siw_out/results.md" 2>/dev/null)
     passed=$((passed + ${p:-0}))
     failed=$((failed + ${f:-0}))
+    while read -r row; do
+        recap+=("siw interop: $row")
+    done < <(grep -E '^\| .* \| FAIL \|' "$siw_out/results.md" 2>/dev/null)
     if [ $rc != 0 ] && [ "${f:-0}" = 0 ]; then
-        echo "siw interop: exit $rc"
-        failed=$((failed + 1))
+        fail "siw interop: exit $rc"
     fi
 fi
 
 echo
+if [ ${#recap[@]} -gt 0 ]; then
+    echo "failures:"
+    printf '  %s\n' "${recap[@]}"
+fi
 echo "total: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
