@@ -28,6 +28,11 @@ typedef struct coll {
     uint32_t last_ack;
     uiw_reasm_event ev[MAXEV];
     int nev;
+    struct {
+        uint64_t off, n;
+        uiw_seg_meta m;
+    } dl[MAXEV]; /* the first deliveries */
+    int ndl;
 } coll;
 
 static void c_data(void *ctx, int dir, uint64_t off, const uint8_t *p, size_t n,
@@ -45,6 +50,11 @@ static void c_data(void *ctx, int dir, uint64_t off, const uint8_t *p, size_t n,
     c->last_frame = frame;
     c->last_has_ack = m->has_ack;
     c->last_ack = m->ack;
+    if (c->ndl < MAXEV) {
+        c->dl[c->ndl].off = off;
+        c->dl[c->ndl].n = n;
+        c->dl[c->ndl++].m = *m;
+    }
 }
 
 static void c_event(void *ctx, int dir, const uiw_reasm_event *ev)
@@ -241,6 +251,48 @@ static void test_duplicates_overlaps(void)
     /* dup bytes: 1000 (a again) + 1000 (d again) + 500 (over∩d) + 500 (big∩a) +
      * 200 (big∩held) + 500 (held over∩delivered) ... at least the plain ones */
     CHECK(r.st.dup_bytes >= 1000 + 1000 + 500 + 500 + 4000);
+    uiw_reasm_free(&r);
+    coll_free(&c);
+}
+
+/* The segment behind each delivery: its own start and length as captured,
+ * and whether it covered bytes seen before (a retransmission); the largest
+ * segment payload. */
+static void test_seg_meta(void)
+{
+    coll c;
+    uiw_reasm r;
+    coll_init(&c);
+    uint32_t isn = 0xfffffc00u; /* wraps */
+    start(&r, &c, isn, 0);
+    seg a = {0, 1000}, cc = {2000, 500}, b = {500, 1700}, d = {2500, 300};
+    feed(&r, isn, &a, 2);
+    feed(&r, isn, &cc, 3); /* ahead of a hole: held */
+    feed(&r, isn, &cc, 4); /* again: nothing new */
+    feed(&r, isn, &b, 5);  /* overlaps a and the held piece, fills the hole */
+    feed(&r, isn, &d, 6);
+    feed(&r, isn, &d, 7); /* again */
+    CHECK_EQ(c.total, 2800);
+    CHECK_EQ(c.ndl, 4);
+    struct {
+        uint64_t off, n, frame, seg_off;
+        uint32_t seg_len;
+        bool retx;
+    } want[4] = {
+        {0, 1000, 2, 0, 1000, false},
+        {1000, 1200, 5, 500, 1700, true}, /* the new bytes of the retransmission ... */
+        {2200, 300, 3, 2000, 500, false}, /* ... then the rest of the held piece */
+        {2500, 300, 6, 2500, 300, false},
+    };
+    for (int i = 0; i < 4 && i < c.ndl; i++) {
+        CHECK_EQ(c.dl[i].off, want[i].off);
+        CHECK_EQ(c.dl[i].n, want[i].n);
+        CHECK_EQ(c.dl[i].m.frame, want[i].frame);
+        CHECK_EQ(c.dl[i].m.seg_off, want[i].seg_off);
+        CHECK_EQ(c.dl[i].m.seg_len, want[i].seg_len);
+        CHECK_EQ(c.dl[i].m.retx, want[i].retx);
+    }
+    CHECK_EQ(r.st.max_seg, 1700);
     uiw_reasm_free(&r);
     coll_free(&c);
 }
@@ -975,6 +1027,7 @@ int main(void)
     test_in_order();
     test_out_of_order();
     test_duplicates_overlaps();
+    test_seg_meta();
     test_hole_filled_by_pieces();
     test_conflict();
     test_wrap();

@@ -287,8 +287,8 @@ static const mpa_opts STD = {.enhanced = true, .ird = 4, .ord = 4};
  * Running the checker
  * ---------------------------------------------------------------------- */
 
-/* Every violation class and quirk the checker knows, and the capture
- * problems. */
+/* Every violation class and quirk the checker knows, the capture problems
+ * and the warning classes. */
 static const char *capture_names[] = {"no-syn",       "gap",
                                       "buffer-limit", "conflicting-retransmission",
                                       "incomplete",   "decoding-stopped"};
@@ -303,6 +303,8 @@ static void init_names(void)
         all_names[n++] = uiw_quirk_name(q);
     for (size_t c = 0; c < sizeof(capture_names) / sizeof(capture_names[0]); c++)
         all_names[n++] = capture_names[c];
+    for (int w = 0; w < uiw_warning_count(); w++)
+        all_names[n++] = uiw_warning_name(w);
     all_names[n] = NULL;
 }
 
@@ -330,6 +332,17 @@ static void run(const char *what, sc *s, const uiw_dump_opts *opts, ...)
                 want[i] = strtoull(eq + 1, NULL, 10);
                 found = true;
             }
+        if (!found) {
+            /* the alignment figures: checked when given */
+            char name[64];
+            snprintf(name, sizeof(name), "%.*s", (int)(eq - e), e);
+            found = strncmp(name, "segment-", 8) == 0;
+            if (found && uiw_dump_count(d, name) != strtoull(eq + 1, NULL, 10))
+                fprintf(stderr, "%s: %s = %llu, expected %s\n", what, name,
+                        (unsigned long long)uiw_dump_count(d, name), eq + 1);
+            if (found)
+                CHECK_EQ(uiw_dump_count(d, name), strtoull(eq + 1, NULL, 10));
+        }
         if (!found)
             fprintf(stderr, "%s: unknown name in expectation %s\n", what, e);
         CHECK(found);
@@ -455,6 +468,13 @@ static void markers_run(bool flip)
     rq.markers = rp.markers = true;
     rq.crc = true;
     handshake(&s, &rq, &rp);
+    /* FPDU/segment alignment worked out here from the FPDUs the segmenter
+     * builds (markers included, a leading one counted in its FPDU): starts
+     * of a 1460-byte cut, and FPDUs crossing one although no longer than
+     * the largest segment so far (the 24/28-byte MPA frames, then the
+     * message segments) */
+    unsigned aligned = 0, nfpdu = 0, split = 0, leading = 0;
+    size_t maxseg[2] = {mpa(buf, UIW_MPA_REQUEST, &rq), mpa(buf, UIW_MPA_REPLY, &rp)};
     uiw_tx tx[2];
     uiw_tx_cfg cfg = {.crc = true, .markers = true, .max_fpdu = 1000};
     CHECK_EQ(uiw_tx_init(&tx[0], &cfg), 0);
@@ -467,11 +487,28 @@ static void markers_run(bool flip)
         CHECK_EQ(uiw_tx_msg_init(&msg, &h, &iov, 1, iov.iov_len), 0);
         static uiw_fpdu f;
         size_t n = 0;
+        size_t fb[64], fl[64];
+        int nf = 0;
         while (uiw_tx_next(&tx[side], &msg, &f) == 1) {
+            CHECK(nf < 64);
+            fb[nf] = n;
+            fl[nf++] = f.bytes;
+            leading += f.stream_off % UIW_MARKER_INTERVAL == 0;
             for (int i = 0; i < f.iovcnt; i++) {
                 memcpy(buf + n, f.iov[i].iov_base, f.iov[i].iov_len);
                 n += f.iov[i].iov_len;
             }
+        }
+        for (int i = 0; i < nf; i++) {
+            size_t first = fb[i] / 1460, last = (fb[i] + fl[i] - 1) / 1460;
+            for (size_t k = 0; k <= last; k++) { /* segments given by the FPDU's end */
+                size_t len = n - k * 1460 < 1460 ? n - k * 1460 : 1460;
+                if (len > maxseg[side])
+                    maxseg[side] = len;
+            }
+            nfpdu++;
+            aligned += fb[i] % 1460 == 0;
+            split += last != first && fl[i] <= maxseg[side];
         }
         if (flip && m == 2)
             buf[n / 2] ^= 0x01;
@@ -479,10 +516,17 @@ static void markers_run(bool flip)
     }
     sc_fin(&s, 0);
     sc_fin(&s, 1);
+    CHECK(leading >= 2); /* FPDUs that start with a marker (FPDUPTR 0) are in it */
+    CHECK(split >= 1);
+    CHECK(aligned < nfpdu);
+    char sp[32], al[32], nn[32];
+    snprintf(sp, sizeof(sp), "fpdu-split=%u", split);
+    snprintf(al, sizeof(al), "segment-aligned=%u", aligned);
+    snprintf(nn, sizeof(nn), "segment-fpdus=%u", nfpdu);
     if (flip)
-        run("markers+crc, one byte flipped", &s, NULL, "crc=1", NULL);
+        run("markers+crc, one byte flipped", &s, NULL, "crc=1", sp, al, nn, NULL);
     else
-        run("markers+crc", &s, NULL, NULL);
+        run("markers+crc", &s, NULL, sp, al, nn, NULL);
 }
 
 static void test_markers(void)
@@ -885,6 +929,246 @@ static void test_capture_problems(void)
     run("reordered", &s, NULL, NULL);
 }
 
+/* FPDU/TCP segment alignment (RFC 5044 §8): the summary lines, per
+ * direction and in the total, and the fpdu-split warning, in the full
+ * output and with -q. want: a>b aligned, a>b judged, b>a aligned, b>a
+ * judged, FPDUs left out as first carried by a retransmission (a>b),
+ * fpdu-split warnings. */
+static void run_align(const char *what, sc *s, unsigned ab_a, unsigned ab_n, unsigned ba_a,
+                      unsigned ba_n, unsigned retx, unsigned split)
+{
+    sc_close(s);
+    char sum[2][8192];
+    for (int quiet = 0; quiet < 2; quiet++) {
+        uiw_dump_opts o = {.quiet = quiet};
+        FILE *out = tmpfile();
+        uiw_dump *d = uiw_dump_new(&o, out);
+        CHECK_EQ(uiw_dump_file(d, s->path), 0);
+        unsigned long before = tu_failed;
+        CHECK_EQ(uiw_dump_count(d, "iwarp-connections"), 1);
+        CHECK_EQ(uiw_dump_violations(d), 0);
+        CHECK_EQ(uiw_dump_count(d, "segment-aligned"), ab_a + ba_a);
+        CHECK_EQ(uiw_dump_count(d, "segment-fpdus"), ab_n + ba_n);
+        CHECK_EQ(uiw_dump_count(d, "segment-retransmitted"), retx);
+        CHECK_EQ(uiw_dump_count(d, "fpdu-split"), split);
+        for (int i = 0; all_names[i]; i++)
+            if (strcmp(all_names[i], "fpdu-split") != 0)
+                CHECK_EQ(uiw_dump_count(d, all_names[i]), 0);
+        rewind(out);
+        char line[1024];
+        unsigned got[2][2] = {{~0u, ~0u}, {~0u, ~0u}}, tot[2] = {~0u, ~0u}, wlines = 0;
+        unsigned tot_retx = 0, conn_retx = 0;
+        bool in_total = false, in_sum = false, wsum = false, wtot = false;
+        size_t sl = 0;
+        sum[quiet][0] = '\0';
+        while (fgets(line, sizeof(line), out)) {
+            if (strncmp(line, "== ", 3) == 0)
+                in_sum = true;
+            if (in_sum && sl + strlen(line) < sizeof(sum[0])) {
+                strcpy(sum[quiet] + sl, line);
+                sl += strlen(line);
+            }
+            if (strncmp(line, "== total", 8) == 0)
+                in_total = true;
+            unsigned a, n;
+            const char *r = strstr(line, " FPDUs first carried by a retransmission not counted");
+            unsigned rx = 0;
+            if (r) {
+                const char *p = r;
+                while (p > line && p[-1] != '(')
+                    p--;
+                rx = (unsigned)strtoul(p, NULL, 10);
+            }
+            if (sscanf(line, "   a>b segment alignment: %u of %u FPDUs start a TCP segment", &a,
+                       &n) == 2) {
+                got[0][0] = a;
+                got[0][1] = n;
+                conn_retx += rx;
+            } else if (sscanf(line, "   b>a segment alignment: %u of %u FPDUs start a TCP segment",
+                              &a, &n) == 2) {
+                got[1][0] = a;
+                got[1][1] = n;
+                conn_retx += rx;
+            } else if (in_total &&
+                       sscanf(line, "   segment alignment: %u of %u FPDUs start a TCP segment", &a,
+                              &n) == 2) {
+                tot[0] = a;
+                tot[1] = n;
+                tot_retx = rx;
+            }
+            if (strstr(line, "* warning fpdu-split: "))
+                wlines++;
+            char want[64];
+            if (split)
+                snprintf(want, sizeof(want), "   warnings: fpdu-split %u\n", split);
+            else
+                snprintf(want, sizeof(want), "   warnings: none\n");
+            if (strcmp(line, want) == 0)
+                *(in_total ? &wtot : &wsum) = true;
+        }
+        CHECK_EQ(got[0][0], ab_a);
+        CHECK_EQ(got[0][1], ab_n);
+        CHECK_EQ(got[1][0], ba_a);
+        CHECK_EQ(got[1][1], ba_n);
+        CHECK_EQ(tot[0], ab_a + ba_a);
+        CHECK_EQ(tot[1], ab_n + ba_n);
+        CHECK_EQ(conn_retx, retx);
+        CHECK_EQ(tot_retx, retx);
+        CHECK_EQ(wlines, quiet ? 0 : split);
+        CHECK(wsum);
+        CHECK(wtot);
+        if (tu_failed != before || getenv("UIW_TEST_VERBOSE")) {
+            fprintf(stderr, "---- %s%s: uiwarp dump output:\n", what, quiet ? " (-q)" : "");
+            rewind(out);
+            while (fgets(line, sizeof(line), out))
+                fputs(line, stderr);
+        }
+        fclose(out);
+        uiw_dump_free(d);
+    }
+    CHECK_STR(sum[0], sum[1]); /* -q prints the same summaries */
+    unlink(s->path);
+}
+
+/* Send FPDUs of a>b: fpdu_len(n) wire bytes for n payload bytes. */
+static size_t send_fpdu(uint8_t *out, uint32_t msn, size_t n)
+{
+    uiw_hdr h = h_send(msn, 0, true);
+    return fpdu(out, &h, payload, n);
+}
+
+static void test_alignment(void)
+{
+    static uint8_t b2[70000];
+    sc s;
+    size_t n, k;
+
+    /* three FPDUs each in its own segment; one from b */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    for (uint32_t m = 1; m <= 3; m++)
+        put(&s, 0, h_send(m, 0, true), 100);
+    put(&s, 1, h_send(1, 0, true), 10);
+    run_align("align: 3 in 3 segments", &s, 3, 3, 1, 1, 0, 0);
+
+    /* two FPDUs packed in one segment: the second does not start one, but
+     * it ends in the segment: no warning */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = send_fpdu(b2, 1, 100);
+    n += send_fpdu(b2 + n, 2, 100);
+    sc_send(&s, 0, b2, n);
+    run_align("align: 2 in 1 segment", &s, 1, 2, 0, 0, 0, 0);
+
+    /* A (624 bytes) and the first 400 bytes of B (624) in a 1024-byte
+     * segment, the rest of B in the next: B fits in 1024 but crosses */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = send_fpdu(b2, 1, 600);
+    CHECK_EQ(n, 624);
+    n += send_fpdu(b2 + n, 2, 600);
+    sc_send(&s, 0, b2, 1024);
+    sc_send(&s, 0, b2 + 1024, n - 1024);
+    run_align("align: split that fits", &s, 1, 2, 0, 0, 0, 1);
+
+    /* the same FPDU pair cut so that B starts a segment but is itself cut
+     * in two: B (624) in 500 + 124 after A alone: the largest segment is
+     * 624 (A's), so B crosses a segment it could have fitted in */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    sc_send(&s, 0, b2, 624);
+    sc_send(&s, 0, b2 + 624, 500);
+    sc_send(&s, 0, b2 + 1124, 124);
+    run_align("align: aligned but cut", &s, 2, 2, 0, 0, 0, 1);
+
+    /* an FPDU longer than any segment (3024 bytes in 1460/1460/104): no
+     * warning; a 124-byte FPDU after it in its last segment: not aligned,
+     * fits (no warning); then one in its own segment */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = send_fpdu(b2, 1, 3000);
+    CHECK_EQ(n, 3024);
+    n += send_fpdu(b2 + n, 2, 100);
+    sc_send_split(&s, 0, b2, n, 1460);
+    put(&s, 0, h_send(3, 0, true), 100);
+    run_align("align: FPDU larger than the MSS", &s, 2, 3, 0, 0, 0, 0);
+
+    /* the big FPDU cut 1000/1000/1024, then 1460 bytes of the next message:
+     * the largest segment (1460) is seen only after the big FPDU ended: the
+     * checker judges with what it has seen by the FPDU's end (1024 < 3024) */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = send_fpdu(b2, 1, 3000);
+    sc_send_split(&s, 0, b2, n, 1000);
+    put(&s, 0, h_send(2, 0, true), 1400);
+    run_align("align: large FPDU, MSS seen later", &s, 2, 2, 0, 0, 0, 0);
+
+    /* retransmissions: A, B each in a segment; B again (whole), A+B again
+     * (overlapping): nothing counted twice; then a segment B+C (B again, C
+     * new): C is first carried by a retransmission, left out; then D */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    size_t la = send_fpdu(b2, 1, 100);
+    size_t lb = send_fpdu(b2 + la, 2, 100);
+    size_t lc = send_fpdu(b2 + la + lb, 3, 100);
+    uint32_t s0 = s.seq[0];
+    sc_frame(&s, 0, 0x18, s0, b2, la);
+    sc_frame(&s, 0, 0x18, s0 + (uint32_t)la, b2 + la, lb);
+    sc_frame(&s, 0, 0x18, s0 + (uint32_t)la, b2 + la, lb);
+    sc_frame(&s, 0, 0x18, s0, b2, la + lb);
+    sc_frame(&s, 0, 0x18, s0 + (uint32_t)la, b2 + la, lb + lc);
+    s.seq[0] = s0 + (uint32_t)(la + lb + lc);
+    put(&s, 0, h_send(4, 0, true), 100);
+    run_align("align: retransmissions", &s, 3, 3, 0, 0, 1, 0);
+
+    /* a retransmission that arrives before the original is lost from the
+     * capture's view: out of order, the original segment after it is
+     * trimmed; the FPDU in the held segment counts once */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    la = send_fpdu(b2, 1, 100);
+    lb = send_fpdu(b2 + la, 2, 100);
+    s0 = s.seq[0];
+    sc_frame(&s, 0, 0x18, s0 + (uint32_t)la, b2 + la, lb); /* B ahead of A */
+    sc_frame(&s, 0, 0x18, s0, b2, la);
+    sc_frame(&s, 0, 0x18, s0 + (uint32_t)la, b2 + la, lb); /* B again */
+    s.seq[0] = s0 + (uint32_t)(la + lb);
+    run_align("align: out of order", &s, 2, 2, 0, 0, 0, 0);
+
+    /* markers: each FPDU in its own segment; the segmenter's 512-byte
+     * FPDUs each start with a marker (FPDUPTR 0), which belongs to the FPDU
+     * after it (RFC 5044 §4.3): such an FPDU starts its segment; then
+     * 600-byte FPDUs, most without a leading marker */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    mpa_opts rq = STD, rp = STD;
+    rq.markers = rp.markers = true;
+    handshake(&s, &rq, &rp);
+    uiw_tx tx;
+    uiw_tx_cfg cfg = {.markers = true, .max_fpdu = 512};
+    CHECK_EQ(uiw_tx_init(&tx, &cfg), 0);
+    static uiw_fpdu f;
+    unsigned nf = 0, lead = 0;
+    for (uint32_t m = 1; m <= 2; m++) {
+        uiw_hdr h = h_send(m, 0, true);
+        struct iovec iov = {payload, 3000};
+        uiw_tx_msg msg;
+        CHECK_EQ(uiw_tx_msg_init(&msg, &h, &iov, 1, iov.iov_len), 0);
+        tx.cfg.max_fpdu = m == 1 ? 512 : 600;
+        while (uiw_tx_next(&tx, &msg, &f) == 1) {
+            k = 0;
+            for (int i = 0; i < f.iovcnt; i++) {
+                memcpy(b2 + k, f.iov[i].iov_base, f.iov[i].iov_len);
+                k += f.iov[i].iov_len;
+            }
+            lead += f.stream_off % UIW_MARKER_INTERVAL == 0;
+            nf++;
+            sc_send(&s, 0, b2, k);
+        }
+    }
+    CHECK(lead >= 5 && lead < nf);
+    run_align("align: markers, FPDU per segment", &s, nf, nf, 0, 0, 0, 0);
+}
+
 static void test_midstream_undecodable(void)
 {
     /* capture starts mid-connection: no SYN, no MPA frame */
@@ -930,6 +1214,7 @@ int main(void)
     test_reserved_versions();
     test_rx_errors();
     test_capture_problems();
+    test_alignment();
     test_midstream_undecodable();
     TEST_MAIN_END();
 }

@@ -96,6 +96,14 @@ typedef struct uiw_seg_meta {
     double ts;
     bool has_ack; /* ACK flag set: ack is valid */
     uint32_t ack; /* the segment's acknowledgment number (the other direction) */
+    /* The segment as captured: stream offset of its first payload byte and
+     * its payload length (bytes present in the capture); retx when any of
+     * its bytes had been seen before (delivered or held), or lay before the
+     * stream start: a retransmission, whose cut says nothing about how the
+     * sender first segmented the stream. */
+    uint64_t seg_off;
+    uint32_t seg_len;
+    bool retx;
 } uiw_seg_meta;
 
 typedef struct uiw_reasm_ops {
@@ -120,6 +128,7 @@ typedef struct uiw_reasm_stats {
     uint64_t conflict_bytes; /* overlapping bytes that differed */
     uint64_t peak_buffered;  /* largest out-of-order buffer */
     uint64_t acked_unseen;   /* gap bytes found through the peer's ACKs */
+    uint32_t max_seg;        /* largest segment payload given (the effective MSS as captured) */
 } uiw_reasm_stats;
 
 typedef struct uiw_reasm {

@@ -143,6 +143,37 @@ int uiw_quirk_lookup(const char *name)
     return -1;
 }
 
+/* Warnings: legal iWARP that hardware peers handle badly. Counted and
+ * reported, not violations (the exit status does not change). */
+enum wclass {
+    W_FPDU_SPLIT = 0, /* an FPDU continues into the next segment although it fits in one */
+    W_COUNT
+};
+
+static const struct {
+    const char *name;
+    const char *desc;
+} winfo[W_COUNT] = {
+    [W_FPDU_SPLIT] = {"fpdu-split",
+                      "an FPDU does not end in the TCP segment it starts in although it is no "
+                      "longer than the largest segment payload seen in its direction: legal, but "
+                      "RNICs place only FPDUs aligned with segments at line rate (RFC 5044 §8, "
+                      "Appendix A.1)"},
+};
+
+int uiw_warning_count(void)
+{
+    return W_COUNT;
+}
+const char *uiw_warning_name(int w)
+{
+    return w >= 0 && w < W_COUNT ? winfo[w].name : "?";
+}
+const char *uiw_warning_desc(int w)
+{
+    return w >= 0 && w < W_COUNT ? winfo[w].desc : "?";
+}
+
 /* Capture problems: reported, not violations. */
 enum cclass {
     C_MIDSTREAM = 0, /* no SYN */
@@ -164,6 +195,7 @@ typedef struct vstats {
     uint64_t v[V_COUNT];
     uint64_t q[UIW_QUIRK_COUNT];
     uint64_t c[C_COUNT];
+    uint64_t w[W_COUNT];
 } vstats;
 
 typedef struct dstats {
@@ -171,6 +203,10 @@ typedef struct dstats {
     uint64_t op_fpdus[16], op_msgs[16];
     uint64_t crc_good, crc_bad, crc_off, crc_off_nonzero;
     uint64_t pad_nonzero, markers;
+    /* FPDU/TCP segment alignment (RFC 5044 §8): FPDUs judged, those whose
+     * first byte is the first payload byte of a segment, and FPDUs left out
+     * because the segment carrying their first byte is a retransmission */
+    uint64_t seg_fpdus, seg_aligned, seg_retx;
 } dstats;
 
 static void vstats_add(vstats *a, const vstats *b)
@@ -181,6 +217,8 @@ static void vstats_add(vstats *a, const vstats *b)
         a->q[i] += b->q[i];
     for (int i = 0; i < C_COUNT; i++)
         a->c[i] += b->c[i];
+    for (int i = 0; i < W_COUNT; i++)
+        a->w[i] += b->w[i];
 }
 
 static void dstats_add(dstats *a, const dstats *b)
@@ -199,6 +237,9 @@ static void dstats_add(dstats *a, const dstats *b)
     a->crc_off_nonzero += b->crc_off_nonzero;
     a->pad_nonzero += b->pad_nonzero;
     a->markers += b->markers;
+    a->seg_fpdus += b->seg_fpdus;
+    a->seg_aligned += b->seg_aligned;
+    a->seg_retx += b->seg_retx;
 }
 
 static uint64_t vsum(const vstats *s)
@@ -253,6 +294,8 @@ typedef struct cur_fpdu {
     uint16_t ulpdu_len, hdr_len;
     uint32_t payload_len, payload_seen;
     uint64_t tcp_off;
+    uint64_t begin;   /* TCP offset of the FPDU's first byte (its leading marker, if any) */
+    uiw_seg_meta seg; /* the segment that carried that byte */
     uint64_t frame, end_frame;
     double ts;
     bool has_ack; /* the segment carrying the first byte acknowledged ... */
@@ -413,6 +456,20 @@ __attribute__((format(printf, 4, 5))) static void quirk(uiw_dump *d, iw_conn *ic
     va_end(ap);
 }
 
+__attribute__((format(printf, 4, 5))) static void warning(uiw_dump *d, iw_conn *ic, int cls,
+                                                          const char *fmt, ...)
+{
+    ic->vs.w[cls]++;
+    if (!loud(d))
+        return;
+    char name[64];
+    snprintf(name, sizeof(name), "warning %s", winfo[cls].name);
+    va_list ap;
+    va_start(ap, fmt);
+    vline(d, "*", name, fmt, ap);
+    va_end(ap);
+}
+
 __attribute__((format(printf, 4, 5))) static void cproblem(uiw_dump *d, iw_conn *ic, int cls,
                                                            const char *fmt, ...)
 {
@@ -559,6 +616,20 @@ static uiw_seg_meta map_lookup(iw_dir *D, uint64_t off)
     D->map_head += best;
     D->map_n -= best;
     return r;
+}
+
+/* TCP offset of the first byte of the FPDU whose ULPDU_Length field is at
+ * rx stream offset len_off: with markers, a marker right before the length
+ * field sits between FPDUs and belongs to the FPDU after it (RFC 5044 §4.3:
+ * FPDUPTR 0), so the FPDU starts with that marker. */
+static uint64_t fpdu_begin(const iw_conn *ic, int dir, uint64_t len_off)
+{
+    const iw_dir *D = &ic->d[dir];
+    uint64_t b = D->rx_base + len_off;
+    if (ic->markers[dir] && len_off >= UIW_MARKER_LEN &&
+        len_off % UIW_MARKER_INTERVAL == UIW_MARKER_LEN)
+        b -= UIW_MARKER_LEN;
+    return b;
 }
 
 /* Offset in the stream of the other direction that an ACK number stands
@@ -1249,6 +1320,33 @@ static void ddp_checks(uiw_dump *d, iw_conn *ic, int dir, const cur_fpdu *F, boo
     d->mute = false;
 }
 
+/* FPDU/TCP segment alignment (RFC 5044 §8, Appendix A.1) of an FPDU whose
+ * bytes are [begin, begin + bytes) of the TCP stream, m the segment that
+ * carried its first byte. An FPDU first carried by a retransmission is left
+ * out: how a retransmission is cut says nothing of the first transmission. */
+static void seg_align(uiw_dump *d, iw_conn *ic, int dir, uint64_t begin, uint32_t bytes,
+                      const uiw_seg_meta *m)
+{
+    iw_dir *D = &ic->d[dir];
+    if (!m->seg_len || begin < m->seg_off || begin >= m->seg_off + m->seg_len)
+        return; /* not found (cannot happen with bytes delivered by the reassembler) */
+    if (m->retx) {
+        D->st.seg_retx++;
+        return;
+    }
+    D->st.seg_fpdus++;
+    if (m->seg_off == begin)
+        D->st.seg_aligned++;
+    uint64_t seg_end = m->seg_off + m->seg_len;
+    uint32_t mss = ic->tcp->half[dir].st.max_seg;
+    if (begin + bytes > seg_end && bytes <= mss)
+        warning(d, ic, W_FPDU_SPLIT,
+                "%s: this %u-byte FPDU starts at byte %" PRIu64 " of the %u-byte segment in "
+                "frame %" PRIu64 " and continues past its end, although it fits in the largest "
+                "segment payload seen in this direction (%u bytes)",
+                dlabel(ic, dir), bytes, begin - m->seg_off, m->seg_len, m->frame, mss);
+}
+
 static void finish_fpdu(uiw_dump *d, iw_conn *ic, int dir, const uiw_rx_event *ev, bool crc_bad)
 {
     iw_dir *D = &ic->d[dir];
@@ -1303,6 +1401,7 @@ static void finish_fpdu(uiw_dump *d, iw_conn *ic, int dir, const uiw_rx_event *e
               F->ulpdu_len);
     if (!crc_bad && ev->marker_rsvd)
         violation(d, ic, V_MARKER, "marker RESERVED field not zero (RFC 5044 §4.3)");
+    seg_align(d, ic, dir, F->begin, ev->fpdu_bytes, &F->seg);
 
     if (rtr_first && !crc_bad) {
         char o1[32], o2[32], o3[32];
@@ -1425,6 +1524,11 @@ static void on_error(uiw_dump *d, iw_conn *ic, int dir, const uiw_rx_event *ev)
         D->err_run++;
         D->st.fpdus++;
         int cls = error_class(ev);
+        /* an error reported at the FPDU's CRC: the FPDU is delimited */
+        uint64_t begin = fpdu_begin(ic, dir, ev->fpdu_off);
+        uiw_seg_meta seg = {0};
+        if (ev->fpdu_bytes)
+            seg = D->cur.active && D->cur.begin == begin ? D->cur.seg : map_lookup(D, begin);
         uiw_seg_meta m = map_lookup(D, D->rx_base + ev->fpdu_off);
         uint64_t frame = m.frame;
         double ts = m.ts;
@@ -1443,6 +1547,8 @@ static void on_error(uiw_dump *d, iw_conn *ic, int dir, const uiw_rx_event *ev)
                   uiw_term_layer_name(ev->cause.layer),
                   uiw_term_etype_name(ev->cause.layer, ev->cause.etype),
                   uiw_term_ecode_name(ev->cause.layer, ev->cause.etype, ev->cause.ecode));
+        if (ev->fpdu_bytes)
+            seg_align(d, ic, dir, begin, ev->fpdu_bytes, &seg);
         D->cur.active = false;
     }
     /* Resynchronise at the next FPDU when the length can be trusted. */
@@ -1492,6 +1598,8 @@ static void feed(uiw_dump *d, iw_conn *ic, int dir, uint64_t off, const uint8_t 
             F->hdr_len = ev.hdr_len;
             F->payload_len = ev.payload_len;
             F->tcp_off = D->rx_base + ev.fpdu_off;
+            F->begin = fpdu_begin(ic, dir, ev.fpdu_off);
+            F->seg = map_lookup(D, F->begin);
             uiw_seg_meta m = map_lookup(D, F->tcp_off);
             F->frame = m.frame;
             F->ts = m.ts;
@@ -1851,6 +1959,28 @@ static void print_vstats(uiw_dump *d, const char *indent, const vstats *vs)
         }
     if (!any)
         fprintf(d->out, "none");
+    fprintf(d->out, "\n%swarnings: ", indent);
+    any = false;
+    for (int i = 0; i < W_COUNT; i++)
+        if (vs->w[i]) {
+            fprintf(d->out, "%s%s %" PRIu64, any ? ", " : "", winfo[i].name, vs->w[i]);
+            any = true;
+        }
+    if (!any)
+        fprintf(d->out, "none");
+    fputc('\n', d->out);
+}
+
+/* "segment alignment: A of N FPDUs start a TCP segment" */
+static void print_align(uiw_dump *d, const char *lead, const dstats *s, uint32_t max_seg)
+{
+    fprintf(d->out, "%ssegment alignment: %" PRIu64 " of %" PRIu64 " FPDUs start a TCP segment",
+            lead, s->seg_aligned, s->seg_fpdus);
+    if (max_seg)
+        fprintf(d->out, ", largest segment payload %u bytes", max_seg);
+    if (s->seg_retx)
+        fprintf(d->out, " (%" PRIu64 " FPDUs first carried by a retransmission not counted)",
+                s->seg_retx);
     fputc('\n', d->out);
 }
 
@@ -1906,6 +2036,8 @@ static void conn_summary(uiw_dump *d, iw_conn *ic, uiw_tcp_conn *c)
             ", gaps %" PRIu64 "\n",
             r0->dup_bytes + r1->dup_bytes, r0->ooo_segments + r1->ooo_segments,
             r0->gaps + r1->gaps);
+    print_align(d, "   a>b ", &ic->d[a].st, c->half[a].st.max_seg);
+    print_align(d, "   b>a ", &ic->d[b].st, c->half[b].st.max_seg);
     print_vstats(d, "   ", &ic->vs);
 }
 
@@ -1948,6 +2080,7 @@ static void print_totals(uiw_dump *d, const char *what, const totals *T)
     print_ops(d, &T->st);
     fputc('\n', d->out);
     print_crc(d, "   ", &T->st);
+    print_align(d, "   ", &T->st, 0);
     if (T->fragments || T->truncated || T->malformed)
         fprintf(d->out,
                 "   frames skipped: IP fragments %" PRIu64 ", malformed %" PRIu64
@@ -2083,6 +2216,15 @@ uint64_t uiw_dump_count(const uiw_dump *d, const char *name)
     for (int i = 0; i < C_COUNT; i++)
         if (strcmp(name, cnames[i]) == 0)
             return d->all.vs.c[i];
+    for (int i = 0; i < W_COUNT; i++)
+        if (strcmp(name, winfo[i].name) == 0)
+            return d->all.vs.w[i];
+    if (strcmp(name, "segment-fpdus") == 0)
+        return d->all.st.seg_fpdus;
+    if (strcmp(name, "segment-aligned") == 0)
+        return d->all.st.seg_aligned;
+    if (strcmp(name, "segment-retransmitted") == 0)
+        return d->all.st.seg_retx;
     if (strcmp(name, "iwarp-connections") == 0)
         return d->all.iw_conns;
     if (strcmp(name, "undecodable") == 0)

@@ -33,6 +33,12 @@ int uiw_violation_count(void);
 const char *uiw_violation_name(int v);
 const char *uiw_violation_desc(int v);
 
+/* Warning classes: legal iWARP that hardware RNICs handle badly (counted,
+ * reported with "*", no effect on the exit status). */
+int uiw_warning_count(void);
+const char *uiw_warning_name(int w);
+const char *uiw_warning_desc(int w);
+
 typedef struct uiw_dump_opts {
     bool quiet;              /* -q: summary only */
     unsigned strict_mask;    /* bit q set: quirk q is a violation */
@@ -53,8 +59,12 @@ void uiw_dump_grand_total(uiw_dump *d);
 uint64_t uiw_dump_violations(const uiw_dump *d);
 uint64_t uiw_dump_fpdus(const uiw_dump *d);
 /* Count over every file so far of a violation class ("crc"), a tolerated
- * quirk ("siw-pad"), a capture problem ("gap", "no-syn", ...), or one of
- * "iwarp-connections", "undecodable", "crc-good"; 0 for unknown names. */
+ * quirk ("siw-pad"), a capture problem ("gap", "no-syn", ...), a warning
+ * class ("fpdu-split"), or one of "iwarp-connections", "undecodable",
+ * "crc-good", "crc-bad", "segment-fpdus" (FPDUs judged for segment
+ * alignment), "segment-aligned" (of those, FPDUs that start a TCP
+ * segment), "segment-retransmitted" (FPDUs left out: first carried by a
+ * retransmission); 0 for unknown names. */
 uint64_t uiw_dump_count(const uiw_dump *d, const char *name);
 void uiw_dump_free(uiw_dump *d);
 

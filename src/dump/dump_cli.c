@@ -48,7 +48,12 @@ void uiw_dump_usage(FILE *out)
             "Output: one line per MPA frame and per FPDU (frame where it starts, time,\n"
             "connection cN, direction a>b or b>a, fields, CRC verdict), violations below the\n"
             "line they concern (\"!\"), tolerated quirks (\"~\"), capture problems (\"?\"),\n"
-            "then a summary per connection and a total per file.\n"
+            "warnings (\"*\"), then a summary per connection and a total per file. The\n"
+            "summaries count, per direction, how many FPDUs start a TCP segment as captured\n"
+            "(\"segment alignment: A of N FPDUs start a TCP segment\"; FPDUs first carried by\n"
+            "a retransmission are left out): RNICs place data at line rate only when every\n"
+            "segment starts with an FPDU (RFC 5044 §8). On loopback, and where GRO/TSO merge\n"
+            "segments in the capture, the segments seen are not those on the wire.\n"
             "\n"
             "options:\n"
             "  -q, --quiet            print only the summaries\n"
@@ -69,10 +74,13 @@ void uiw_dump_usage(FILE *out)
     fprintf(out, "\nviolation classes:\n");
     for (int v = 0; v < uiw_violation_count(); v++)
         item(out, uiw_violation_name(v), uiw_violation_desc(v));
+    fprintf(out, "\nwarning classes (counted as \"warnings: NAME\", exit status unchanged):\n");
+    for (int w = 0; w < uiw_warning_count(); w++)
+        item(out, uiw_warning_name(w), uiw_warning_desc(w));
     fprintf(out, "\nNot violations: the CRC field when CRC is not negotiated (RFC 5044 §4.1:\n"
                  "it \"may contain any value\"). Capture problems (no-syn, gap, buffer-limit,\n"
-                 "conflicting-retransmission, incomplete, decoding-stopped) are reported\n"
-                 "separately and do not change the exit status.\n"
+                 "conflicting-retransmission, incomplete, decoding-stopped) and warnings\n"
+                 "are reported separately and do not change the exit status.\n"
                  "\n"
                  "exit status: 0 no violation, 1 violations found, 2 usage or read error\n");
 }

@@ -231,11 +231,22 @@ static int add_data(uiw_reasm *r, uint64_t off, const uint8_t *p, size_t n, cons
     return 0;
 }
 
+/* Does [off, end) overlap a held piece? */
+static bool overlaps_held(const uiw_reasm *r, uint64_t off, uint64_t end)
+{
+    for (const uiw_reasm_seg *x = r->head; x && x->off < end; x = x->next)
+        if (x->off + x->len > off)
+            return true;
+    return false;
+}
+
 int uiw_reasm_segment(uiw_reasm *r, uint32_t seq, uint32_t ack, uint8_t flags, const uint8_t *data,
                       size_t len, uint64_t frame, double ts)
 {
     uiw_seg_meta m = {.frame = frame, .ts = ts, .has_ack = (flags & UIW_TCP_ACK) != 0, .ack = ack};
     r->st.segments++;
+    if (len > r->st.max_seg)
+        r->st.max_seg = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
     if (!r->started) {
         r->started = true;
         if (flags & UIW_TCP_SYN) {
@@ -256,6 +267,10 @@ int uiw_reasm_segment(uiw_reasm *r, uint32_t seq, uint32_t ack, uint8_t flags, c
     uint32_t dseq = (flags & UIW_TCP_SYN) ? seq + 1 : seq;
     int64_t off = seq_to_off(r, dseq);
     if (len > 0) {
+        m.seg_off = off < 0 ? 0 : (uint64_t)off;
+        m.seg_len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+        m.retx = off < 0 || (uint64_t)off < r->next ||
+                 overlaps_held(r, (uint64_t)off, (uint64_t)off + len);
         if (off < 0) {
             uint64_t before = (uint64_t)-off;
             if (before >= len) {
