@@ -809,26 +809,28 @@ typedef struct uiw_rx {
     uint64_t stream_off; /* bytes consumed so far (markers included) */
     uint8_t state;
     bool dead;
-    bool err_pending; /* error found inside the FPDU, reported at its CRC */
-    bool pad_nonzero;
-    bool marker_rsvd;
     bool marker_between; /* current marker sits between FPDUs */
     bool marker_hashed;  /* current marker is covered by the CRC */
-    bool hdr_sized;      /* hdr_want is final (control field seen) */
-    uint8_t pad_have;
     uint8_t marker[UIW_MARKER_LEN];
-    uint8_t pad_len;
-    uint8_t crc_have;
     uint8_t crcbuf[UIW_MPA_CRC_LEN];
-    uint16_t nmarkers;
-    uint16_t ulpdu_len;
-    uint16_t hdr_want; /* header bytes to collect (after the length field) */
-    uint16_t hdr_have;
-    uint16_t hdr_len;
     uint32_t crc_state;
-    uint32_t payload_len;
-    uint32_t payload_done;
-    uint32_t skip_left;
+    struct {              /* the current FPDU's progress, zeroed at its start */
+        bool err_pending; /* error found inside the FPDU, reported at its CRC */
+        bool pad_nonzero;
+        bool marker_rsvd;
+        bool hdr_sized; /* hdr_want is final (control field seen) */
+        uint8_t pad_have;
+        uint8_t pad_len;
+        uint8_t crc_have;
+        uint16_t nmarkers;
+        uint16_t ulpdu_len;
+        uint16_t hdr_want; /* header bytes to collect (after the length field) */
+        uint16_t hdr_have;
+        uint16_t hdr_len;
+        uint32_t payload_len;
+        uint32_t payload_done;
+        uint32_t skip_left;
+    } f;
     uint64_t fpdu_begin; /* offset where the current FPDU began (its leading marker) */
     uint64_t fpdu_off;   /* offset of the current FPDU's ULPDU_Length field */
     uint64_t marker_off;

@@ -694,21 +694,24 @@ struct ibv_qp_1_0 *uiw_create_qp_1_0(struct ibv_pd_1_0 *pd, struct ibv_qp_init_a
     real.cap = init->cap;
     real.qp_type = init->qp_type;
     real.sq_sig_all = init->sq_sig_all;
-    qp->real_qp = ibv_create_qp(pd->real_pd, &real);
-    if (!qp->real_qp) {
+    struct ibv_qp *rq = ibv_create_qp(pd->real_pd, &real);
+    if (!rq) {
         free(qp);
         return NULL;
     }
-    qp->context = pd->context;
-    qp->qp_context = init->qp_context;
-    qp->pd = pd;
-    qp->send_cq = init->send_cq;
-    qp->recv_cq = init->recv_cq;
-    qp->srq = init->srq;
-    qp->handle = qp->real_qp->handle;
-    qp->qp_num = qp->real_qp->qp_num;
-    qp->state = qp->real_qp->state;
-    qp->qp_type = init->qp_type;
+    *qp = (struct ibv_qp_1_0){
+        .context = pd->context,
+        .qp_context = init->qp_context,
+        .pd = pd,
+        .send_cq = init->send_cq,
+        .recv_cq = init->recv_cq,
+        .srq = init->srq,
+        .handle = rq->handle,
+        .qp_num = rq->qp_num,
+        .state = rq->state,
+        .qp_type = init->qp_type,
+        .real_qp = rq,
+    };
     init->cap = real.cap;
     return qp;
 }
@@ -890,8 +893,9 @@ void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_att
 #define PATH_REC_SCALARS(X)                                                                        \
     X(dlid)                                                                                        \
     X(slid)                                                                                        \
-    X(flow_label) X(pkey) X(hop_limit) X(traffic_class) X(numb_path) X(sl) X(mtu_selector)         \
-        X(rate_selector) X(rate) X(packet_life_time_selector) X(packet_life_time) X(preference)
+    X(flow_label)                                                                                  \
+    X(pkey) X(hop_limit) X(traffic_class) X(numb_path) X(sl) X(mtu_selector) X(rate_selector)      \
+        X(rate) X(packet_life_time_selector) X(packet_life_time) X(preference)
 #define PATH_REC_COPY(f) dst->f = src->f;
 
 void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src)
@@ -925,41 +929,24 @@ struct ibv_context *ibv_import_device(int cmd_fd)
     return NULL;
 }
 
-struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
-{
-    (void)context, (void)pd_handle;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
+/* Importing an object shared by another process through the uverbs
+ * command fd: never possible here, so nothing can have been imported and
+ * unimporting does nothing. */
+#define NO_IMPORT(obj, parent_type, parent)                                                        \
+    struct ibv_##obj *ibv_import_##obj(parent_type *parent, uint32_t handle)                       \
+    {                                                                                              \
+        (void)parent, (void)handle;                                                                \
+        errno = EOPNOTSUPP;                                                                        \
+        return NULL;                                                                               \
+    }                                                                                              \
+    void ibv_unimport_##obj(struct ibv_##obj *obj)                                                 \
+    {                                                                                              \
+        (void)obj;                                                                                 \
+    }
 
-void ibv_unimport_pd(struct ibv_pd *pd)
-{
-    (void)pd; /* nothing can have been imported */
-}
-
-struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
-{
-    (void)pd, (void)mr_handle;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-void ibv_unimport_mr(struct ibv_mr *mr)
-{
-    (void)mr;
-}
-
-struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
-{
-    (void)context, (void)dm_handle;
-    errno = EOPNOTSUPP;
-    return NULL;
-}
-
-void ibv_unimport_dm(struct ibv_dm *dm)
-{
-    (void)dm;
-}
+NO_IMPORT(pd, struct ibv_context, context)
+NO_IMPORT(mr, struct ibv_pd, pd)
+NO_IMPORT(dm, struct ibv_context, context)
 
 /* Resolves a RoCE GID to the Ethernet next hop: iWARP has no use for it
  * (TCP does the routing). */

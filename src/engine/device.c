@@ -381,37 +381,36 @@ static void fill_device_attr(struct uiw_context *ctx, struct ibv_device_attr *a)
     struct uiw_device *d = ctx->dev;
     long page = sysconf(_SC_PAGESIZE);
 
-    memset(a, 0, sizeof(*a));
+    /* what is not named is 0: vendor_part_id, hw_ver, local_ca_ack_delay */
+    *a = (struct ibv_device_attr){
+        .node_guid = htobe64(d->guid),
+        .sys_image_guid = htobe64(d->guid),
+        .max_mr_size = UINT64_MAX, /* any range that does not wrap */
+        .page_size_cap = page > 0 ? (uint64_t)page : 4096,
+        .vendor_id = UIW_VENDOR_ID,
+        .max_qp = UIW_MAX_QP,
+        .max_qp_wr = UIW_MAX_QP_WR,
+        /* cur_qp_state is honoured by ibv_modify_qp; SRQs can be resized */
+        .device_cap_flags = IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
+                            IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B,
+        .max_mw = UIW_MAX_MR, /* windows share the STag table with regions */
+        .max_sge = UIW_MAX_SGE,
+        .max_sge_rd = UIW_MAX_SGE_RD,
+        .max_cq = UIW_MAX_CQ,
+        .max_cqe = UIW_MAX_CQE,
+        .max_mr = UIW_MAX_MR,
+        .max_pd = UIW_MAX_PD,
+        .max_qp_rd_atom = UIW_MAX_ORD,
+        .max_qp_init_rd_atom = UIW_MAX_IRD,
+        .max_res_rd_atom = UIW_MAX_QP * UIW_MAX_IRD,
+        .atomic_cap = IBV_ATOMIC_HCA, /* RFC 7306 atomics, __atomic on the target word */
+        .max_srq = UIW_MAX_SRQ,
+        .max_srq_wr = UIW_MAX_SRQ_WR,
+        .max_srq_sge = UIW_MAX_SGE,
+        .max_pkeys = 1,
+        .phys_port_cnt = 1,
+    };
     snprintf(a->fw_ver, sizeof(a->fw_ver), "uiwarp 0.1");
-    a->node_guid = htobe64(d->guid);
-    a->sys_image_guid = htobe64(d->guid);
-    a->max_mr_size = UINT64_MAX; /* any range that does not wrap */
-    a->page_size_cap = page > 0 ? (uint64_t)page : 4096;
-    a->vendor_id = UIW_VENDOR_ID;
-    a->vendor_part_id = 0;
-    a->hw_ver = 0;
-    a->max_qp = UIW_MAX_QP;
-    a->max_qp_wr = UIW_MAX_QP_WR;
-    /* cur_qp_state is honoured by ibv_modify_qp; SRQs can be resized */
-    a->device_cap_flags = IBV_DEVICE_CURR_QP_STATE_MOD | IBV_DEVICE_SRQ_RESIZE |
-                          IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
-    a->max_mw = UIW_MAX_MR; /* windows share the STag table with regions */
-    a->max_sge = UIW_MAX_SGE;
-    a->max_sge_rd = UIW_MAX_SGE_RD;
-    a->max_cq = UIW_MAX_CQ;
-    a->max_cqe = UIW_MAX_CQE;
-    a->max_mr = UIW_MAX_MR;
-    a->max_pd = UIW_MAX_PD;
-    a->max_qp_rd_atom = UIW_MAX_ORD;
-    a->max_qp_init_rd_atom = UIW_MAX_IRD;
-    a->max_res_rd_atom = UIW_MAX_QP * UIW_MAX_IRD;
-    a->atomic_cap = IBV_ATOMIC_HCA; /* RFC 7306 atomics, __atomic on the target word */
-    a->max_srq = UIW_MAX_SRQ;
-    a->max_srq_wr = UIW_MAX_SRQ_WR;
-    a->max_srq_sge = UIW_MAX_SGE;
-    a->max_pkeys = 1;
-    a->local_ca_ack_delay = 0;
-    a->phys_port_cnt = 1;
 }
 
 UIW_EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
@@ -503,7 +502,6 @@ static int fill_port_attr(struct uiw_context *ctx, uint8_t port, struct ibv_port
 
     if (port != 1)
         return EINVAL;
-    memset(a, 0, sizeof(*a));
     sock = if_socket();
     if (sock >= 0) {
         if (if_query(sock, d->ifname, &info) == 0) {
@@ -516,23 +514,23 @@ static int fill_port_attr(struct uiw_context *ctx, uint8_t port, struct ibv_port
         }
         close(sock);
     }
-    a->state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
-    a->max_mtu = IBV_MTU_4096;
     pthread_mutex_lock(&dev_lock);
-    a->active_mtu = mtu_enum(d->mtu);
+    enum ibv_mtu active_mtu = mtu_enum(d->mtu);
     pthread_mutex_unlock(&dev_lock);
-    a->gid_tbl_len = 1;
-    a->port_cap_flags = IBV_PORT_CM_SUP;
-    a->max_msg_sz = (uint32_t)UIW_MAX_MSG_SIZE;
-    a->pkey_tbl_len = 1;
-    a->lid = 0;
-    a->sm_lid = 0;
-    a->lmc = 0;
-    a->max_vl_num = 1;
-    a->init_type_reply = 0;
+    /* what is not named is 0: lid, sm_lid, lmc, init_type_reply */
+    *a = (struct ibv_port_attr){
+        .state = up ? IBV_PORT_ACTIVE : IBV_PORT_DOWN,
+        .max_mtu = IBV_MTU_4096,
+        .active_mtu = active_mtu,
+        .gid_tbl_len = 1,
+        .port_cap_flags = IBV_PORT_CM_SUP,
+        .max_msg_sz = (uint32_t)UIW_MAX_MSG_SIZE,
+        .pkey_tbl_len = 1,
+        .max_vl_num = 1,
+        .phys_state = up ? 5 /* LinkUp */ : 3 /* Disabled */,
+        .link_layer = IBV_LINK_LAYER_ETHERNET,
+    };
     eth_speed(d->ifname, &a->active_width, &a->active_speed);
-    a->phys_state = up ? 5 /* LinkUp */ : 3 /* Disabled */;
-    a->link_layer = IBV_LINK_LAYER_ETHERNET;
     return 0;
 }
 

@@ -30,6 +30,7 @@
  * discards it and is wr_complete's return value. wr_abort discards.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -138,6 +139,29 @@ static void cqx_read_tm_info(struct ibv_cq_ex *cx, struct ibv_wc_tm_info *tm)
         memset(tm, 0, sizeof(*tm));
 }
 
+/* The extended CQ's members after its ibv_cq prefix (from comp_mask on). */
+static const struct ibv_cq_ex cqx_ops = {
+    .status = IBV_WC_SUCCESS,
+    .start_poll = cqx_start_poll,
+    .next_poll = cqx_next_poll,
+    .end_poll = cqx_end_poll,
+    .read_opcode = cqx_read_opcode,
+    .read_vendor_err = cqx_read_vendor_err,
+    .read_byte_len = cqx_read_byte_len,
+    .read_imm_data = cqx_read_imm_data,
+    .read_qp_num = cqx_read_qp_num,
+    .read_src_qp = cqx_read_src_qp,
+    .read_wc_flags = cqx_read_wc_flags,
+    .read_slid = cqx_read_slid,
+    .read_sl = cqx_read_sl,
+    .read_dlid_path_bits = cqx_read_dlid_path_bits,
+    .read_completion_ts = cqx_read_u64_none,
+    .read_cvlan = cqx_read_cvlan,
+    .read_flow_tag = cqx_read_flow_tag,
+    .read_tm_info = cqx_read_tm_info,
+    .read_completion_wallclock_ns = cqx_read_u64_none,
+};
+
 struct ibv_cq_ex *uiw_op_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_attr_ex *a)
 {
     struct ibv_cq *ibcq;
@@ -169,28 +193,10 @@ struct ibv_cq_ex *uiw_op_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_
     pthread_mutex_init(&cq->ex_lock, NULL);
     cq->ex_create_flags = flags;
 
+    /* the ibv_cq prefix is ibv_create_cq's; the rest is the poll API */
     struct ibv_cq_ex *x = &cq->ibcqx;
-    x->comp_mask = 0;
-    x->status = IBV_WC_SUCCESS;
-    x->wr_id = 0;
-    x->start_poll = cqx_start_poll;
-    x->next_poll = cqx_next_poll;
-    x->end_poll = cqx_end_poll;
-    x->read_opcode = cqx_read_opcode;
-    x->read_vendor_err = cqx_read_vendor_err;
-    x->read_byte_len = cqx_read_byte_len;
-    x->read_imm_data = cqx_read_imm_data;
-    x->read_qp_num = cqx_read_qp_num;
-    x->read_src_qp = cqx_read_src_qp;
-    x->read_wc_flags = cqx_read_wc_flags;
-    x->read_slid = cqx_read_slid;
-    x->read_sl = cqx_read_sl;
-    x->read_dlid_path_bits = cqx_read_dlid_path_bits;
-    x->read_completion_ts = cqx_read_u64_none;
-    x->read_cvlan = cqx_read_cvlan;
-    x->read_flow_tag = cqx_read_flow_tag;
-    x->read_tm_info = cqx_read_tm_info;
-    x->read_completion_wallclock_ns = cqx_read_u64_none;
+    const size_t off = offsetof(struct ibv_cq_ex, comp_mask);
+    memcpy((char *)x + off, (const char *)&cqx_ops + off, sizeof(*x) - off);
     return x;
 }
 
@@ -207,20 +213,24 @@ struct ibv_cq_ex *uiw_op_create_cq_ex(struct ibv_context *c, struct ibv_cq_init_
 struct uiw_qpx {
     pthread_mutex_t lock;   /* held from wr_start to wr_complete / wr_abort */
     atomic_uintptr_t owner; /* the holder's thread_id(), 0 when free */
-    int err;                /* first error of the batch */
     /* WRs of the batch; the SGEs of WR i follow those of WRs 0..i-1 in
      * sge[]. An inline WR has one SGE whose addr is an offset into inl[]
-     * (converted to a pointer by wr_complete: the arrays may move). */
+     * (converted to a pointer by wr_complete: the arrays may move). The
+     * arrays outlive a batch; b is the batch, zeroed at its start and end. */
     struct ibv_send_wr *wr;
-    unsigned n;
     size_t wr_cap;
     struct ibv_sge *sge;
-    unsigned nsge;
     size_t sge_cap;
     uint8_t *inl;
-    size_t ninl, inl_cap;
-    unsigned cur_sge; /* first SGE of the last WR */
-    size_t cur_inl;   /* first inline byte of the last WR */
+    size_t inl_cap;
+    struct {
+        int err;          /* first error of the batch */
+        unsigned n;       /* WRs in wr[] */
+        unsigned nsge;    /* SGEs in sge[] */
+        size_t ninl;      /* bytes in inl[] */
+        unsigned cur_sge; /* first SGE of the last WR */
+        size_t cur_inl;   /* first inline byte of the last WR */
+    } b;
 };
 
 static struct uiw_qp *qpx_qp(struct ibv_qp_ex *ix)
@@ -244,8 +254,8 @@ static bool qpx_owned(struct uiw_qpx *x)
 
 static void qpx_fail(struct uiw_qpx *x, int err)
 {
-    if (!x->err)
-        x->err = err;
+    if (!x->b.err)
+        x->b.err = err;
 }
 
 /* Room for `need` elements in the array p of *cap: the (possibly moved)
@@ -272,26 +282,26 @@ static struct ibv_send_wr *qpx_new(struct ibv_qp_ex *ix, enum ibv_wr_opcode op)
     struct uiw_qpx *x = qp->qpx;
     struct ibv_send_wr *w;
 
-    if (!qpx_owned(x) || x->err)
+    if (!qpx_owned(x) || x->b.err)
         return NULL;
-    if (x->n >= qp->cap.max_send_wr) {
+    if (x->b.n >= qp->cap.max_send_wr) {
         qpx_fail(x, ENOMEM); /* more than the send queue can ever hold */
         return NULL;
     }
-    w = grow(x->wr, &x->wr_cap, (size_t)x->n + 1, sizeof(*x->wr));
+    w = grow(x->wr, &x->wr_cap, (size_t)x->b.n + 1, sizeof(*x->wr));
     if (!w) {
         qpx_fail(x, ENOMEM);
         return NULL;
     }
     x->wr = w;
-    w = &x->wr[x->n++];
+    w = &x->wr[x->b.n++];
     memset(w, 0, sizeof(*w));
     w->wr_id = ix->wr_id;
     w->opcode = op;
     /* inline comes from wr_set_inline_data*, not from the flag */
     w->send_flags = ix->wr_flags & ~(unsigned)IBV_SEND_INLINE;
-    x->cur_sge = x->nsge;
-    x->cur_inl = x->ninl;
+    x->b.cur_sge = x->b.nsge;
+    x->b.cur_inl = x->b.ninl;
     return w;
 }
 
@@ -301,15 +311,15 @@ static struct ibv_send_wr *qpx_cur(struct ibv_qp_ex *ix)
     struct uiw_qpx *x = qpx_qp(ix)->qpx;
     struct ibv_send_wr *w;
 
-    if (!qpx_owned(x) || x->err)
+    if (!qpx_owned(x) || x->b.err)
         return NULL;
-    if (!x->n) {
+    if (!x->b.n) {
         qpx_fail(x, EINVAL); /* no wr_<op> before it */
         return NULL;
     }
-    w = &x->wr[x->n - 1];
-    x->nsge = x->cur_sge;
-    x->ninl = x->cur_inl;
+    w = &x->wr[x->b.n - 1];
+    x->b.nsge = x->b.cur_sge;
+    x->b.ninl = x->b.cur_inl;
     w->num_sge = 0;
     w->send_flags &= ~(unsigned)IBV_SEND_INLINE;
     return w;
@@ -458,15 +468,15 @@ static void qpx_set_sge_list(struct ibv_qp_ex *ix, size_t num, const struct ibv_
         qpx_fail(x, EINVAL);
         return;
     }
-    sge = grow(x->sge, &x->sge_cap, (size_t)x->nsge + num, sizeof(*x->sge));
+    sge = grow(x->sge, &x->sge_cap, (size_t)x->b.nsge + num, sizeof(*x->sge));
     if (!sge) {
         qpx_fail(x, ENOMEM);
         return;
     }
     x->sge = sge;
     if (num)
-        memcpy(&x->sge[x->nsge], list, num * sizeof(*list));
-    x->nsge += (unsigned)num;
+        memcpy(&x->sge[x->b.nsge], list, num * sizeof(*list));
+    x->b.nsge += (unsigned)num;
     w->num_sge = (int)num;
 }
 
@@ -511,10 +521,10 @@ static void qpx_set_inline_data_list(struct ibv_qp_ex *ix, size_t num,
         qpx_fail(x, EINVAL);
         return;
     }
-    inl = grow(x->inl, &x->inl_cap, x->ninl + total, 1);
+    inl = grow(x->inl, &x->inl_cap, x->b.ninl + total, 1);
     if (inl)
         x->inl = inl;
-    sge = grow(x->sge, &x->sge_cap, (size_t)x->nsge + 1, sizeof(*x->sge));
+    sge = grow(x->sge, &x->sge_cap, (size_t)x->b.nsge + 1, sizeof(*x->sge));
     if (sge)
         x->sge = sge;
     if (!inl || !sge) {
@@ -524,13 +534,13 @@ static void qpx_set_inline_data_list(struct ibv_qp_ex *ix, size_t num,
     /* copied now: the caller may reuse its buffers when this returns */
     for (size_t i = 0; i < num; i++) {
         if (bufs[i].length)
-            memcpy(x->inl + x->ninl, bufs[i].addr, bufs[i].length);
-        x->ninl += bufs[i].length;
+            memcpy(x->inl + x->b.ninl, bufs[i].addr, bufs[i].length);
+        x->b.ninl += bufs[i].length;
     }
-    x->sge[x->nsge].addr = x->cur_inl; /* an offset until wr_complete */
-    x->sge[x->nsge].length = (uint32_t)total;
-    x->sge[x->nsge].lkey = 0;
-    x->nsge++;
+    x->sge[x->b.nsge].addr = x->b.cur_inl; /* an offset until wr_complete */
+    x->sge[x->b.nsge].length = (uint32_t)total;
+    x->sge[x->b.nsge].lkey = 0;
+    x->b.nsge++;
     w->num_sge = 1;
     w->send_flags |= IBV_SEND_INLINE;
 }
@@ -544,12 +554,7 @@ static void qpx_set_inline_data(struct ibv_qp_ex *ix, void *addr, size_t length)
 
 static void qpx_reset(struct uiw_qpx *x)
 {
-    x->err = 0;
-    x->n = 0;
-    x->nsge = 0;
-    x->ninl = 0;
-    x->cur_sge = 0;
-    x->cur_inl = 0;
+    memset(&x->b, 0, sizeof(x->b));
 }
 
 static void qpx_start(struct ibv_qp_ex *ix)
@@ -581,30 +586,30 @@ static int qpx_complete(struct ibv_qp_ex *ix)
 
     if (!qpx_owned(x))
         return EINVAL; /* no wr_start */
-    ret = x->err;
-    if (ret || !x->n) {
+    ret = x->b.err;
+    if (ret || !x->b.n) {
         qpx_close(x);
         return ret;
     }
     /* link the chain now that the arrays stay put */
-    for (unsigned i = 0; i < x->n; i++) {
+    for (unsigned i = 0; i < x->b.n; i++) {
         struct ibv_send_wr *w = &x->wr[i];
 
-        w->next = i + 1 < x->n ? &x->wr[i + 1] : NULL;
+        w->next = i + 1 < x->b.n ? &x->wr[i + 1] : NULL;
         w->sg_list = w->num_sge ? &x->sge[s] : NULL;
         if (w->send_flags & IBV_SEND_INLINE)
             x->sge[s].addr = (uint64_t)(uintptr_t)(x->inl + x->sge[s].addr);
         s += (unsigned)w->num_sge;
     }
     pthread_mutex_lock(&qp->lock);
-    if (qp->state == IBV_QPS_RTS && qp->sq_count + x->n > qp->sq_cap)
+    if (qp->state == IBV_QPS_RTS && qp->sq_count + x->b.n > qp->sq_cap)
         ret = ENOMEM; /* all or nothing */
     else
         ret = uiw_qp_post_send_any_locked(qp, x->wr, &bad);
     pthread_mutex_unlock(&qp->lock);
     if (ret && bad && bad != x->wr)
         uiw_log("qp %u: ibv_wr_complete: WR %u of %u refused (%d) after the others were posted",
-                qp->ibqp.qp_num, (unsigned)(bad - x->wr), x->n, ret);
+                qp->ibqp.qp_num, (unsigned)(bad - x->wr), x->b.n, ret);
     qpx_close(x);
     return ret;
 }
@@ -631,6 +636,31 @@ void uiw_qpx_free(struct uiw_qp *qp)
     qp->qpx = NULL;
 }
 
+/* The extended QP's members after its ibv_qp prefix (from comp_mask on). */
+static const struct ibv_qp_ex qpx_ops = {
+    .wr_atomic_cmp_swp = qpx_atomic_cmp_swp,
+    .wr_atomic_fetch_add = qpx_atomic_fetch_add,
+    .wr_bind_mw = qpx_bind_mw,
+    .wr_local_inv = qpx_local_inv,
+    .wr_rdma_read = qpx_rdma_read,
+    .wr_rdma_write = qpx_rdma_write,
+    .wr_rdma_write_imm = qpx_rdma_write_imm,
+    .wr_send = qpx_send,
+    .wr_send_imm = qpx_send_imm,
+    .wr_send_inv = qpx_send_inv,
+    .wr_send_tso = qpx_send_tso,
+    .wr_set_ud_addr = qpx_set_ud_addr,
+    .wr_set_xrc_srqn = qpx_set_xrc_srqn,
+    .wr_set_inline_data = qpx_set_inline_data,
+    .wr_set_inline_data_list = qpx_set_inline_data_list,
+    .wr_set_sge = qpx_set_sge,
+    .wr_set_sge_list = qpx_set_sge_list,
+    .wr_start = qpx_start,
+    .wr_complete = qpx_complete,
+    .wr_abort = qpx_abort,
+    .wr_atomic_write = qpx_atomic_write,
+};
+
 static int qpx_init(struct uiw_qp *qp)
 {
     struct uiw_qpx *x = calloc(1, sizeof(*x));
@@ -640,30 +670,8 @@ static int qpx_init(struct uiw_qp *qp)
         return ENOMEM;
     pthread_mutex_init(&x->lock, NULL);
     qp->qpx = x;
-    ix->comp_mask = 0;
-    ix->wr_id = 0;
-    ix->wr_flags = 0;
-    ix->wr_atomic_cmp_swp = qpx_atomic_cmp_swp;
-    ix->wr_atomic_fetch_add = qpx_atomic_fetch_add;
-    ix->wr_bind_mw = qpx_bind_mw;
-    ix->wr_local_inv = qpx_local_inv;
-    ix->wr_rdma_read = qpx_rdma_read;
-    ix->wr_rdma_write = qpx_rdma_write;
-    ix->wr_rdma_write_imm = qpx_rdma_write_imm;
-    ix->wr_send = qpx_send;
-    ix->wr_send_imm = qpx_send_imm;
-    ix->wr_send_inv = qpx_send_inv;
-    ix->wr_send_tso = qpx_send_tso;
-    ix->wr_set_ud_addr = qpx_set_ud_addr;
-    ix->wr_set_xrc_srqn = qpx_set_xrc_srqn;
-    ix->wr_set_inline_data = qpx_set_inline_data;
-    ix->wr_set_inline_data_list = qpx_set_inline_data_list;
-    ix->wr_set_sge = qpx_set_sge;
-    ix->wr_set_sge_list = qpx_set_sge_list;
-    ix->wr_start = qpx_start;
-    ix->wr_complete = qpx_complete;
-    ix->wr_abort = qpx_abort;
-    ix->wr_atomic_write = qpx_atomic_write;
+    const size_t off = offsetof(struct ibv_qp_ex, comp_mask);
+    memcpy((char *)ix + off, (const char *)&qpx_ops + off, sizeof(*ix) - off);
     return 0;
 }
 

@@ -296,14 +296,19 @@ uint64_t rcm_now_ms(void)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
+/* How long a refused connect is tried again (UIWARP_RDMACM_RETRY_MS). The
+ * default covers a server that calls rdma_listen just after its client's
+ * rdma_connect (qperf's bidirectional tests) on a loaded machine: 100 ms
+ * was once too short with two busy CPUs. */
+#define RETRY_MS_DEFAULT 1000
 static unsigned retry_budget_ms(void)
 {
     static int budget = -1;
     if (budget < 0) {
         const char *v = getenv("UIWARP_RDMACM_RETRY_MS");
         char *end = NULL;
-        long b = v && *v ? strtol(v, &end, 10) : 100;
-        budget = (end && *end) || b < 0 ? 100 : (int)(b > 60000 ? 60000 : b);
+        long b = v && *v ? strtol(v, &end, 10) : RETRY_MS_DEFAULT;
+        budget = (end && *end) || b < 0 ? RETRY_MS_DEFAULT : (int)(b > 60000 ? 60000 : b);
     }
     return (unsigned)budget;
 }

@@ -42,22 +42,8 @@ static void hash(uiw_rx *rx, const uint8_t *p, size_t n)
  * §4.4 rule 2): the CRC starts here, before any such marker. */
 static void fpdu_reset(uiw_rx *rx)
 {
+    memset(&rx->f, 0, sizeof(rx->f));
     rx->state = S_LEN;
-    rx->err_pending = false;
-    rx->pad_nonzero = false;
-    rx->marker_rsvd = false;
-    rx->hdr_sized = false;
-    rx->pad_len = 0;
-    rx->pad_have = 0;
-    rx->crc_have = 0;
-    rx->nmarkers = 0;
-    rx->ulpdu_len = 0;
-    rx->hdr_want = 0;
-    rx->hdr_have = 0;
-    rx->hdr_len = 0;
-    rx->payload_len = 0;
-    rx->payload_done = 0;
-    rx->skip_left = 0;
     rx->crc_state = UIW_CRC32C_INIT;
     rx->fpdu_begin = rx->stream_off;
     rx->fpdu_off = rx->stream_off;
@@ -106,7 +92,7 @@ static uint64_t fpdu_end(const uiw_rx *rx, uint64_t len_off, unsigned ulpdu)
 /* Bytes of hdrbuf (length field included) that form the DDP header. */
 static unsigned bad_hdr_len(const uiw_rx *rx)
 {
-    unsigned have = rx->hdr_have;
+    unsigned have = rx->f.hdr_have;
     unsigned ddp;
     if (have < UIW_MPA_LEN_FIELD)
         return 0;
@@ -130,13 +116,13 @@ static void set_err(uiw_rx *rx, uint8_t layer, uint8_t etype, uint8_t ecode, con
     e->cause.ecode = ecode;
     e->why = why;
     e->err_off = rx->stream_off;
-    e->fpdu_off = rx->hdr_have ? rx->fpdu_off : rx->stream_off;
-    e->ulpdu_valid = rx->hdr_have >= UIW_MPA_LEN_FIELD;
-    e->ulpdu_len = e->ulpdu_valid ? rx->ulpdu_len : 0;
-    e->resume_off = e->ulpdu_valid ? fpdu_end(rx, rx->fpdu_off, rx->ulpdu_len) : 0;
+    e->fpdu_off = rx->f.hdr_have ? rx->fpdu_off : rx->stream_off;
+    e->ulpdu_valid = rx->f.hdr_have >= UIW_MPA_LEN_FIELD;
+    e->ulpdu_len = e->ulpdu_valid ? rx->f.ulpdu_len : 0;
+    e->resume_off = e->ulpdu_valid ? fpdu_end(rx, rx->fpdu_off, rx->f.ulpdu_len) : 0;
     memcpy(e->bad_hdr, rx->hdrbuf, n);
     e->bad_hdr_len = (uint8_t)n;
-    e->nmarkers = rx->nmarkers;
+    e->nmarkers = rx->f.nmarkers;
 }
 
 /* A malformation inside the FPDU. With CRC on and `defer`, it is held until
@@ -146,10 +132,10 @@ static void set_err(uiw_rx *rx, uint8_t layer, uint8_t etype, uint8_t ecode, con
 static bool fail(uiw_rx *rx, uint8_t layer, uint8_t etype, uint8_t ecode, const char *why,
                  bool defer)
 {
-    if (!rx->err_pending)
+    if (!rx->f.err_pending)
         set_err(rx, layer, etype, ecode, why);
     if (defer && rx->cfg.crc) {
-        rx->err_pending = true;
+        rx->f.err_pending = true;
         return false;
     }
     rx->dead = true;
@@ -163,17 +149,17 @@ static bool fail_mpa(uiw_rx *rx, uint8_t ecode, const char *why, bool defer)
 
 static void enter_pad(uiw_rx *rx)
 {
-    rx->pad_len = (uint8_t)uiw_mpa_pad(rx->ulpdu_len);
-    rx->pad_have = 0;
-    rx->crc_have = 0;
-    rx->state = rx->pad_len ? S_PAD : S_CRC;
+    rx->f.pad_len = (uint8_t)uiw_mpa_pad(rx->f.ulpdu_len);
+    rx->f.pad_have = 0;
+    rx->f.crc_have = 0;
+    rx->state = rx->f.pad_len ? S_PAD : S_CRC;
 }
 
 /* After the header bytes of a doomed FPDU: read the rest up to the CRC. */
 static void enter_skip(uiw_rx *rx)
 {
-    rx->skip_left = (uint32_t)rx->ulpdu_len - rx->hdr_want;
-    if (rx->skip_left)
+    rx->f.skip_left = (uint32_t)rx->f.ulpdu_len - rx->f.hdr_want;
+    if (rx->f.skip_left)
         rx->state = S_SKIP;
     else
         enter_pad(rx);
@@ -184,15 +170,15 @@ static void marker_begin(uiw_rx *rx)
 {
     rx->marker_off = rx->stream_off;
     /* RFC 5044 §4.3: FPDUPTR 0 when the marker falls between FPDUs. */
-    rx->marker_between = rx->state == S_LEN && rx->hdr_have == 0;
+    rx->marker_between = rx->state == S_LEN && rx->f.hdr_have == 0;
     /* RFC 5044 §4.4 rule 1: markers up to the end of the pad, and one right
      * after the pad, are covered by the CRC; one between FPDUs is covered by
      * the following FPDU's CRC (rule 2), which started at fpdu_reset. A
      * marker inside the CRC field (impossible in a stream of 4-byte
      * multiples) is not. */
-    rx->marker_hashed = !(rx->state == S_CRC && rx->crc_have > 0);
-    if (rx->nmarkers < UINT16_MAX)
-        rx->nmarkers++;
+    rx->marker_hashed = !(rx->state == S_CRC && rx->f.crc_have > 0);
+    if (rx->f.nmarkers < UINT16_MAX)
+        rx->f.nmarkers++;
 }
 
 /* All 4 marker bytes are in rx->marker. Returns true if the stream dies. */
@@ -204,7 +190,7 @@ static bool marker_end(uiw_rx *rx)
 
     /* RFC 5044 §4.2: RESERVED is ignored on receive; reported only. */
     if (rsvd)
-        rx->marker_rsvd = true;
+        rx->f.marker_rsvd = true;
     /* RFC 5044 §4.2/§4.3: FPDUPTR = octets from the ULPDU_Length field to
      * the marker, low two bits treated as zero; 16-bit arithmetic as the
      * pointer itself (an FPDU longer than 64 KiB cannot be described). */
@@ -221,14 +207,14 @@ static bool marker_end(uiw_rx *rx)
 static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
 {
     const uint8_t *h = rx->hdrbuf + UIW_MPA_LEN_FIELD;
-    size_t hl = rx->hdr_want;
+    size_t hl = rx->f.hdr_want;
     bool tagged = h[0] & 0x80;
     unsigned opcode = h[1] & 0x0F;
     uiw_term_cause cause = {0, 0, 0};
     const char *why = NULL;
     int r;
 
-    if (rx->err_pending) { /* already doomed: no HDR, read on to the CRC */
+    if (rx->f.err_pending) { /* already doomed: no HDR, read on to the CRC */
         enter_skip(rx);
         return false;
     }
@@ -248,11 +234,11 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
     } else if (r == -EPROTO) {
         /* RDMAP version, reserved opcode, ... (RFC 5040 §7.2 items 2-3) */
         why = "RDMAP header rejected";
-    } else if (!tagged && opcode == UIW_OP_TERMINATE && rx->ulpdu_len > UIW_TERM_MAX_ULPDU) {
+    } else if (!tagged && opcode == UIW_OP_TERMINATE && rx->f.ulpdu_len > UIW_TERM_MAX_ULPDU) {
         /* RFC 5041 §7.1 (4): longer than any Terminate buffer. */
         cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
         why = "Terminate longer than UIW_TERM_MAX_ULPDU";
-    } else if (r < 0 || (size_t)r > rx->ulpdu_len) {
+    } else if (r < 0 || (size_t)r > rx->f.ulpdu_len) {
         /* RFC 5044 §8 code 3: the ULPDU_Length does not hold the header
          * its T flag and opcode require. */
         cause = (uiw_term_cause){UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_MARKER};
@@ -277,12 +263,12 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
             /* RFC 5041 §7.1 (4): the message continues past its buffer */
             cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
             why = "header-only message without L";
-        } else if (opcode != UIW_OP_TERMINATE && (size_t)r != rx->ulpdu_len) {
+        } else if (opcode != UIW_OP_TERMINATE && (size_t)r != rx->f.ulpdu_len) {
             cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
             why = opcode == UIW_OP_READ_REQ ? "Read Request carries payload"
                                             : "header-only message carries payload";
         } else if (opcode == UIW_OP_TERMINATE) {
-            r = rx->ulpdu_len;
+            r = rx->f.ulpdu_len;
         }
     }
 
@@ -295,17 +281,17 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
         return false;
     }
 
-    rx->hdr_len = (uint16_t)r;
-    rx->payload_len = (uint32_t)rx->ulpdu_len - (uint32_t)r;
-    rx->payload_done = 0;
+    rx->f.hdr_len = (uint16_t)r;
+    rx->f.payload_len = (uint32_t)rx->f.ulpdu_len - (uint32_t)r;
+    rx->f.payload_done = 0;
     ev->kind = UIW_RX_HDR;
     ev->fpdu_off = rx->fpdu_off;
-    ev->ulpdu_len = rx->ulpdu_len;
+    ev->ulpdu_len = rx->f.ulpdu_len;
     ev->hdr = &rx->hdr;
-    ev->hdr_len = rx->hdr_len;
-    ev->payload_len = rx->payload_len;
-    ev->nmarkers = rx->nmarkers;
-    if (rx->payload_len)
+    ev->hdr_len = rx->f.hdr_len;
+    ev->payload_len = rx->f.payload_len;
+    ev->nmarkers = rx->f.nmarkers;
+    if (rx->f.payload_len)
         rx->state = S_PAYLOAD;
     else
         enter_pad(rx);
@@ -325,31 +311,31 @@ static void size_header(uiw_rx *rx)
     if (!tagged && opcode == UIW_OP_TERMINATE) {
         /* RFC 5040 §4.8: the Terminate header is variable; take the whole
          * ULPDU if it fits (checked in header_done otherwise). */
-        want = rx->ulpdu_len <= UIW_TERM_MAX_ULPDU ? rx->ulpdu_len : base;
+        want = rx->f.ulpdu_len <= UIW_TERM_MAX_ULPDU ? rx->f.ulpdu_len : base;
     } else {
         int hl = uiw_hdr_len(tagged, opcode);
         want = (hl > 0 && (size_t)hl <= UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD) ? (unsigned)hl : base;
     }
-    if (want > rx->ulpdu_len)
-        want = rx->ulpdu_len;
+    if (want > rx->f.ulpdu_len)
+        want = rx->f.ulpdu_len;
     if (want < 2)
         want = 2;
-    rx->hdr_want = (uint16_t)want;
-    rx->hdr_sized = true;
+    rx->f.hdr_want = (uint16_t)want;
+    rx->f.hdr_sized = true;
 }
 
 /* Add up to avail bytes at p to the header buffer, until it holds end
  * bytes; *used = what was taken. True once it holds end bytes. */
 static bool hdr_fill(uiw_rx *rx, const uint8_t *p, size_t avail, size_t end, size_t *used)
 {
-    size_t take = min_sz(avail, end - rx->hdr_have);
+    size_t take = min_sz(avail, end - rx->f.hdr_have);
 
-    memcpy(rx->hdrbuf + rx->hdr_have, p, take);
+    memcpy(rx->hdrbuf + rx->f.hdr_have, p, take);
     hash(rx, p, take);
-    rx->hdr_have += (uint16_t)take;
+    rx->f.hdr_have += (uint16_t)take;
     rx->stream_off += take;
     *used = take;
-    return rx->hdr_have >= end;
+    return rx->f.hdr_have >= end;
 }
 
 /* The FPDU's CRC field is in: report the pending error (*ev) with what the
@@ -375,81 +361,81 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
 
     switch (rx->state) {
     case S_LEN:
-        if (rx->hdr_have == 0)
+        if (rx->f.hdr_have == 0)
             rx->fpdu_off = rx->stream_off;
         if (!hdr_fill(rx, p, avail, UIW_MPA_LEN_FIELD, used))
             return false;
-        rx->ulpdu_len = uiw_get_be16(rx->hdrbuf);
+        rx->f.ulpdu_len = uiw_get_be16(rx->hdrbuf);
         /* RFC 5044 §8 code 3: a ULPDU_Length that cannot hold a DDP control
          * field, or exceeds the MULPDU we accept, cannot be followed. */
-        if (rx->ulpdu_len < 2) {
+        if (rx->f.ulpdu_len < 2) {
             fail_mpa(rx, UIW_MPA_EC_MARKER, "ULPDU_Length < 2", false);
             *ev = rx->err;
             return true;
         }
-        if (rx->ulpdu_len > (rx->cfg.max_ulpdu ? rx->cfg.max_ulpdu : 65535u)) {
+        if (rx->f.ulpdu_len > (rx->cfg.max_ulpdu ? rx->cfg.max_ulpdu : 65535u)) {
             fail_mpa(rx, UIW_MPA_EC_MARKER, "ULPDU_Length > max_ulpdu", false);
             *ev = rx->err;
             return true;
         }
         rx->state = S_HDR;
-        rx->hdr_want = 2;
-        rx->hdr_sized = false;
+        rx->f.hdr_want = 2;
+        rx->f.hdr_sized = false;
         return false;
 
     case S_HDR:
-        if (!hdr_fill(rx, p, avail, (size_t)UIW_MPA_LEN_FIELD + rx->hdr_want, used))
+        if (!hdr_fill(rx, p, avail, (size_t)UIW_MPA_LEN_FIELD + rx->f.hdr_want, used))
             return false;
-        if (!rx->hdr_sized) {
+        if (!rx->f.hdr_sized) {
             size_header(rx);
-            if (rx->hdr_have < UIW_MPA_LEN_FIELD + rx->hdr_want)
+            if (rx->f.hdr_have < UIW_MPA_LEN_FIELD + rx->f.hdr_want)
                 return false;
         }
         return header_done(rx, ev);
 
     case S_PAYLOAD:
-        take = min_sz(avail, rx->payload_len - rx->payload_done);
+        take = min_sz(avail, rx->f.payload_len - rx->f.payload_done);
         hash(rx, p, take);
         *used = take;
-        if (!rx->err_pending) {
+        if (!rx->f.err_pending) {
             ev->kind = UIW_RX_PAYLOAD;
             ev->data = p;
             ev->len = (uint32_t)take;
-            ev->offset = rx->payload_done;
+            ev->offset = rx->f.payload_done;
             ev->data_off = rx->stream_off;
         }
         rx->stream_off += take;
-        rx->payload_done += (uint32_t)take;
-        if (rx->payload_done == rx->payload_len)
+        rx->f.payload_done += (uint32_t)take;
+        if (rx->f.payload_done == rx->f.payload_len)
             enter_pad(rx);
         return ev->kind == UIW_RX_PAYLOAD;
 
     case S_SKIP:
-        take = min_sz(avail, rx->skip_left);
+        take = min_sz(avail, rx->f.skip_left);
         hash(rx, p, take);
         rx->stream_off += take;
-        rx->skip_left -= (uint32_t)take;
+        rx->f.skip_left -= (uint32_t)take;
         *used = take;
-        if (!rx->skip_left)
+        if (!rx->f.skip_left)
             enter_pad(rx);
         return false;
 
     case S_PAD:
-        take = min_sz(avail, (size_t)(rx->pad_len - rx->pad_have));
+        take = min_sz(avail, (size_t)(rx->f.pad_len - rx->f.pad_have));
         for (size_t k = 0; k < take; k++)
             if (p[k])
-                rx->pad_nonzero = true;
+                rx->f.pad_nonzero = true;
         hash(rx, p, take);
         rx->stream_off += take;
-        rx->pad_have += (uint8_t)take;
+        rx->f.pad_have += (uint8_t)take;
         *used = take;
-        if (rx->pad_have < rx->pad_len)
+        if (rx->f.pad_have < rx->f.pad_len)
             return false;
         rx->state = S_CRC;
-        rx->crc_have = 0;
+        rx->f.crc_have = 0;
         /* RFC 5044 §4.1: pad "MUST be set to zero by the sender and
          * ignored by the receiver"; strict_pad reports the sender. */
-        if (rx->pad_nonzero && rx->cfg.strict_pad &&
+        if (rx->f.pad_nonzero && rx->cfg.strict_pad &&
             fail_mpa(rx, UIW_MPA_EC_MARKER, "non-zero pad (strict_pad)", true)) {
             *ev = rx->err;
             return true;
@@ -458,12 +444,12 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
 
     case S_CRC: {
         uint32_t recv, calc;
-        take = min_sz(avail, (size_t)(UIW_MPA_CRC_LEN - rx->crc_have));
-        memcpy(rx->crcbuf + rx->crc_have, p, take);
-        rx->crc_have += (uint8_t)take;
+        take = min_sz(avail, (size_t)(UIW_MPA_CRC_LEN - rx->f.crc_have));
+        memcpy(rx->crcbuf + rx->f.crc_have, p, take);
+        rx->f.crc_have += (uint8_t)take;
         rx->stream_off += take;
         *used = take;
-        if (rx->crc_have < UIW_MPA_CRC_LEN)
+        if (rx->f.crc_have < UIW_MPA_CRC_LEN)
             return false;
         /* RFC 5044 §4.1: without CRC the field "may contain any value, and
          * MUST NOT be checked". */
@@ -474,20 +460,20 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
             set_err(rx, UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_CRC, "CRC mismatch");
             return crc_err(rx, true, false, recv, calc, ev);
         }
-        if (rx->err_pending)
+        if (rx->f.err_pending)
             return crc_err(rx, rx->cfg.crc, true, recv, calc, ev);
         ev->kind = UIW_RX_END;
         ev->fpdu_off = rx->fpdu_off;
-        ev->ulpdu_len = rx->ulpdu_len;
-        ev->hdr_len = rx->hdr_len;
-        ev->payload_len = rx->payload_len;
+        ev->ulpdu_len = rx->f.ulpdu_len;
+        ev->hdr_len = rx->f.hdr_len;
+        ev->payload_len = rx->f.payload_len;
         ev->crc_checked = rx->cfg.crc;
         ev->crc_ok = true;
         ev->crc_recv = recv;
         ev->crc_calc = calc;
-        ev->pad_nonzero = rx->pad_nonzero;
-        ev->marker_rsvd = rx->marker_rsvd;
-        ev->nmarkers = rx->nmarkers;
+        ev->pad_nonzero = rx->f.pad_nonzero;
+        ev->marker_rsvd = rx->f.marker_rsvd;
+        ev->nmarkers = rx->f.nmarkers;
         ev->fpdu_bytes = (uint32_t)(rx->stream_off - rx->fpdu_begin);
         fpdu_reset(rx);
         return true;
@@ -541,9 +527,9 @@ uint32_t uiw_rx_payload_room(const uiw_rx *rx, uint32_t *offset)
 {
     uint32_t room;
 
-    if (rx->dead || rx->state != S_PAYLOAD || rx->err_pending)
+    if (rx->dead || rx->state != S_PAYLOAD || rx->f.err_pending)
         return 0;
-    room = rx->payload_len - rx->payload_done;
+    room = rx->f.payload_len - rx->f.payload_done;
     if (rx->cfg.markers) {
         unsigned m = (unsigned)(rx->stream_off % UIW_MARKER_INTERVAL);
         if (m < UIW_MARKER_LEN)
@@ -552,13 +538,13 @@ uint32_t uiw_rx_payload_room(const uiw_rx *rx, uint32_t *offset)
             room = UIW_MARKER_INTERVAL - m;
     }
     if (offset)
-        *offset = rx->payload_done;
+        *offset = rx->f.payload_done;
     return room;
 }
 
 bool uiw_rx_idle(const uiw_rx *rx)
 {
-    if (rx->dead || rx->state != S_LEN || rx->hdr_have != 0)
+    if (rx->dead || rx->state != S_LEN || rx->f.hdr_have != 0)
         return false;
     if (rx->cfg.markers) {
         unsigned m = (unsigned)(rx->stream_off % UIW_MARKER_INTERVAL);

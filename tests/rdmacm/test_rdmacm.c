@@ -888,7 +888,7 @@ static void *qp_destroyer_main(void *arg)
     return NULL;
 }
 
-/* A refused connect is tried again for UIWARP_RDMACM_RETRY_MS (100 ms); a
+/* A refused connect is tried again for UIWARP_RDMACM_RETRY_MS (1 s); a
  * QP destroyed meanwhile (ucmatose destroys its QPs right after the first
  * failure) must not wait for the retry's hold on it: rdma_destroy_qp
  * returns at once and the attempt ends as refused. Destroyed at several

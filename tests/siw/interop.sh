@@ -88,7 +88,7 @@ tail -1 "${TMPDIR:-/tmp}/uiwarp-siw-vm-build.log"
 # perftest's server closes its listener after the first connection and
 # listens again for the data connection; slirp accepts our connect meanwhile
 # and closes it when the guest refuses. librdmacm retries such a connect for
-# UIWARP_RDMACM_RETRY_MS (default 100 ms, too short for a TCG guest).
+# UIWARP_RDMACM_RETRY_MS (default 1 s, too short for a TCG guest).
 export UIWARP_RDMACM_RETRY_MS=${UIWARP_RDMACM_RETRY_MS:-3000}
 
 out=${out:-$(mktemp -d /tmp/uiwarp-siw-interop.XXXXXX)}
