@@ -262,6 +262,7 @@ run_boot() { # VARIANT DIR
     # the guest scenario
     {
         echo ". /x/guest-lib.sh"
+        echo "echo up >/rig/vm-up" # the host's sign that the scenario started
         echo "warm"
         for ((i = 0; i < n; i++)); do
             local g=${C_GCMD[i]//@H/${hp[i]}}
@@ -279,8 +280,9 @@ run_boot() { # VARIANT DIR
     # The guest kernel's boot-time check of its timer interrupt fails when
     # TCG runs slowly on a busy host ("IO-APIC + timer doesn't work!", a
     # panic before the scenario starts): no_timer_check skips it, as cloud
-    # images do. A VM that still ends before its scenario started (no
-    # "[rig] ready") is booted once more; that is the rig, not a case.
+    # images do. A VM that still ends before its scenario started (its
+    # first line writes vm-up) is booted once more; that is the rig, not a
+    # case.
     local attempt
     for attempt in 1 2; do
         # shellcheck disable=SC2086
@@ -288,10 +290,10 @@ run_boot() { # VARIANT DIR
             -A no_timer_check -f "$bdir/scenario.sh" >"$bdir/vm.log" 2>&1 &
         vmpid=$!
         vm_pid=$vmpid
-        while kill -0 "$vmpid" 2>/dev/null && ! grep -q '^\[rig\] ready' "$bdir/vm.log"; do
+        while kill -0 "$vmpid" 2>/dev/null && [ ! -s "$bdir/vm-up" ]; do
             sleep 0.2
         done
-        grep -q '^\[rig\] ready' "$bdir/vm.log" && break
+        [ -s "$bdir/vm-up" ] && break
         echo "   the VM ended before its scenario started (boot $attempt):"
         grep -h -m3 -E 'panic|FATAL|rc=' "$bdir/console.log" "$bdir/vm.log" 2>/dev/null | sed 's/^/   | /'
         [ $attempt = 2 ] && break # vm_pid stays set: the cases fail at once
