@@ -51,10 +51,26 @@ reap_and_remove() {
 
 # ------------------------------------------------------------------ ports
 # A TCP port free right now on the loopback address of the family (default 4).
+# A TCP port nothing uses now, chosen at random below the ephemeral range
+# (so no outgoing connection takes it meanwhile). Not bind(0): Linux hands
+# the same free port to consecutive callers, and a caller that picks
+# several before binding any (qemu's forwards) got duplicates.
 free_port() { # [4|6]
     python3 - "${1:-4}" <<'PY'
-import socket, sys
+import random, socket, sys
 fam, host = (socket.AF_INET6, "::1") if sys.argv[1] == "6" else (socket.AF_INET, "127.0.0.1")
+lo = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+for _ in range(500):
+    p = random.randint(10000, max(lo - 1, 10001))
+    s = socket.socket(fam, socket.SOCK_STREAM)
+    try:
+        s.bind((host, p))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(p)
+    sys.exit(0)
 s = socket.socket(fam, socket.SOCK_STREAM)
 s.bind((host, 0))
 print(s.getsockname()[1])

@@ -256,6 +256,7 @@ run_boot() { # VARIANT DIR
     local hp=() gp=()
     for ((i = 0; i < n; i++)); do
         hp[i]=$(free_port)
+        while [[ " ${hp[*]:0:i} " == *" ${hp[i]} "* ]]; do hp[i]=$(free_port); done # qemu's forwards must differ
         gp[i]=$((7201 + i))
         [ "${C_SIDE[i]}" = guest ] && fw="$fw -p ${hp[i]}:${gp[i]}"
     done
