@@ -1795,10 +1795,12 @@ void uiw_cm_qp_destroyed(struct uiw_qp *qp)
     if (qp->conn == c)
         qp->conn = NULL;
     /* After rdma_disconnect (our FIN is out) ibv_destroy_qp discards what
-     * the peer still sends before the close(), so that the orderly end is
-     * not turned into an RST that can cost the peer data it has not read
-     * yet (rsockets' close: disconnect, then destroy). A QP destroyed
-     * before any disconnect keeps the rule below. */
+     * the peer still sends until its FIN arrives (qp.c close_after_peer_fin,
+     * bounded), and only then closes, so that the orderly end is not turned
+     * into an RST that can cost the peer data it has not read yet
+     * (rsockets' close: disconnect, then destroy, while the peer still sends
+     * credit updates). A QP destroyed before any disconnect keeps the rule
+     * below. */
     if (st == UIW_CS_DISCONNECTING)
         qp->close_drain = true;
     /* The QP closes the socket with a plain close(), as Linux siw's QP

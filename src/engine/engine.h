@@ -56,6 +56,10 @@ extern "C" {
 #define UIW_MAX_MSG_SIZE (1ull << 31)
 #define UIW_VENDOR_ID    0x756977 /* "uiw" */
 
+/* ibv_destroy_qp after rdma_disconnect waits at most this long for the
+ * peer's FIN before close() (qp.c close_after_peer_fin) */
+#define UIW_CLOSE_LINGER_MS 2000u
+
 /* ------------------------------------------------------------------------
  * Configuration (config.c; documented in README, read once per process)
  * ---------------------------------------------------------------------- */

@@ -26,6 +26,7 @@
  * on); SQE does the same for the send queue.
  */
 #include <errno.h>
+#include <poll.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -586,6 +587,45 @@ fail:
     return NULL;
 }
 
+/* After rdma_disconnect (our FIN is out): read and discard until the
+ * peer's FIN (or an error, or UIW_CLOSE_LINGER_MS), then the caller
+ * closes. A socket closed with bytes unread, or one that receives bytes
+ * after close() (the kernel's orphan in FIN_WAIT1/2: TCPAbortOnData),
+ * answers with an RST, and the RST also discards what is still in our own
+ * send queue: data the peer was promised (its WRs completed here when
+ * their bytes reached TCP) is lost, and the peer sees ECONNRESET. The peer
+ * keeps sending until it reads our FIN (rsockets: credit updates while
+ * its reader catches up), and its engine answers the FIN as soon as it
+ * reads it (cm.c uiw_cm_llp_closed), so the wait is normally the time the
+ * peer needs to read what we sent. */
+static void close_after_peer_fin(int fd)
+{
+    uint64_t end = uiw_now_ns() + (uint64_t)UIW_CLOSE_LINGER_MS * 1000000u;
+    char b[4096];
+
+    for (;;) {
+        ssize_t n = recv(fd, b, sizeof(b), MSG_DONTWAIT);
+        uint64_t now;
+        struct pollfd p = {.fd = fd, .events = POLLIN | POLLRDHUP};
+
+        if (n > 0)
+            continue;
+        if (n == 0)
+            return; /* the peer's FIN: nothing more comes */
+        if (errno == EINTR)
+            continue;
+        if (errno != EAGAIN && errno != EWOULDBLOCK)
+            return; /* reset or broken: nothing to protect */
+        now = uiw_now_ns();
+        if (now >= end) {
+            uiw_dbg(1, "socket %d: no FIN from the peer within %u ms of our disconnect", fd,
+                    UIW_CLOSE_LINGER_MS);
+            return;
+        }
+        (void)poll(&p, 1, (int)((end - now + 999999u) / 1000000u));
+    }
+}
+
 UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
@@ -633,11 +673,8 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     drain = qp->close_drain;
     pthread_mutex_unlock(&qp->lock);
     if (fd >= 0) {
-        if (drain) { /* no callbacks any more (2.): nobody else reads it */
-            char b[4096];
-            while (recv(fd, b, sizeof(b), MSG_DONTWAIT) > 0)
-                ;
-        }
+        if (drain) /* no callbacks any more (2.): nobody else reads it */
+            close_after_peer_fin(fd);
         close(fd);
     }
     /* 4b. no completion of this QP is polled after it is gone */

@@ -1,0 +1,290 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * rsockets (<rdma/rsocket.h>) over uiwarp: a server and a client rsocket in
+ * this process, on 127.0.0.1 (and ::1 where it exists), each sending 16 MiB
+ * to the other in random-sized chunks at the same time; every byte
+ * received is compared with what the peer sent.
+ *
+ *  - blocking: per socket one thread sends (rsend) while another receives
+ *    (rrecv), both blocking;
+ *  - nonblocking: per socket one thread with O_NONBLOCK (rfcntl) drives
+ *    both directions from rpoll(POLLIN | POLLOUT), taking EAGAIN.
+ *
+ * Then the client shuts its sending side (rshutdown SHUT_WR): the server
+ * reads end of stream (0), and both close.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <rdma/rsocket.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "engine/eng_test.h"
+
+#define XFER      (16u << 20)
+#define MAX_CHUNK (256u << 10)
+
+struct side {
+    int fd;
+    const uint8_t *out; /* XFER bytes to send */
+    uint8_t *in;        /* XFER bytes received */
+    uint32_t seed;      /* chunk sizes */
+    size_t sent, got;
+    int send_err, recv_err; /* errno of a failed call, else 0 */
+    int eagain;             /* nonblocking: EAGAIN seen (sends or receives) */
+};
+
+/* A chunk size: mostly up to 64 KiB, some tiny, some up to MAX_CHUNK. */
+static size_t chunk(uint32_t *seed, size_t left)
+{
+    uint32_t r = (uint32_t)rand_r(seed);
+    size_t n;
+    switch (r % 4) {
+    case 0:
+        n = 1 + (size_t)(r >> 8) % 64;
+        break;
+    case 1:
+        n = 1 + (size_t)(r >> 8) % MAX_CHUNK;
+        break;
+    default:
+        n = 1 + (size_t)(r >> 8) % 65536;
+    }
+    return n < left ? n : left;
+}
+
+static void *send_all(void *arg)
+{
+    struct side *s = arg;
+    uint32_t seed = s->seed;
+    while (s->sent < XFER) {
+        ssize_t n = rsend(s->fd, s->out + s->sent, chunk(&seed, XFER - s->sent), 0);
+        if (n <= 0) {
+            s->send_err = n < 0 ? errno : EPIPE;
+            break;
+        }
+        s->sent += (size_t)n;
+    }
+    return NULL;
+}
+
+static void *recv_all(void *arg)
+{
+    struct side *s = arg;
+    uint32_t seed = s->seed ^ 0x5a5a5a5au;
+    while (s->got < XFER) {
+        ssize_t n = rrecv(s->fd, s->in + s->got, chunk(&seed, XFER - s->got), 0);
+        if (n <= 0) {
+            s->recv_err = n < 0 ? errno : ECONNRESET;
+            break;
+        }
+        s->got += (size_t)n;
+    }
+    return NULL;
+}
+
+/* Blocking: a sender and a receiver thread on the socket. */
+static void *run_blocking(void *arg)
+{
+    pthread_t t;
+    pthread_create(&t, NULL, send_all, arg);
+    recv_all(arg);
+    pthread_join(t, NULL);
+    return NULL;
+}
+
+/* Nonblocking: one thread, rpoll, both directions. */
+static void *run_nonblocking(void *arg)
+{
+    struct side *s = arg;
+    uint32_t sseed = s->seed, rseed = s->seed ^ 0x5a5a5a5au;
+    int fl = rfcntl(s->fd, F_GETFL);
+    if (fl < 0 || rfcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0) {
+        s->send_err = s->recv_err = errno;
+        return NULL;
+    }
+    size_t want_s = 0, want_r = 0; /* a chunk retried after EAGAIN keeps its size */
+    uint64_t start = eng_now_ms();
+    while ((s->sent < XFER || s->got < XFER) && eng_now_ms() - start < 120000) {
+        struct pollfd pf = {.fd = s->fd, .events = 0};
+        if (s->sent < XFER)
+            pf.events |= POLLOUT;
+        if (s->got < XFER)
+            pf.events |= POLLIN;
+        int pr = rpoll(&pf, 1, 1000);
+        if (pr < 0) {
+            s->send_err = s->recv_err = errno;
+            return NULL;
+        }
+        if (pf.revents & (POLLERR | POLLNVAL)) {
+            s->send_err = s->recv_err = EIO;
+            return NULL;
+        }
+        if (s->sent < XFER) {
+            if (!want_s)
+                want_s = chunk(&sseed, XFER - s->sent);
+            ssize_t n = rsend(s->fd, s->out + s->sent, want_s, 0);
+            if (n > 0) {
+                s->sent += (size_t)n;
+                want_s = 0;
+            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                s->eagain = 1;
+            } else {
+                s->send_err = n < 0 ? errno : EPIPE;
+                return NULL;
+            }
+        }
+        if (s->got < XFER) {
+            if (!want_r)
+                want_r = chunk(&rseed, XFER - s->got);
+            ssize_t n = rrecv(s->fd, s->in + s->got, want_r, 0);
+            if (n > 0) {
+                s->got += (size_t)n;
+                want_r = 0;
+            } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+                s->eagain = 1;
+            } else {
+                s->recv_err = n < 0 ? errno : ECONNRESET;
+                return NULL;
+            }
+        }
+    }
+    rfcntl(s->fd, F_SETFL, fl);
+    return NULL;
+}
+
+struct listener {
+    int lfd, fd, err;
+};
+
+static void *accept_one(void *arg)
+{
+    struct listener *l = arg;
+    l->fd = raccept(l->lfd, NULL, NULL);
+    l->err = l->fd < 0 ? errno : 0;
+    return NULL;
+}
+
+static void run_case(int family, bool nonblocking, const uint8_t *a2b, const uint8_t *b2a,
+                     uint8_t *ina, uint8_t *inb)
+{
+    const char *name = family == AF_INET6 ? "::1" : "127.0.0.1";
+    printf("case %s %s\n", name, nonblocking ? "nonblocking (rpoll)" : "blocking");
+    struct sockaddr_storage ss = {0};
+    socklen_t sl;
+    if (family == AF_INET6) {
+        struct sockaddr_in6 *s6 = (struct sockaddr_in6 *)&ss;
+        s6->sin6_family = AF_INET6;
+        s6->sin6_addr = in6addr_loopback;
+        sl = sizeof(*s6);
+    } else {
+        struct sockaddr_in *s4 = (struct sockaddr_in *)&ss;
+        s4->sin_family = AF_INET;
+        s4->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        sl = sizeof(*s4);
+    }
+    struct listener l = {.lfd = rsocket(family, SOCK_STREAM, 0), .fd = -1};
+    CHECK(l.lfd >= 0);
+    CHECK_EQ(rbind(l.lfd, (struct sockaddr *)&ss, sl), 0);
+    CHECK_EQ(rlisten(l.lfd, 4), 0);
+    socklen_t nl = sizeof(ss);
+    CHECK_EQ(rgetsockname(l.lfd, (struct sockaddr *)&ss, &nl), 0);
+    CHECK(((struct sockaddr_in *)&ss)->sin_port != 0);
+
+    pthread_t at;
+    pthread_create(&at, NULL, accept_one, &l);
+    int cfd = rsocket(family, SOCK_STREAM, 0);
+    CHECK(cfd >= 0);
+    CHECK_EQ(rconnect(cfd, (struct sockaddr *)&ss, sl), 0);
+    pthread_join(at, NULL);
+    CHECK(l.fd >= 0);
+    CHECK_EQ(l.err, 0);
+    if (cfd < 0 || l.fd < 0) {
+        rclose(l.lfd);
+        return;
+    }
+    struct sockaddr_storage peer;
+    socklen_t pl = sizeof(peer);
+    CHECK_EQ(rgetpeername(cfd, (struct sockaddr *)&peer, &pl), 0);
+    CHECK_EQ(peer.ss_family, family);
+
+    memset(ina, 0, XFER);
+    memset(inb, 0, XFER);
+    struct side a = {.fd = cfd, .out = a2b, .in = ina, .seed = 1};
+    struct side b = {.fd = l.fd, .out = b2a, .in = inb, .seed = 2};
+    void *(*fn)(void *) = nonblocking ? run_nonblocking : run_blocking;
+    uint64_t t0 = eng_now_ms();
+    pthread_t ta, tb;
+    pthread_create(&ta, NULL, fn, &a);
+    pthread_create(&tb, NULL, fn, &b);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    uint64_t ms = eng_now_ms() - t0;
+    printf("  %u bytes each way in %llu ms\n", XFER, (unsigned long long)ms);
+    CHECK_EQ(a.send_err, 0);
+    CHECK_EQ(a.recv_err, 0);
+    CHECK_EQ(b.send_err, 0);
+    CHECK_EQ(b.recv_err, 0);
+    CHECK_EQ(a.sent, XFER);
+    CHECK_EQ(b.sent, XFER);
+    CHECK_EQ(a.got, XFER);
+    CHECK_EQ(b.got, XFER);
+    CHECK_MEM(inb, a2b, XFER); /* client -> server */
+    CHECK_MEM(ina, b2a, XFER); /* server -> client */
+    if (nonblocking)
+        CHECK(a.eagain || b.eagain); /* the nonblocking paths were taken */
+
+    /* end of stream: the client stops sending; the server reads 0 */
+    CHECK_EQ(rshutdown(cfd, SHUT_WR), 0);
+    char c;
+    errno = EAGAIN;
+    CHECK_EQ(rrecv(l.fd, &c, 1, 0), 0);
+    CHECK_EQ(errno, 0); /* not a stale EAGAIN: rstream loops on one */
+    CHECK_EQ(rclose(l.fd), 0);
+    CHECK_EQ(rclose(cfd), 0);
+    CHECK_EQ(rclose(l.lfd), 0);
+}
+
+static bool have_ipv6_lo(void)
+{
+    int fd = socket(AF_INET6, SOCK_STREAM, 0);
+    if (fd < 0)
+        return false;
+    struct sockaddr_in6 s6 = {.sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT};
+    bool ok = bind(fd, (struct sockaddr *)&s6, sizeof(s6)) == 0;
+    close(fd);
+    return ok;
+}
+
+int main(void)
+{
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    uint8_t *a2b = malloc(XFER), *b2a = malloc(XFER), *ina = malloc(XFER), *inb = malloc(XFER);
+    if (!a2b || !b2a || !ina || !inb)
+        return 1;
+    eng_fill(a2b, XFER, 11);
+    eng_fill(b2a, XFER, 22);
+
+    /* misuse: clean errors */
+    CHECK_EQ(rsocket(AF_INET, SOCK_DGRAM, 0), -1);
+    CHECK_EQ(rsend(-1, "x", 1, 0), -1);
+    CHECK_EQ(errno, EBADF);
+
+    run_case(AF_INET, false, a2b, b2a, ina, inb);
+    run_case(AF_INET, true, a2b, b2a, ina, inb);
+    if (have_ipv6_lo())
+        run_case(AF_INET6, false, a2b, b2a, ina, inb);
+    else
+        printf("case ::1 skipped: no IPv6 loopback\n");
+    free(a2b);
+    free(b2a);
+    free(ina);
+    free(inb);
+    TEST_MAIN_END();
+}
