@@ -1546,23 +1546,10 @@ UIW_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, soc
         r = put_int(optval, optlen, RS_MAX_XFER);
     } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
         r = put_int(optval, optlen, rs->v6only);
-    } else if (level == SOL_RDMA) {
-        switch (optname) {
-        case RDMA_SQSIZE:
-            r = put_int(optval, optlen, rs->sq_size);
-            break;
-        case RDMA_RQSIZE:
-            r = put_int(optval, optlen, rs->rq_size);
-            break;
-        case RDMA_INLINE:
-            r = put_int(optval, optlen, rs->sq_inline);
-            break;
-        case RDMA_IOMAPSIZE:
-            r = put_int(optval, optlen, 0);
-            break;
-        default:
-            r = rcm_err(ENOPROTOOPT);
-        }
+    } else if (level == SOL_RDMA && optname >= RDMA_SQSIZE && optname <= RDMA_IOMAPSIZE) {
+        /* in the enum's order; no riomap areas are offered */
+        const int v[] = {rs->sq_size, rs->rq_size, rs->sq_inline, 0};
+        r = put_int(optval, optlen, v[optname - RDMA_SQSIZE]);
     } else {
         r = rcm_err(ENOPROTOOPT);
     }

@@ -276,6 +276,36 @@ int main(void)
     CHECK_EQ(rsend(-1, "x", 1, 0), -1);
     CHECK_EQ(errno, EBADF);
 
+    /* SOL_RDMA options before connecting: set, read back, unknown ones */
+    int s = rsocket(AF_INET, SOCK_STREAM, 0);
+    CHECK(s >= 0);
+    if (s >= 0) {
+        int v = 64, got = -1;
+        socklen_t len = sizeof(got);
+        CHECK_EQ(rsetsockopt(s, SOL_RDMA, RDMA_SQSIZE, &v, sizeof(v)), 0);
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_SQSIZE, &got, &len), 0);
+        CHECK_EQ(got, 64);
+        CHECK_EQ(len, sizeof(int));
+        v = 8; /* below the minimum: raised to 16 */
+        CHECK_EQ(rsetsockopt(s, SOL_RDMA, RDMA_RQSIZE, &v, sizeof(v)), 0);
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_RQSIZE, &got, &len), 0);
+        CHECK_EQ(got, 16);
+        v = 100;
+        CHECK_EQ(rsetsockopt(s, SOL_RDMA, RDMA_INLINE, &v, sizeof(v)), 0);
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_INLINE, &got, &len), 0);
+        CHECK_EQ(got, 100);
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &got, &len), 0);
+        CHECK_EQ(got, 0); /* no riomap areas */
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_ROUTE, &got, &len), -1);
+        CHECK_EQ(errno, ENOPROTOOPT);
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, -1, &got, &len), -1);
+        CHECK_EQ(errno, ENOPROTOOPT);
+        len = 2;
+        CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_SQSIZE, &got, &len), -1);
+        CHECK_EQ(errno, EINVAL);
+        CHECK_EQ(rclose(s), 0);
+    }
+
     run_case(AF_INET, false, a2b, b2a, ina, inb);
     run_case(AF_INET, true, a2b, b2a, ina, inb);
     if (have_ipv6_lo())
