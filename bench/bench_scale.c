@@ -29,10 +29,13 @@
  * The ratio row: TCP's setup time / uiwarp's (above 1: uiwarp is faster),
  * uiwarp's round time / TCP's, uiwarp's CPU per connection / TCP's.
  *
- * usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|both] [--check]
+ * usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|both] [-S] [--check]
  *   -n  connection counts (default 1000)
  *   -w  outstanding connects on the client (default 256)
  *   -p  protocols (default both)
+ *   -S  a fresh client source address per run (127.0.0.2, .3, ...): the
+ *       TIME_WAIT sockets of earlier runs (28k ephemeral ports, 60 s) would
+ *       take the ports otherwise; each N prints how many there are
  *   --check  exit 1 unless every byte checked out and the fds came back
  *            (for CI; prints the same table)
  * RLIMIT_NOFILE is raised to the hard limit (as root, to fs.nr_open).
@@ -89,6 +92,29 @@ struct conn {
 };
 
 static const char *self_exe;
+/* -S: the client's source address for this run (127.0.0.2, .3, ...), so
+ * that the TIME_WAIT sockets of earlier runs do not take its ports; 0: the
+ * kernel's choice (127.0.0.1). */
+static struct sockaddr_in src_addr;
+
+/* TCP sockets in TIME_WAIT on the machine (/proc/net/sockstat), -1 if
+ * unknown. */
+static long time_wait(void)
+{
+    char line[256];
+    long tw = -1;
+    FILE *f = fopen("/proc/net/sockstat", "r");
+
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = strstr(line, " tw ");
+        if (!strncmp(line, "TCP:", 4) && p)
+            tw = strtol(p + 4, NULL, 10);
+    }
+    fclose(f);
+    return tw;
+}
 
 static double now_s(void)
 {
@@ -545,7 +571,9 @@ static int rdma_client(unsigned n, unsigned window, const struct sockaddr_in *sr
         while (next < n && outstanding < window) {
             struct rdma_cm_id *id;
             if (rdma_create_id(s.ch, &id, &s.c[next], RDMA_PS_TCP) ||
-                rdma_resolve_addr(id, NULL, (struct sockaddr *)srv, 2000)) {
+                rdma_resolve_addr(id,
+                                  src_addr.sin_addr.s_addr ? (struct sockaddr *)&src_addr : NULL,
+                                  (struct sockaddr *)srv, 2000)) {
                 fprintf(stderr, "bench_scale: connection %u: create/resolve: %s\n", next,
                         strerror(errno));
                 return -1;
@@ -814,6 +842,8 @@ static int tcp_client(unsigned n, const struct sockaddr_in *srv, struct cli_repo
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
 
         c[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (c[i].fd >= 0 && src_addr.sin_addr.s_addr)
+            (void)bind(c[i].fd, (const struct sockaddr *)&src_addr, sizeof(src_addr));
         if (c[i].fd < 0 || connect(c[i].fd, (const struct sockaddr *)srv, sizeof(*srv)) ||
             epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev)) {
             fprintf(stderr, "bench_scale tcp: connection %u: %s\n", i, strerror(errno));
@@ -951,8 +981,8 @@ static void print_row(const char *proto, unsigned n, const struct run *r)
 
 int main(int argc, char **argv)
 {
-    unsigned ns[32], nn = 0, window = 256;
-    bool do_rdma = true, do_tcp = true, check_mode = false, all_ok = true;
+    unsigned ns[32], nn = 0, window = 256, runs = 0;
+    bool fresh_src = false, do_rdma = true, do_tcp = true, check_mode = false, all_ok = true;
 
     self_exe = "/proc/self/exe";
     raise_nofile();
@@ -974,11 +1004,13 @@ int main(int argc, char **argv)
             i++;
             do_rdma = !strcmp(argv[i], "rdma") || !strcmp(argv[i], "both");
             do_tcp = !strcmp(argv[i], "tcp") || !strcmp(argv[i], "both");
+        } else if (!strcmp(argv[i], "-S")) {
+            fresh_src = true;
         } else if (!strcmp(argv[i], "--check")) {
             check_mode = true;
         } else {
             fprintf(stderr, "usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|both] "
-                            "[--check]\n");
+                            "[-S] [--check]\n");
             return 2;
         }
     }
@@ -998,12 +1030,21 @@ int main(int argc, char **argv)
 
         if (!n)
             continue;
+        printf("# N=%u: %ld TCP sockets in TIME_WAIT before the runs\n", n, time_wait());
         if (do_rdma) {
+            if (fresh_src) {
+                src_addr.sin_family = AF_INET;
+                src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
+            }
             rok = run_one("rdma", n, window, &rr);
             print_row("uiwarp", n, &rr);
             all_ok &= rok;
         }
         if (do_tcp) {
+            if (fresh_src) {
+                src_addr.sin_family = AF_INET;
+                src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
+            }
             tok = run_one("tcp", n, window, &tr);
             print_row("tcp", n, &tr);
             all_ok &= tok;
