@@ -842,8 +842,12 @@ static int tcp_client(unsigned n, const struct sockaddr_in *srv, struct cli_repo
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
 
         c[i].fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (c[i].fd >= 0 && src_addr.sin_addr.s_addr)
+        if (c[i].fd >= 0 && src_addr.sin_addr.s_addr) {
+            /* the port is chosen at connect (no bind-time port search) */
+            int one = 1;
+            (void)setsockopt(c[i].fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
             (void)bind(c[i].fd, (const struct sockaddr *)&src_addr, sizeof(src_addr));
+        }
         if (c[i].fd < 0 || connect(c[i].fd, (const struct sockaddr *)srv, sizeof(*srv)) ||
             epoll_ctl(ep, EPOLL_CTL_ADD, c[i].fd, &ev)) {
             fprintf(stderr, "bench_scale tcp: connection %u: %s\n", i, strerror(errno));
