@@ -36,6 +36,9 @@
  *   -S  a fresh client source address per run (127.0.0.2, .3, ...): the
  *       TIME_WAIT sockets of earlier runs (28k ephemeral ports, 60 s) would
  *       take the ports otherwise; each N prints how many there are
+ *   -W  before each run, wait (up to 70 s) for fewer than 1000 TIME_WAIT
+ *       sockets: ports bound explicitly and now in TIME_WAIT are refused
+ *       to connect()'s port choice too, whatever the address
  *   --check  exit 1 unless every byte checked out and the fds came back
  *            (for CI; prints the same table)
  * RLIMIT_NOFILE is raised to the hard limit (as root, to fs.nr_open).
@@ -901,6 +904,14 @@ static int tcp_client(unsigned n, const struct sockaddr_in *srv, struct cli_repo
 /* ------------------------------------------------------------------------
  * Driver
  * ---------------------------------------------------------------------- */
+
+/* -W: wait (at most 70 s) for the TIME_WAIT sockets of earlier runs to
+ * go below 1000, so that every run starts alike. */
+static void wait_tw(void)
+{
+    for (int i = 0; i < 700 && time_wait() >= 1000; i++)
+        usleep(100000);
+}
 struct run {
     struct cli_report c;
     struct srv_report s;
@@ -986,7 +997,8 @@ static void print_row(const char *proto, unsigned n, const struct run *r)
 int main(int argc, char **argv)
 {
     unsigned ns[32], nn = 0, window = 256, runs = 0;
-    bool fresh_src = false, do_rdma = true, do_tcp = true, check_mode = false, all_ok = true;
+    bool fresh_src = false, tw_wait = false, do_rdma = true, do_tcp = true, check_mode = false,
+         all_ok = true;
 
     self_exe = "/proc/self/exe";
     raise_nofile();
@@ -1010,11 +1022,13 @@ int main(int argc, char **argv)
             do_tcp = !strcmp(argv[i], "tcp") || !strcmp(argv[i], "both");
         } else if (!strcmp(argv[i], "-S")) {
             fresh_src = true;
+        } else if (!strcmp(argv[i], "-W")) {
+            tw_wait = true;
         } else if (!strcmp(argv[i], "--check")) {
             check_mode = true;
         } else {
             fprintf(stderr, "usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|both] "
-                            "[-S] [--check]\n");
+                            "[-S] [-W] [--check]\n");
             return 2;
         }
     }
@@ -1036,6 +1050,8 @@ int main(int argc, char **argv)
             continue;
         printf("# N=%u: %ld TCP sockets in TIME_WAIT before the runs\n", n, time_wait());
         if (do_rdma) {
+            if (tw_wait)
+                wait_tw();
             if (fresh_src) {
                 src_addr.sin_family = AF_INET;
                 src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
@@ -1045,6 +1061,8 @@ int main(int argc, char **argv)
             all_ok &= rok;
         }
         if (do_tcp) {
+            if (tw_wait)
+                wait_tw();
             if (fresh_src) {
                 src_addr.sin_family = AF_INET;
                 src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
