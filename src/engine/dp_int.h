@@ -31,8 +31,23 @@ uint8_t dp_prot_code(enum uiw_mem_err err);
 /* qp.c: a send WR's opcode and SGE list are usable */
 bool dp_send_wr_form_ok(const struct uiw_qp *qp, const struct ibv_send_wr *wr);
 
-/* ORQ / IRQ rings are allocated by qp.c with UIW_MAX_ORD / UIW_MAX_IRD
- * entries; the negotiated depths (qp->ord / qp->ird) limit their use. */
+/* ORQ / IRQ rings have UIW_MAX_ORD / UIW_MAX_IRD entries; the negotiated
+ * depths (qp->ord / qp->ird) limit their use. They are allocated when first
+ * needed (a QP that never reads holds none): dp_orq_ready before an ORQ
+ * push, dp_irq_ready before an IRQ push, under the QP's lock; false: no
+ * memory. With no ring the count is 0 and nothing reads it. */
+static inline bool dp_orq_ready(struct uiw_qp *qp)
+{
+    if (!qp->orq)
+        qp->orq = calloc(UIW_MAX_ORD, sizeof(*qp->orq));
+    return qp->orq != NULL;
+}
+static inline bool dp_irq_ready(struct uiw_qp *qp)
+{
+    if (!qp->irq)
+        qp->irq = calloc(UIW_MAX_IRD, sizeof(*qp->irq));
+    return qp->irq != NULL;
+}
 static inline unsigned dp_ord(const struct uiw_qp *qp)
 {
     return qp->ord < UIW_MAX_ORD ? qp->ord : UIW_MAX_ORD;

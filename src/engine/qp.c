@@ -504,10 +504,9 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
      * does with its limit): rdma_xclient posts IBV_SEND_INLINE on a QP
      * created with max_inline_data 0. A provider may return larger caps. */
     qp->inline_buf = calloc(qp->sq_cap, UIW_MAX_INLINE);
-    qp->orq = calloc(UIW_MAX_ORD, sizeof(*qp->orq));
-    qp->irq = calloc(UIW_MAX_IRD, sizeof(*qp->irq));
+    /* qp->orq, qp->irq: when first needed (dp_orq_ready, dp_irq_ready) */
     qp->st = uiw_stat_alloc(&qp->st_owner);
-    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf || !qp->orq || !qp->irq || !qp->st)
+    if (!qp->sq || (qp->rq_cap && !qp->rq) || !qp->inline_buf || !qp->st)
         goto fail_free;
 
     qp->cap.max_send_wr = qp->sq_cap;

@@ -796,6 +796,12 @@ static bool qn1_admit(struct uiw_qp *qp, struct dp_rx *r, bool rreq)
                   rreq);
         return false;
     }
+    if (!dp_irq_ready(qp)) {
+        uiw_log("qp %u: no memory for the IRQ", qp->ibqp.qp_num);
+        ctrl_fail(qp, r, UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP, UIW_RDMAP_EC_CATASTROPHIC_STREAM,
+                  rreq);
+        return false;
+    }
     return true;
 }
 
@@ -1135,6 +1141,50 @@ static size_t feed(struct uiw_qp *qp, struct dp_rx *r, const uint8_t *p, size_t 
  * Socket reading
  * ---------------------------------------------------------------------- */
 
+/* Staging buffers (r->cap bytes: RX_BUF or RX_BUF_CRC) are taken for a
+ * read and given back when everything in them was fed, so that an idle QP
+ * holds none; a few spares are shared by all QPs, so that taking one is no
+ * malloc on the data path. */
+#define RX_SPARES 8
+static struct {
+    pthread_mutex_t lock;
+    uint8_t *spare[2][RX_SPARES]; /* [0]: RX_BUF, [1]: RX_BUF_CRC */
+    int n[2];
+} rx_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool rx_buf_get(struct dp_rx *r)
+{
+    int k = r->cap == RX_BUF_CRC;
+
+    if (r->buf)
+        return true;
+    pthread_mutex_lock(&rx_cache.lock);
+    if (rx_cache.n[k])
+        r->buf = rx_cache.spare[k][--rx_cache.n[k]];
+    pthread_mutex_unlock(&rx_cache.lock);
+    if (!r->buf)
+        r->buf = malloc(r->cap);
+    return r->buf != NULL;
+}
+
+static void rx_buf_put(struct dp_rx *r)
+{
+    uint8_t *b = r->buf;
+    int k = r->cap == RX_BUF_CRC;
+
+    if (!b)
+        return;
+    r->buf = NULL;
+    r->off = r->len = 0;
+    pthread_mutex_lock(&rx_cache.lock);
+    if (rx_cache.n[k] < RX_SPARES) {
+        rx_cache.spare[k][rx_cache.n[k]++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&rx_cache.lock);
+    free(b);
+}
+
 /* One read: readv into the destination when possible, else recv into the
  * staging buffer. Returns bytes, 0 at EOF, or -errno. */
 static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
@@ -1142,6 +1192,9 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
     uint32_t poff = 0, room;
     size_t want;
     ssize_t n;
+
+    if (!rx_buf_get(r))
+        return -ENOMEM;
 
     room = r->dead ? 0 : uiw_rx_payload_room(&qp->rx, &poff);
     /* With CRC on, never in place: the CRC must cover the bytes as they
@@ -1270,6 +1323,8 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
         uiw_qp_llp_closed_locked(qp, (int)n);
         break;
     }
+    if (r->off >= r->len) /* all fed (nothing held in staging) */
+        rx_buf_put(r);
     uiw_qp_tx_progress(qp);
     return 0;
 }
@@ -1325,28 +1380,12 @@ int dp_rx_attach(struct uiw_qp *qp)
         r = calloc(1, sizeof(*r));
         if (!r)
             return -ENOMEM;
-        r->buf = malloc(want);
-        if (!r->buf) {
-            free(r);
-            return -ENOMEM;
-        }
-        r->cap = want;
         qp->rx_state = r;
     } else {
-        uint8_t *buf = r->buf;
-        size_t cap = r->cap;
-        if (cap != want) {
-            uint8_t *nb = malloc(want);
-            if (!nb)
-                return -ENOMEM;
-            free(buf);
-            buf = nb;
-            cap = want;
-        }
+        rx_buf_put(r);
         memset(r, 0, sizeof(*r));
-        r->buf = buf;
-        r->cap = cap;
     }
+    r->cap = want; /* r->buf: when a read needs it (rx_buf_get) */
     memset(&cfg, 0, sizeof(cfg));
     cfg.crc = qp->mpa.crc;
     cfg.markers = qp->mpa.markers_rx;
@@ -1363,7 +1402,7 @@ void dp_rx_free(struct uiw_qp *qp)
     uiw_dbg(1, "qp %u: received %llu bytes in place, %llu copied, %llu reads", qp->ibqp.qp_num,
             (unsigned long long)r->st_zc, (unsigned long long)r->st_copy,
             (unsigned long long)r->st_reads);
-    free(r->buf);
+    rx_buf_put(r);
     free(r);
     qp->rx_state = NULL;
 }

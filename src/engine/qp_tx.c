@@ -81,23 +81,29 @@ struct dp_fp {
     unsigned arg;
 };
 
-struct dp_tx {
-    /* the batch being written */
+/* A batch's staging (about 56 KiB): taken when the QP fills a batch,
+ * given back when the batch is completely out, so that an idle QP holds
+ * none (txb_get / txb_put). */
+struct dp_txb {
     struct iovec iov[TXB_IOV];
     uint8_t vol[TXB_IOV]; /* VOL_*: points into an MR */
-    int niov, cur;        /* cur: first iovec not completely sent */
-    size_t total, sent;
     struct dp_fp fp[TXB_FPDUS];
-    int nfp, fp_cur; /* fp_cur: first FPDU not completely sent */
     uint8_t arena[TXB_ARENA];
+    uiw_fpdu fpdu; /* the FPDU being built (fill_batch, queue_terminate) */
+};
+
+struct dp_tx {
+    /* the batch being written (its arrays in *b; no b: empty batch) */
+    struct dp_txb *b;
+    int niov, cur; /* cur: first iovec not completely sent */
+    size_t total, sent;
+    int nfp, fp_cur; /* fp_cur: first FPDU not completely sent */
     size_t arena_used;
     size_t vol_bytes;
     uint64_t wire_base; /* stream offset of the batch's first byte */
     uint8_t **spill;    /* copies of MR bytes still to send (spill_vol, revoke) */
     int nspill, spill_cap;
     uint8_t *term_buf; /* unsent rest of an FPDU cut by a Terminate */
-
-    uiw_fpdu fpdu;
 
     /* the message being segmented */
     uint8_t src;      /* SRC_* */
@@ -222,6 +228,45 @@ static void release_held(struct dp_tx *t)
     t->irq_held = false;
 }
 
+/* Spare batch stagings shared by all QPs (a few: as many as QPs fill
+ * batches at once), so that taking one is no malloc on the data path. */
+#define TXB_SPARES 8
+static struct {
+    pthread_mutex_t lock;
+    struct dp_txb *spare[TXB_SPARES];
+    int n;
+} txb_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
+
+static bool txb_get(struct dp_tx *t)
+{
+    if (t->b)
+        return true;
+    pthread_mutex_lock(&txb_cache.lock);
+    if (txb_cache.n)
+        t->b = txb_cache.spare[--txb_cache.n];
+    pthread_mutex_unlock(&txb_cache.lock);
+    if (!t->b)
+        t->b = malloc(sizeof(*t->b));
+    return t->b != NULL;
+}
+
+/* Only with the batch empty (niov 0: nothing points into the arena). */
+static void txb_put(struct dp_tx *t)
+{
+    struct dp_txb *b = t->b;
+
+    if (!b)
+        return;
+    t->b = NULL;
+    pthread_mutex_lock(&txb_cache.lock);
+    if (txb_cache.n < TXB_SPARES) {
+        txb_cache.spare[txb_cache.n++] = b;
+        b = NULL;
+    }
+    pthread_mutex_unlock(&txb_cache.lock);
+    free(b);
+}
+
 static void batch_reset(struct uiw_qp *qp, struct dp_tx *t)
 {
     t->niov = t->cur = 0;
@@ -251,22 +296,22 @@ static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, uint8_t vol)
 {
     if (!n)
         return;
-    if (t->niov > 0 && t->vol[t->niov - 1] == vol &&
-        (const uint8_t *)t->iov[t->niov - 1].iov_base + t->iov[t->niov - 1].iov_len == p) {
-        t->iov[t->niov - 1].iov_len += n;
+    if (t->niov > 0 && t->b->vol[t->niov - 1] == vol &&
+        (const uint8_t *)t->b->iov[t->niov - 1].iov_base + t->b->iov[t->niov - 1].iov_len == p) {
+        t->b->iov[t->niov - 1].iov_len += n;
         return;
     }
-    t->iov[t->niov].iov_base = (void *)p;
-    t->iov[t->niov].iov_len = n;
-    t->vol[t->niov] = vol;
+    t->b->iov[t->niov].iov_base = (void *)p;
+    t->b->iov[t->niov].iov_len = n;
+    t->b->vol[t->niov] = vol;
     t->niov++;
 }
 
-/* Move t->fpdu into the batch: scratch bytes (length, header, markers, pad,
+/* Move t->b->fpdu into the batch: scratch bytes (length, header, markers, pad,
  * CRC) are copied into the arena, payload iovecs are kept. */
 static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol)
 {
-    const uiw_fpdu *f = &t->fpdu;
+    const uiw_fpdu *f = &t->b->fpdu;
     uintptr_t sb = (uintptr_t)f->scratch, se = sb + sizeof(f->scratch);
 
     for (int i = 0; i < f->iovcnt; i++) {
@@ -274,7 +319,7 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
         size_t n = f->iov[i].iov_len;
 
         if ((uintptr_t)p >= sb && (uintptr_t)p < se) {
-            uint8_t *d = t->arena + t->arena_used;
+            uint8_t *d = t->b->arena + t->arena_used;
             memcpy(d, p, n);
             t->arena_used += n;
             push_iov(t, d, n, VOL_NONE);
@@ -287,9 +332,9 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
     if (t->nfp == 0 && t->wire_base == 0) /* RFC 5044 §4.1: pad to 4, CRC */
         t->first_tail = (uint8_t)(4u + (4u - (2u + f->ulpdu_len) % 4u) % 4u);
     t->total += f->bytes;
-    t->fp[t->nfp].end = t->total;
-    t->fp[t->nfp].kind = kind;
-    t->fp[t->nfp].arg = arg;
+    t->b->fp[t->nfp].end = t->total;
+    t->b->fp[t->nfp].kind = kind;
+    t->b->fp[t->nfp].arg = arg;
     t->nfp++;
 }
 
@@ -297,11 +342,11 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
  * lo < hi, overlapping [lo, hi)? */
 static bool vol_match(const struct dp_tx *t, int i, uint8_t vol, uintptr_t lo, uintptr_t hi)
 {
-    uintptr_t b = (uintptr_t)t->iov[i].iov_base;
+    uintptr_t b = (uintptr_t)t->b->iov[i].iov_base;
 
-    if (t->vol[i] != vol)
+    if (t->b->vol[i] != vol)
         return false;
-    return lo >= hi || (b < hi && b + t->iov[i].iov_len > lo);
+    return lo >= hi || (b < hi && b + t->b->iov[i].iov_len > lo);
 }
 
 /* Copy the unsent bytes of iovecs that point into MRs (kind vol, within
@@ -313,7 +358,7 @@ static bool spill_range(struct dp_tx *t, uint8_t vol, uintptr_t lo, uintptr_t hi
 
     for (int i = t->cur; i < t->niov; i++)
         if (vol_match(t, i, vol, lo, hi))
-            need += t->iov[i].iov_len;
+            need += t->b->iov[i].iov_len;
     if (!need)
         return true;
     if (t->nspill == t->spill_cap) {
@@ -330,10 +375,10 @@ static bool spill_range(struct dp_tx *t, uint8_t vol, uintptr_t lo, uintptr_t hi
     for (int i = t->cur; i < t->niov; i++) {
         if (!vol_match(t, i, vol, lo, hi))
             continue;
-        memcpy(buf + off, t->iov[i].iov_base, t->iov[i].iov_len);
-        t->iov[i].iov_base = buf + off;
-        t->vol[i] = VOL_NONE;
-        off += t->iov[i].iov_len;
+        memcpy(buf + off, t->b->iov[i].iov_base, t->b->iov[i].iov_len);
+        t->b->iov[i].iov_base = buf + off;
+        t->b->vol[i] = VOL_NONE;
+        off += t->b->iov[i].iov_len;
     }
     t->spill[t->nspill++] = buf;
     return true;
@@ -388,7 +433,7 @@ static size_t hold_allow(const struct dp_tx *t)
 
     if (!t->hold || t->wire_base != 0 || !t->nfp)
         return SIZE_MAX;
-    stop = t->fp[0].end - t->first_tail;
+    stop = t->b->fp[0].end - t->first_tail;
     return t->sent < stop ? stop - t->sent : 0;
 }
 
@@ -405,28 +450,28 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
         if (allow == 0)
             return 1;
         memset(&mh, 0, sizeof(mh));
-        mh.msg_iov = &t->iov[t->cur];
+        mh.msg_iov = &t->b->iov[t->cur];
         mh.msg_iovlen = (size_t)(t->niov - t->cur);
         if (allow != SIZE_MAX) {
             /* send no further than `allow` bytes: shorten one iovec for
              * this call */
             size_t acc = 0;
             for (int i = t->cur; i < t->niov; i++) {
-                if (acc + t->iov[i].iov_len >= allow) {
+                if (acc + t->b->iov[i].iov_len >= allow) {
                     cut = i;
-                    cut_len = t->iov[i].iov_len;
-                    t->iov[i].iov_len = allow - acc;
+                    cut_len = t->b->iov[i].iov_len;
+                    t->b->iov[i].iov_len = allow - acc;
                     mh.msg_iovlen = (size_t)(i - t->cur + 1);
                     break;
                 }
-                acc += t->iov[i].iov_len;
+                acc += t->b->iov[i].iov_len;
             }
         }
         n = sendmsg(qp->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
         if (n > 0 && qp->pcap)
             uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
         if (cut >= 0)
-            t->iov[cut].iov_len = cut_len;
+            t->b->iov[cut].iov_len = cut_len;
         if (n < 0) {
             if (errno == EINTR)
                 continue;
@@ -437,7 +482,7 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
         qp->st->tx_sends++;
         t->sent += (size_t)n;
         while (n > 0) {
-            struct iovec *v = &t->iov[t->cur];
+            struct iovec *v = &t->b->iov[t->cur];
             if ((size_t)n >= v->iov_len) {
                 n -= (ssize_t)v->iov_len;
                 t->cur++;
@@ -447,8 +492,8 @@ static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
                 n = 0;
             }
         }
-        while (t->fp_cur < t->nfp && t->fp[t->fp_cur].end <= t->sent)
-            fire(qp, t, &t->fp[t->fp_cur++]);
+        while (t->fp_cur < t->nfp && t->b->fp[t->fp_cur].end <= t->sent)
+            fire(qp, t, &t->b->fp[t->fp_cur++]);
     }
     return 0;
 }
@@ -622,10 +667,18 @@ static int start_sqe(struct uiw_qp *qp, struct dp_tx *t)
     /* IB verbs fence: wait for every outstanding Read/Atomic */
     if ((e->flags & IBV_SEND_FENCE) && qp->orq_count)
         return 0;
-    if ((e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
-         e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) &&
-        dp_ord(qp) && orq_full(qp))
-        return 0; /* RFC 5040 §6.1: never more than ORD outstanding */
+    if (e->opcode == IBV_WR_RDMA_READ || e->opcode == IBV_WR_ATOMIC_FETCH_AND_ADD ||
+        e->opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+        if (dp_ord(qp) && orq_full(qp))
+            return 0; /* RFC 5040 §6.1: never more than ORD outstanding */
+        if (!dp_orq_ready(qp)) {
+            if (t->niov)
+                return 0;
+            uiw_log("qp %u: no memory for the ORQ", qp->ibqp.qp_num);
+            sqe_fail(qp, pos, IBV_WC_LOC_QP_OP_ERR);
+            return -1;
+        }
+    }
 
     st = sqe_check(qp, e, t->sgl, &nsgl);
     if (st) {
@@ -931,13 +984,19 @@ static void count_fpdu(struct uiw_qp *qp, const struct dp_tx *t)
     unsigned op = t->msg.hdr.opcode & (UIW_STAT_NOPS - 1);
 
     c->fpdus++;
-    c->bytes[op] += t->fpdu.payload;
-    if (t->fpdu.last)
+    c->bytes[op] += t->b->fpdu.payload;
+    if (t->b->fpdu.last)
         c->msgs[op]++;
 }
 
 static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
 {
+    if (!txb_get(t)) {
+        uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
+        uiw_log("qp %u: no memory for a transmit batch", qp->ibqp.qp_num);
+        uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
+        return;
+    }
     while (batch_room(t)) {
         uint8_t kind = MK_NONE;
         unsigned arg = 0;
@@ -966,7 +1025,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
             vol = VOL_SQ;
         else
             vol = VOL_NONE;
-        r = uiw_tx_next(&qp->tx, &t->msg, &t->fpdu);
+        r = uiw_tx_next(&qp->tx, &t->msg, &t->b->fpdu);
         if (r <= 0) {
             uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
             uiw_log("qp %u: segmentation failed: %d", qp->ibqp.qp_num, r);
@@ -977,7 +1036,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
         count_fpdu(qp, t);
         if (t->src == SRC_IRQ && t->irq_read)
             qp->irq[t->irq_pos].sent = t->msg.done;
-        if (!t->fpdu.last) {
+        if (!t->b->fpdu.last) {
             append_fpdu(t, MK_NONE, 0, vol);
             continue;
         }
@@ -1029,10 +1088,17 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
     uint8_t *buf = NULL;
     int r;
 
+    if (!txb_get(t)) { /* no batch (then nothing is partly sent) and no memory */
+        uiw_log("qp %u: no memory for the Terminate", qp->ibqp.qp_num);
+        t->term_queued = true; /* the stream is broken: just close */
+        t->term_out = true;
+        return;
+    }
+
     if (t->cur < t->niov && t->fp_cur < t->nfp) {
-        size_t start = t->fp_cur ? t->fp[t->fp_cur - 1].end : 0;
+        size_t start = t->fp_cur ? t->b->fp[t->fp_cur - 1].end : 0;
         if (t->sent > start)
-            keep_end = t->fp[t->fp_cur].end;
+            keep_end = t->b->fp[t->fp_cur].end;
     }
     tail = keep_end - t->sent;
     if (tail) {
@@ -1044,8 +1110,8 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
             return;
         }
         for (int i = t->cur; i < t->niov && off < tail; i++) {
-            size_t n = t->iov[i].iov_len < tail - off ? t->iov[i].iov_len : tail - off;
-            memcpy(buf + off, t->iov[i].iov_base, n);
+            size_t n = t->b->iov[i].iov_len < tail - off ? t->b->iov[i].iov_len : tail - off;
+            memcpy(buf + off, t->b->iov[i].iov_base, n);
             off += n;
         }
     }
@@ -1059,8 +1125,8 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
     if (tail) {
         push_iov(t, buf, tail, VOL_NONE);
         t->total = tail;
-        t->fp[0].end = tail;
-        t->fp[0].kind = MK_NONE;
+        t->b->fp[0].end = tail;
+        t->b->fp[0].kind = MK_NONE;
         t->nfp = 1;
     }
     /* the wire core's stream offset must be the wire's (markers) */
@@ -1068,7 +1134,7 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
     t->term_queued = true;
     r = uiw_tx_msg_init(&t->msg, h, NULL, 0, 0);
     if (r == 0)
-        r = uiw_tx_next(&qp->tx, &t->msg, &t->fpdu);
+        r = uiw_tx_next(&qp->tx, &t->msg, &t->b->fpdu);
     if (r != 1) {
         uiw_log("qp %u: cannot build the Terminate: %d", qp->ibqp.qp_num, r);
         return;
@@ -1415,6 +1481,12 @@ int uiw_qp_tx_progress(struct uiw_qp *qp)
             uiw_log("qp %u: spill failed, source MR stays held", qp->ibqp.qp_num);
     }
     t->irq_held = false;
+    if (t->b && t->cur >= t->niov && !t->nheld) {
+        /* all out: the staging goes back (the next call starts with a
+         * reset batch anyway) */
+        batch_reset(qp, t);
+        txb_put(t);
+    }
     if (blocked != qp->want_write || yielded) {
         qp->want_write = blocked;
         dp_arm(qp);
@@ -1607,6 +1679,7 @@ int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu)
     } else {
         release_held(t);
         batch_reset(qp, t);
+        txb_put(t);
         free(t->spill);
         memset(t, 0, sizeof(*t));
     }
@@ -1618,6 +1691,8 @@ int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu)
     if (r)
         return r;
     t->rtr = qp->mpa.send_rtr ? qp->mpa.rtr : 0;
+    if ((t->rtr & UIW_RTR_READ) && !(t->rtr & UIW_RTR_WRITE) && !dp_orq_ready(qp))
+        return -ENOMEM; /* start_rtr's Read Request */
     t->await = qp->mpa.await_rtr;
     t->wire_base = 0;
     return 0;
@@ -1632,6 +1707,7 @@ void dp_tx_free(struct uiw_qp *qp)
         return;
     release_held(t);
     batch_reset(qp, t);
+    txb_put(t);
     free(t->spill);
     free(t);
     qp->tx_state = NULL;
