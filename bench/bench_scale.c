@@ -824,6 +824,10 @@ static int tcp_server(unsigned n)
     r.fds_back = fds_settle(fds0) == fds0;
     printf("%.1f %.2f %.2f %.3f %u %d\n", r.setup_cpu_us, r.rss_idle_kb, r.rss_round_kb, r.fds_per,
            r.bad, r.fds_back);
+    close(ep);
+    close(lfd);
+    free(sl);
+    free(c);
     return 0;
 }
 
