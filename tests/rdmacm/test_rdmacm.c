@@ -24,6 +24,7 @@
 #include <netdb.h>
 #include <poll.h>
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <rdma/rdma_cma.h>
 #include <rdma/rdma_verbs.h>
@@ -638,6 +639,10 @@ static void test_disconnect_after_completions(void)
 
 struct poller {
     struct ibv_cq *cq;
+    /* held across each poll and the recording of its result: the poll
+     * that takes the completion lets DISCONNECTED go, and the main thread
+     * may see the event before this thread has stored got */
+    pthread_mutex_t lock;
     atomic_int got; /* 1: the Send's completion was polled */
     atomic_int stop;
 };
@@ -647,9 +652,12 @@ static void *poller_main(void *arg)
     struct poller *pl = arg;
     struct ibv_wc wc;
     while (!atomic_load(&pl->stop)) {
+        pthread_mutex_lock(&pl->lock);
         if (ibv_poll_cq(pl->cq, 1, &wc) == 1 && wc.status == IBV_WC_SUCCESS &&
             wc.opcode == IBV_WC_RECV)
             atomic_store(&pl->got, 1);
+        pthread_mutex_unlock(&pl->lock);
+        sched_yield(); /* let the main thread take the lock */
     }
     return NULL;
 }
@@ -665,7 +673,7 @@ static void test_disconnect_polled_first(void)
         return;
     }
     struct end *c = &p.c, *s = &p.s;
-    struct poller pl = {.cq = s->rcq};
+    struct poller pl = {.cq = s->rcq, .lock = PTHREAD_MUTEX_INITIALIZER};
     pthread_t t;
     CHECK_EQ(pthread_create(&t, NULL, poller_main, &pl), 0);
     CHECK_EQ(post_send(c->id->qp, IBV_WR_SEND, c->mr, c->buf + 1024, 11, 0, 0, 31), 0);
@@ -674,7 +682,9 @@ static void test_disconnect_polled_first(void)
     CHECK_EQ(rdma_disconnect(c->id), 0);
     ack(get_ev(c->ch, RDMA_CM_EVENT_DISCONNECTED));
     struct rdma_cm_event *e = get_ev(p.lch, RDMA_CM_EVENT_DISCONNECTED);
+    pthread_mutex_lock(&pl.lock); /* a poll in progress has recorded its result */
     CHECK_EQ(atomic_load(&pl.got), 1);
+    pthread_mutex_unlock(&pl.lock);
     ack(e);
     p.up = false;
     atomic_store(&pl.stop, 1);
