@@ -69,6 +69,12 @@ static socklen_t sa_len(const struct sockaddr *sa)
     return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
 }
 
+static uint16_t sa_port(const struct sockaddr *sa)
+{
+    return sa->sa_family == AF_INET6 ? ((const struct sockaddr_in6 *)(const void *)sa)->sin6_port
+                                     : ((const struct sockaddr_in *)(const void *)sa)->sin_port;
+}
+
 static unsigned cfg_timeout(void)
 {
     unsigned t = uiw_config()->mpa_timeout_ms;
@@ -1253,9 +1259,9 @@ static void conn_drop_qp(struct uiw_conn *c, struct uiw_qp *qp)
     uiw_qp_put(qp);
 }
 
-UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, const struct sockaddr *src,
-                              const struct sockaddr *dst, const struct uiw_conn_param *p,
-                              struct uiw_cm_channel *ch, void *user, struct uiw_conn **out)
+UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const struct sockaddr *dst,
+                              const struct uiw_conn_param *p, struct uiw_cm_channel *ch, void *user,
+                              struct uiw_conn **out)
 {
     struct uiw_qp *qp = ibqp ? to_uqp(ibqp) : NULL;
     int rc0 = cm_args(dst, ch, out);
@@ -1306,6 +1312,12 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, const struct sockaddr *src,
     }
     set_sockopts(c->fd, p ? p->peer_timeout_ms : 0);
     set_tos(c->fd, dst->sa_family, p);
+    if (src && !sa_port(src)) {
+        /* address only: connect() picks the port (rdmacm's
+         * rdma_resolve_addr leaves it to us) */
+        int one = 1;
+        (void)setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    }
     if (src && bind(c->fd, src, sa_len(src)) < 0) {
         rc = -errno;
         goto fail;
@@ -1324,6 +1336,14 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, const struct sockaddr *src,
         pthread_mutex_unlock(&c->lock);
         *out = c;
         return 0;
+    }
+    if (src && !sa_port(src)) {
+        /* the port connect() chose, for the caller (rdma_get_src_port) */
+        struct sockaddr_storage l;
+        socklen_t ll = sizeof(l);
+
+        if (getsockname(c->fd, (struct sockaddr *)&l, &ll) == 0 && l.ss_family == src->sa_family)
+            memcpy(src, &l, sa_len(src));
     }
     c->fd_reg = true; /* before the first callback can run */
     pthread_mutex_unlock(&c->lock);

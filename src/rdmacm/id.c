@@ -161,6 +161,14 @@ static int reserve(struct rcm_id *x, const struct sockaddr *addr)
     return 0;
 }
 
+/* After a connect with port 0: the port connect() chose (uiw_cm_connect
+ * wrote it into conn_src) becomes the id's. x->lock held. */
+void rcm_id_set_src_port(struct rcm_id *x)
+{
+    if (x->conn_src_auto)
+        rcm_sa_set_port(&x->id.route.addr.src_addr, rcm_sa_port((struct sockaddr *)&x->conn_src));
+}
+
 /* x->lock held. */
 static int do_bind(struct rcm_id *x, const struct sockaddr *addr)
 {
@@ -241,11 +249,14 @@ UIW_EXPORT int rdma_resolve_addr(struct rdma_cm_id *id, struct sockaddr *src_add
     struct rcm_dev *dev = x->dev;
     if (!dev)
         st = rcm_dev_for_addr((struct sockaddr *)&src, &dev);
-    if (!st && !x->bound)
-        st = reserve(x, (struct sockaddr *)&src);
-    else if (!st)
-        memcpy(&x->id.route.addr.src_storage, &src, sizeof(src));
+    /* An unbound id gets its port when it connects (connect()'s own port
+     * choice, which may reuse a port that TIME_WAIT sockets hold towards
+     * other peers), not here: a bind() to port 0 searches for a port no
+     * socket holds at all, which with thousands of TIME_WAIT sockets costs
+     * more than the rest of the connection setup (docs/ENGINE.md, "Source
+     * ports"). rdma_get_src_port() is 0 until rdma_connect returns. */
     if (!st) {
+        memcpy(&x->id.route.addr.src_storage, &src, sizeof(src));
         rcm_id_attach_dev(x, dev);
         memset(&x->id.route.addr.dst_storage, 0, sizeof(x->id.route.addr.dst_storage));
         memcpy(&x->id.route.addr.dst_storage, dst_addr, dlen);
@@ -454,6 +465,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
      * tried again (a retry holds the QP). */
     x->conn_qp_gone = ext;
     memcpy(&x->conn_src, &x->id.route.addr.src_storage, sizeof(x->conn_src));
+    x->conn_src_auto = !rcm_sa_port((struct sockaddr *)&x->conn_src);
     memcpy(&x->conn_dst, &x->id.route.addr.dst_storage, sizeof(x->conn_dst));
     x->connect_ms = rcm_now_ms();
     x->retry_delay_ms = 0;
@@ -471,6 +483,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     pthread_mutex_lock(&x->lock);
     if (rc == 0) {
         x->conn = c;
+        rcm_id_set_src_port(x);
         if (x->resv_fd >= 0) {
             close(x->resv_fd); /* the connection's socket holds the port now */
             x->resv_fd = -1;

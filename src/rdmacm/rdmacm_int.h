@@ -85,6 +85,8 @@ bool rcm_sa_is_any(const struct sockaddr *sa);
 bool rcm_sa_is_loopback(const struct sockaddr *sa);
 /* Turn an IPv4-mapped IPv6 address into AF_INET (in place). */
 void rcm_sa_unmap(struct sockaddr_storage *ss);
+struct rcm_id;
+void rcm_id_set_src_port(struct rcm_id *x);
 uint16_t rcm_sa_port(const struct sockaddr *sa); /* network order */
 void rcm_sa_set_port(struct sockaddr *sa, uint16_t port_be);
 
@@ -212,6 +214,7 @@ struct rcm_id {
     struct uiw_conn_param conn_param;
     uint8_t conn_pd[0xFF];
     struct sockaddr_storage conn_src, conn_dst;
+    bool conn_src_auto;  /* conn_src's port 0 at rdma_connect: connect() picks one */
     uint64_t connect_ms; /* when rdma_connect was called */
     /* rcm_route_lock: a refused connect waiting to be tried again */
     bool retry_pending;

@@ -138,17 +138,19 @@ int uiw_cm_listener_addr(const struct uiw_listener *l, struct sockaddr_storage *
 /* Also destroys connections whose CONNECT_REQUEST was not yet retrieved. */
 void uiw_cm_listener_destroy(struct uiw_listener *l);
 
-/* Active side: non-blocking TCP connect (bound to src when given; port 0
- * allowed), MPA Request with p, Reply within the MPA timeout, attach qp (a
- * uiwarp RC QP). Returns 0 (then exactly one of ESTABLISHED / REJECTED /
- * UNREACHABLE / CONNECT_ERROR follows on ch) or -EINVAL, -EAFNOSUPPORT,
- * -EMSGSIZE (private data), -EBUSY (qp already has a connection), -errno
- * of socket/bind. qp may be NULL (MPA only, for tests and tools; not with
+/* Active side: non-blocking TCP connect (bound to src's address when
+ * given; with port 0 connect() picks the port, without the port search of
+ * bind(), and it is written back into *src before this returns), MPA
+ * Request with p, Reply within the MPA timeout, attach qp (a uiwarp RC QP).
+ * Returns 0 (then exactly one of ESTABLISHED / REJECTED / UNREACHABLE /
+ * CONNECT_ERROR follows on ch) or -EINVAL, -EAFNOSUPPORT, -EMSGSIZE
+ * (private data), -EBUSY (qp already has a connection), -errno of
+ * socket/bind. qp may be NULL (MPA only, for tests and tools; not with
  * UIWARP_P2P): the connection then carries no FPDUs, bytes received after
  * the Reply are discarded. A failed Reply check that RFC 6581 §9 wants
  * reported (insufficient IRD, no matching RTR) sends an LLP/MPA Terminate
  * before the close. */
-int uiw_cm_connect(struct ibv_qp *qp, const struct sockaddr *src, const struct sockaddr *dst,
+int uiw_cm_connect(struct ibv_qp *qp, struct sockaddr *src, const struct sockaddr *dst,
                    const struct uiw_conn_param *p, struct uiw_cm_channel *ch, void *user,
                    struct uiw_conn **out);
 /* Passive side, after CONNECT_REQUEST: send the Reply (IRD/ORD from p) and
