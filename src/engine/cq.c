@@ -26,6 +26,7 @@
  * then -EOVERFLOW.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
@@ -76,6 +77,7 @@ UIW_EXPORT struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *
     ch->ch.refcnt = 0;
     ch->wr_fd = fds[1];
     pthread_mutex_init(&ch->lock, NULL);
+    pthread_mutex_init(&ch->drive_lock, NULL);
     return &ch->ch;
 }
 
@@ -94,7 +96,9 @@ UIW_EXPORT int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
     close(ch->ch.fd);
     close(ch->wr_fd);
     pthread_mutex_destroy(&ch->lock);
+    pthread_mutex_destroy(&ch->drive_lock);
     free(ch->pending);
+    free(ch->cqs);
     free(ch);
     return 0;
 }
@@ -151,6 +155,137 @@ static uint32_t chan_purge(struct uiw_comp_channel *ch, struct uiw_cq *cq)
     return reported;
 }
 
+/*
+ * Waiting. A program that waits in ibv_get_cq_event for each message (qperf's
+ * default mode, rping, fio, libfabric's verbs provider in its blocking
+ * calls) would otherwise be woken by the progress thread, which itself was
+ * woken (or spinning) for the socket: a thread hand-off per message on top
+ * of the wake-up that TCP costs. While events come often (one handed out
+ * within the last 2 x UIWARP_PROGRESS_SPIN_US), the waiting thread first
+ * spins for up to UIWARP_PROGRESS_SPIN_US driving the channel's CQs itself
+ * (uiw_cq_drive: the same receive processing ibv_poll_cq runs on an empty
+ * CQ), with sched_yield between rounds, and takes the event its own
+ * processing produced. Meanwhile the QPs' sockets are out of the progress
+ * thread's EPOLLIN set (woken for the same data, it would otherwise take
+ * it, often handed the CPU by the waiter's own sched_yield) and that thread
+ * does not spin; when the spin ends they go back, and data that came in
+ * the meantime is reported to it. Only when nothing came does the waiter
+ * block in read(). Not spun on: a non-blocking channel fd (the caller
+ * polled it and wants EAGAIN at once), and channels whose CQs hold more
+ * than UIW_WAIT_SPIN_QPS QPs (the switch costs two epoll_ctl per QP).
+ * A signal that arrives during the spin does not end the wait with EINTR
+ * (the spin lasts at most UIWARP_PROGRESS_SPIN_US; a signal after it
+ * interrupts the read() as before).
+ */
+atomic_uint uiw_event_spinners;
+/* A waiter spins only when its channel's CQs have at most this many QPs
+ * (it switches each QP's readiness from the progress thread to itself and
+ * back, two epoll_ctl per QP and wait). */
+#define UIW_WAIT_SPIN_QPS 4
+atomic_ulong uiw_event_spin_hits;
+
+static bool chan_ready(struct uiw_comp_channel *ch)
+{
+    bool r;
+
+    pthread_mutex_lock(&ch->lock);
+    r = ch->npending > 0;
+    pthread_mutex_unlock(&ch->lock);
+    return r;
+}
+
+/* One round of receive processing on the channel's CQs (none when another
+ * waiter is doing it: give it the CPU). */
+static void chan_drive(struct uiw_comp_channel *ch)
+{
+    if (pthread_mutex_trylock(&ch->drive_lock) != 0) {
+        sched_yield();
+        return;
+    }
+    for (unsigned i = 0; i < ch->ncqs; i++)
+        uiw_cq_drive(ch->cqs[i]);
+    pthread_mutex_unlock(&ch->drive_lock);
+}
+
+/* The QPs of the channel's CQs, each once, with references: false if
+ * there are more than UIW_WAIT_SPIN_QPS (or another waiter drives them). */
+static bool chan_qps(struct uiw_comp_channel *ch, struct uiw_qp **qps, unsigned *n)
+{
+    struct uiw_qp *got[UIW_WAIT_SPIN_QPS];
+    bool ok = true;
+
+    *n = 0;
+    if (pthread_mutex_trylock(&ch->drive_lock) != 0)
+        return false;
+    for (unsigned i = 0; ok && i < ch->ncqs; i++) {
+        unsigned k = uiw_cq_qps_get(ch->cqs[i], got, UIW_WAIT_SPIN_QPS);
+
+        if (k > UIW_WAIT_SPIN_QPS) {
+            ok = false;
+            break;
+        }
+        for (unsigned j = 0; j < k; j++) {
+            bool dup = false;
+
+            for (unsigned m = 0; m < *n; m++)
+                dup |= qps[m] == got[j];
+            if (dup || *n == UIW_WAIT_SPIN_QPS) {
+                ok &= dup;
+                uiw_qp_put(got[j]);
+            } else {
+                qps[(*n)++] = got[j];
+            }
+        }
+    }
+    pthread_mutex_unlock(&ch->drive_lock);
+    if (!ok || !*n) {
+        for (unsigned m = 0; m < *n; m++)
+            uiw_qp_put(qps[m]);
+        *n = 0;
+        return false;
+    }
+    return true;
+}
+
+static void chan_spin(struct uiw_comp_channel *ch)
+{
+    uint64_t spin = (uint64_t)uiw_config()->progress_spin_us * 1000u;
+    uint64_t now, until;
+    struct uiw_qp *qps[UIW_WAIT_SPIN_QPS];
+    unsigned nqps;
+    int fl;
+
+    if (!spin)
+        return;
+    now = uiw_now_ns();
+    if (now - atomic_load_explicit(&ch->last_event_ns, memory_order_relaxed) >= 2 * spin)
+        return;
+    fl = fcntl(ch->ch.fd, F_GETFL);
+    if (fl < 0 || (fl & O_NONBLOCK))
+        return;
+    if (!chan_qps(ch, qps, &nqps))
+        return;
+    /* the progress thread would be woken for the data we are about to read
+     * (and, waking on this CPU, be given it by our sched_yield) */
+    for (unsigned i = 0; i < nqps; i++)
+        uiw_qp_rx_mute(qps[i], true);
+    atomic_fetch_add_explicit(&uiw_event_spinners, 1, memory_order_relaxed);
+    for (until = now + spin; !chan_ready(ch) && uiw_now_ns() < until;) {
+        chan_drive(ch);
+        if (chan_ready(ch)) {
+            atomic_fetch_add_explicit(&uiw_event_spin_hits, 1, memory_order_relaxed);
+            break;
+        }
+        sched_yield();
+    }
+    atomic_fetch_sub_explicit(&uiw_event_spinners, 1, memory_order_relaxed);
+    /* back to the progress thread, which is told of data that came since */
+    for (unsigned i = 0; i < nqps; i++) {
+        uiw_qp_rx_mute(qps[i], false);
+        uiw_qp_put(qps[i]);
+    }
+}
+
 UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
                                 void **cq_context)
 {
@@ -163,6 +298,7 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
     /* about to wait: what this process left deferred goes out first
      * (transmit coalescing, qp_tx.c), not after the backstop's delay */
     uiw_tx_flush_deferred();
+    chan_spin(ch);
     for (;;) {
         char b;
         ssize_t r = read(channel->fd, &b, 1);
@@ -181,6 +317,7 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
             if (--ch->npending)
                 chan_signal_locked(ch); /* more queued: the byte goes back */
             c->comp_reported++;
+            atomic_store_explicit(&ch->last_event_ns, uiw_now_ns(), memory_order_relaxed);
             *cq = &c->ibcq;
             *cq_context = c->ibcq.cq_context;
             pthread_mutex_unlock(&ch->lock);
@@ -245,6 +382,26 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
     if (channel) {
         struct uiw_comp_channel *ch = to_uch(channel);
 
+        struct uiw_cq **cqs;
+
+        pthread_mutex_lock(&ch->drive_lock);
+        cqs = uiw_room(ch->cqs, ch->ncqs, &ch->cqs_cap, 4, sizeof(*cqs));
+        if (cqs) {
+            ch->cqs = cqs;
+            ch->cqs[ch->ncqs++] = cq;
+        }
+        pthread_mutex_unlock(&ch->drive_lock);
+        if (!cqs) {
+            pthread_mutex_destroy(&cq->ibcq.mutex);
+            pthread_cond_destroy(&cq->ibcq.cond);
+            pthread_mutex_destroy(&cq->lock);
+            pthread_cond_destroy(&cq->drive_cv);
+            free(cq->ring);
+            free(cq);
+            atomic_fetch_sub(&ncqs, 1);
+            errno = ENOMEM;
+            return NULL;
+        }
         pthread_mutex_lock(&ch->lock);
         channel->refcnt++;
         pthread_mutex_unlock(&ch->lock);
@@ -284,6 +441,13 @@ UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
     if (ibcq->channel) {
         struct uiw_comp_channel *ch = to_uch(ibcq->channel);
 
+        pthread_mutex_lock(&ch->drive_lock); /* a waiter driving it is done */
+        for (unsigned i = 0; i < ch->ncqs; i++)
+            if (ch->cqs[i] == cq) {
+                ch->cqs[i] = ch->cqs[--ch->ncqs];
+                break;
+            }
+        pthread_mutex_unlock(&ch->drive_lock);
         pthread_mutex_lock(&ch->lock);
         ibcq->channel->refcnt--;
         pthread_mutex_unlock(&ch->lock);

@@ -78,7 +78,8 @@ struct uiw_config {
                                   * MPA Reply at the earliest (0: no hold;
                                   * docs/INTEROP.md §1) */
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
-    unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: progress.c "Spinning" (default 200) */
+    unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: cq.c "Waiting", progress.c "Spinning"
+                                    (default 200) */
     unsigned tx_coalesce_ns;     /* UIWARP_TX_COALESCE_US (in ns): qp_tx.c coalescing, 0 = off */
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
     unsigned peer_timeout_s;     /* UIWARP_PEER_TIMEOUT: dead-peer detection through TCP
@@ -291,6 +292,15 @@ struct uiw_comp_channel {
     pthread_mutex_t lock;
     struct uiw_cq **pending; /* CQs with an undelivered event, FIFO */
     unsigned npending, cap;
+    /* The CQs using this channel, for a thread waiting in ibv_get_cq_event
+     * that drives them itself (cq.c, "Waiting"). drive_lock guards the list
+     * and is held by that thread while it drives them (trylock), so
+     * ibv_destroy_cq takes it to unlink its CQ. Order: drive_lock -> qp ->
+     * cq -> lock. */
+    pthread_mutex_t drive_lock;
+    struct uiw_cq **cqs;
+    unsigned ncqs, cqs_cap;
+    _Atomic uint64_t last_event_ns; /* the latest event handed out */
 };
 
 struct uiw_qp;
@@ -534,6 +544,7 @@ struct uiw_qp {
     void *rx_state;                /* qp_rx.c private state (current message, staging buffer) */
     void *tx_state;                /* qp_tx.c private state (current FPDU batch) */
     bool want_write;               /* transmission blocked: EPOLLOUT armed */
+    bool rx_muted;                 /* EPOLLIN off: a waiter reads it (cq.c "Waiting") */
     bool close_drain; /* disconnected in order: unread bytes discarded at close (cm.c) */
     /* transmit coalescing (qp_tx.c, docs/ENGINE.md "Transmit"), qp->lock */
     uint64_t tx_post_ns;     /* when the latest ibv_post_send returned */
@@ -711,6 +722,18 @@ void uiw_cq_drive_del(struct uiw_cq *cq, struct uiw_qp *qp);
 /* CLOCK_MONOTONIC ns of the last ibv_req_notify_cq on a CQ with a completion
  * channel (cq.c): someone waits for events, the progress thread spins */
 extern _Atomic uint64_t uiw_last_arm_ns;
+/* Threads now spinning in ibv_get_cq_event, driving their channel's CQs
+ * themselves (cq.c): the progress thread does not spin meanwhile. */
+extern atomic_uint uiw_event_spinners;
+/* Waits that ended while spinning (an event came while the waiter drove or
+ * looked): for the tests. */
+extern atomic_ulong uiw_event_spin_hits;
+/* The QPs whose completions land in cq, each with a reference (uiw_qp_put),
+ * into out (at most max): how many there are (none taken if more than max). */
+unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max);
+/* Take the QP's socket out of the progress thread's EPOLLIN (mute) or put
+ * it back, which reports data that came meanwhile to it (qp_dp.c). */
+void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute);
 
 /* ------------------------------------------------------------------------
  * Connections (cm.c, cm_channel.c; private structs in cm_int.h): the

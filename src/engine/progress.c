@@ -307,6 +307,9 @@ static bool should_spin(uint64_t last_ev)
     now = uiw_now_ns();
     if (now - last_ev >= spin_ns)
         return false;
+    /* a program waiting for events drives its CQs itself (cq.c, "Waiting") */
+    if (atomic_load_explicit(&uiw_event_spinners, memory_order_relaxed))
+        return false;
     return now - atomic_load_explicit(&uiw_last_arm_ns, memory_order_relaxed) < 2 * spin_ns;
 }
 
@@ -704,6 +707,21 @@ static struct uiw_qp *cq_qp_get(struct uiw_cq *cq, unsigned i)
     }
     pthread_mutex_unlock(&cq->lock);
     return qp;
+}
+
+unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max)
+{
+    unsigned n;
+
+    pthread_mutex_lock(&cq->lock);
+    n = cq->nqps;
+    if (n <= max)
+        for (unsigned i = 0; i < n; i++) {
+            out[i] = cq->qps[i];
+            uiw_qp_get(out[i]);
+        }
+    pthread_mutex_unlock(&cq->lock);
+    return n;
 }
 
 /* Read qp's socket if its lock is free (lock order qp -> cq: only a

@@ -113,10 +113,21 @@ void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint
 
 void dp_arm(struct uiw_qp *qp)
 {
-    uint32_t ev = EPOLLIN | EPOLLRDHUP | EPOLLET | (qp->want_write ? EPOLLOUT : 0u);
+    uint32_t ev =
+        (qp->rx_muted ? 0u : EPOLLIN | EPOLLRDHUP) | EPOLLET | (qp->want_write ? EPOLLOUT : 0u);
 
     if (qp->fd >= 0)
         (void)uiw_progress_mod(qp->fd, ev, dp_event_cb, qp);
+}
+
+void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute)
+{
+    pthread_mutex_lock(&qp->lock);
+    if (qp->rx_muted != mute) {
+        qp->rx_muted = mute;
+        dp_arm(qp);
+    }
+    pthread_mutex_unlock(&qp->lock);
 }
 
 void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err)
