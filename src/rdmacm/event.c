@@ -401,17 +401,15 @@ static int run_retries(void)
         x->retry_next = NULL;
         x->retry_pending = false;
         struct uiw_conn *c = NULL;
-        if (x->conn_src_auto) /* a new port, as the first attempt had */
-            rcm_sa_set_port((struct sockaddr *)&x->conn_src, 0);
+        /* the first attempt's port (written back into conn_src, and the
+         * id's): a refused connection leaves no TIME_WAIT behind */
         int rc = uiw_cm_connect(x->conn_qp, (struct sockaddr *)&x->conn_src,
                                 (struct sockaddr *)&x->conn_dst, &x->conn_param, rcm_uch, x, &c);
         if (x->conn_qp)
             uiw_cm_qp_release(x->conn_qp);
         pthread_mutex_lock(&x->lock);
-        if (rc == 0) {
+        if (rc == 0)
             x->conn = c;
-            rcm_id_set_src_port(x);
-        }
         pthread_mutex_unlock(&x->lock);
         if (rc < 0)
             rcm_queue_local_locked(x, RDMA_CM_EVENT_UNREACHABLE, rc);
