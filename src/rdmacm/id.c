@@ -163,7 +163,7 @@ static int reserve(struct rcm_id *x, const struct sockaddr *addr)
 
 /* After a connect with port 0: the port connect() chose (uiw_cm_connect
  * wrote it into conn_src) becomes the id's. x->lock held. */
-void rcm_id_set_src_port(struct rcm_id *x)
+static void rcm_id_set_src_port(struct rcm_id *x)
 {
     if (x->conn_src_auto)
         rcm_sa_set_port(&x->id.route.addr.src_addr, rcm_sa_port((struct sockaddr *)&x->conn_src));

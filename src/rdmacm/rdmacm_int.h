@@ -85,8 +85,6 @@ bool rcm_sa_is_any(const struct sockaddr *sa);
 bool rcm_sa_is_loopback(const struct sockaddr *sa);
 /* Turn an IPv4-mapped IPv6 address into AF_INET (in place). */
 void rcm_sa_unmap(struct sockaddr_storage *ss);
-struct rcm_id;
-void rcm_id_set_src_port(struct rcm_id *x);
 uint16_t rcm_sa_port(const struct sockaddr *sa); /* network order */
 void rcm_sa_set_port(struct sockaddr *sa, uint16_t port_be);
 
