@@ -64,6 +64,17 @@ static pthread_mutex_t cm_list_lock = PTHREAD_MUTEX_INITIALIZER;
  * Small helpers
  * ---------------------------------------------------------------------- */
 
+/* Take c off its listener's list (cm_list_lock held; c->listener set and
+ * the listener not dying, which empties the list itself). */
+static void lconn_unlink(struct uiw_conn *c)
+{
+    *c->lpprev = c->lnext;
+    if (c->lnext)
+        c->lnext->lpprev = c->lpprev;
+    c->lnext = NULL;
+    c->lpprev = NULL;
+}
+
 static socklen_t sa_len(const struct sockaddr *sa)
 {
     return sa->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
@@ -714,13 +725,8 @@ static bool passive_drop_how(struct uiw_conn *c, const char *why, bool abortive)
     pthread_mutex_lock(&cm_list_lock);
     struct uiw_listener *l = c->listener;
     if (l && !l->dying) {
-        for (struct uiw_conn **pp = &l->conns; *pp; pp = &(*pp)->lnext) {
-            if (*pp == c) {
-                *pp = c->lnext;
-                owned = true;
-                break;
-            }
-        }
+        lconn_unlink(c);
+        owned = true;
         c->listener = NULL;
     }
     pthread_mutex_unlock(&cm_list_lock);
@@ -1113,6 +1119,9 @@ static void listener_cb(void *obj, uint32_t events)
         pthread_mutex_lock(&cm_list_lock);
         c->listener = l;
         c->lnext = l->conns;
+        if (c->lnext)
+            c->lnext->lpprev = &c->lnext;
+        c->lpprev = &l->conns;
         l->conns = c;
         pthread_mutex_unlock(&cm_list_lock);
         pthread_mutex_lock(&c->lock);
@@ -1661,12 +1670,7 @@ static void conn_kill(struct uiw_conn *c)
     pthread_mutex_lock(&cm_list_lock);
     struct uiw_listener *l = c->listener;
     if (l) {
-        for (struct uiw_conn **pp = &l->conns; *pp; pp = &(*pp)->lnext) {
-            if (*pp == c) {
-                *pp = c->lnext;
-                break;
-            }
-        }
+        lconn_unlink(c);
         c->listener = NULL;
     }
     pthread_mutex_unlock(&cm_list_lock);

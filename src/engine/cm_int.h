@@ -74,7 +74,7 @@ struct uiw_conn {
     struct uiw_qp *qp; /* with a uiw_qp_get reference */
     /* cm_list_lock */
     struct uiw_listener *listener;
-    struct uiw_conn *lnext;
+    struct uiw_conn *lnext, **lpprev; /* lpprev: the pointer to us (O(1) unlink) */
     struct sockaddr_storage local, peer;
     /* negotiation */
     uiw_mpa_neg neg;

@@ -70,6 +70,7 @@ static void wake_clear(struct rcm_channel *ch)
 /* ch->lock held. */
 static void push_locked(struct rcm_channel *ch, struct rcm_qev *q)
 {
+    q->id->nqueued++;
     q->next = NULL;
     if (ch->tail) {
         ch->tail->next = q;
@@ -92,6 +93,7 @@ static struct rcm_qev *pop_locked(struct rcm_channel *ch)
         wake_clear(ch);
     }
     q->next = NULL;
+    q->id->nqueued--;
     return q;
 }
 
@@ -227,6 +229,9 @@ static struct rcm_qev *take_id_locked(struct rcm_channel *ch, struct rcm_id *id)
 {
     struct rcm_qev *keep = NULL, **kt = &keep, *took = NULL, **tt = &took, *q;
     bool had = ch->head != NULL;
+    if (!id->nqueued)
+        return NULL; /* (a server destroying thousands of ids: no scans) */
+    id->nqueued = 0;
     while ((q = ch->head)) {
         ch->head = q->next;
         q->next = NULL;
@@ -401,10 +406,18 @@ static int run_retries(void)
         x->retry_next = NULL;
         x->retry_pending = false;
         struct uiw_conn *c = NULL;
-        /* the first attempt's port (written back into conn_src, and the
-         * id's): a refused connection leaves no TIME_WAIT behind */
+        /* The first attempt's port (written back into conn_src, and the
+         * id's, by rdma_connect): a refused connection leaves no TIME_WAIT.
+         * connect() may have chosen a port that other sockets use towards
+         * other peers, which bind() refuses: then a new one, which the id
+         * learns with ESTABLISHED (translate, in the application's thread). */
         int rc = uiw_cm_connect(x->conn_qp, (struct sockaddr *)&x->conn_src,
                                 (struct sockaddr *)&x->conn_dst, &x->conn_param, rcm_uch, x, &c);
+        if (rc == -EADDRINUSE && x->conn_src_auto) {
+            rcm_sa_set_port((struct sockaddr *)&x->conn_src, 0);
+            rc = uiw_cm_connect(x->conn_qp, (struct sockaddr *)&x->conn_src,
+                                (struct sockaddr *)&x->conn_dst, &x->conn_param, rcm_uch, x, &c);
+        }
         if (x->conn_qp)
             uiw_cm_qp_release(x->conn_qp);
         pthread_mutex_lock(&x->lock);
@@ -739,6 +752,14 @@ static struct rcm_event *translate(struct rcm_qev *q)
         e->ev.param.conn.initiator_depth = u8_depth(u->ord, 0);
         e->ev.param.conn.responder_resources = u8_depth(u->ird, 0);
         set_pd(e, u);
+        pthread_mutex_lock(&x->lock);
+        if (x->conn_src_auto) { /* a retry may have had to take another port */
+            struct sockaddr_storage l = u->local;
+            rcm_sa_unmap(&l);
+            if (l.ss_family == x->id.route.addr.src_addr.sa_family)
+                rcm_sa_set_port(&x->id.route.addr.src_addr, rcm_sa_port((struct sockaddr *)&l));
+        }
+        pthread_mutex_unlock(&x->lock);
         set_state(x, RCM_CONNECTED);
         break;
     case UIW_CM_REJECTED:
