@@ -454,7 +454,12 @@ static void test_stress(void)
     }
     for (int i = 0; i < NREADER; i++)
         pthread_create(&t[i], NULL, reader, (void *)(uintptr_t)(i + 1));
-    for (int round = 0; round < 3000; round++) {
+    /* 3000 rounds, and on until the readers have both found and missed
+     * (a loaded machine may not have run them yet), at most 20 s */
+    uint64_t t_end = eng_now_ms() + 20000;
+    for (int round = 0;
+         round < 3000 || ((!atomic_load(&hits) || !atomic_load(&misses)) && eng_now_ms() < t_end);
+         round++) {
         int k = round % NSLOT;
         CHECK_EQ(ibv_dereg_mr(mrs[k]), 0);
         bad_inside += atomic_load(&inside[k]) != 0;
