@@ -264,17 +264,25 @@ static int dev_loopback(struct rcm_dev **out)
     return rc;
 }
 
-/* The last addresses resolved, used only when resolving again fails for
- * want of a resource (the interface scan needs a descriptor: a server at
+/* The last addresses resolved. An answer younger than ADDR_FRESH_MS is
+ * used as it is: the interface scan (a netlink dump of every interface and
+ * address, an ioctl per interface) cost more CPU than the rest of a
+ * connection's setup, and every connection's both sides resolve (its
+ * source, its local address at the listener); interfaces that change are
+ * seen within that time. Older answers are used only when resolving again
+ * fails for want of a resource (the scan needs a descriptor: a server at
  * its descriptor limit would otherwise drop every incoming connection).
  * Devices are never freed, so the pointers stay valid. Under dev_lock. */
-#define ADDR_CACHE 16
+#define ADDR_CACHE    16
+#define ADDR_FRESH_MS 1000
 static struct {
     struct sockaddr_storage addr; /* ss_family 0: empty; port zeroed */
     struct rcm_dev *dev;
+    uint64_t at_ms;
 } addr_cache[ADDR_CACHE];
 static unsigned addr_cache_next;
 static struct rcm_dev *loopback_cache;
+static uint64_t loopback_at_ms;
 
 static void addr_key(const struct sockaddr *sa, struct sockaddr_storage *k)
 {
@@ -305,38 +313,59 @@ static int dev_for_addr_scan(const struct sockaddr *sa, struct rcm_dev **out)
     return dev_by_name(name, out);
 }
 
+/* A cached answer for sa (key k) at most max_age_ms old, or NULL. dev_lock held. */
+static struct rcm_dev *cached_locked(bool lo, const struct sockaddr_storage *k, uint64_t now,
+                                     uint64_t max_age_ms)
+{
+    if (lo)
+        return loopback_cache && now - loopback_at_ms <= max_age_ms ? loopback_cache : NULL;
+    for (unsigned i = 0; i < ADDR_CACHE; i++)
+        if (addr_cache[i].dev && memcmp(&addr_cache[i].addr, k, sizeof(*k)) == 0 &&
+            now - addr_cache[i].at_ms <= max_age_ms)
+            return addr_cache[i].dev;
+    return NULL;
+}
+
 int rcm_dev_for_addr(const struct sockaddr *sa, struct rcm_dev **out)
 {
     bool lo = rcm_sa_is_loopback(sa);
     struct sockaddr_storage k;
-    int rc = dev_for_addr_scan(sa, out);
+    uint64_t now = rcm_now_ms();
+    struct rcm_dev *fresh;
 
     addr_key(sa, &k);
+    pthread_mutex_lock(&dev_lock);
+    fresh = cached_locked(lo, &k, now, ADDR_FRESH_MS);
+    pthread_mutex_unlock(&dev_lock);
+    if (fresh) {
+        *out = fresh;
+        return 0;
+    }
+
+    int rc = dev_for_addr_scan(sa, out);
+
     pthread_mutex_lock(&dev_lock);
     if (rc == 0) {
         if (lo) {
             loopback_cache = *out;
+            loopback_at_ms = now;
         } else {
             bool have = false;
             for (unsigned i = 0; i < ADDR_CACHE && !have; i++)
                 if (memcmp(&addr_cache[i].addr, &k, sizeof(k)) == 0) {
                     addr_cache[i].dev = *out;
+                    addr_cache[i].at_ms = now;
                     have = true;
                 }
             if (!have) {
                 addr_cache[addr_cache_next].addr = k;
                 addr_cache[addr_cache_next].dev = *out;
+                addr_cache[addr_cache_next].at_ms = now;
                 addr_cache_next = (addr_cache_next + 1) % ADDR_CACHE;
             }
         }
     } else if (resource_err(rc)) {
-        struct rcm_dev *d = NULL;
-        if (lo)
-            d = loopback_cache;
-        else
-            for (unsigned i = 0; i < ADDR_CACHE && !d; i++)
-                if (addr_cache[i].dev && memcmp(&addr_cache[i].addr, &k, sizeof(k)) == 0)
-                    d = addr_cache[i].dev;
+        struct rcm_dev *d = cached_locked(lo, &k, now, UINT64_MAX);
         if (d) {
             *out = d;
             rc = 0;
