@@ -203,7 +203,7 @@ static void chan_drive(struct uiw_comp_channel *ch)
         return;
     }
     for (unsigned i = 0; i < ch->ncqs; i++)
-        uiw_cq_drive(ch->cqs[i]);
+        uiw_cq_drive(ch->cqs[i], true);
     pthread_mutex_unlock(&ch->drive_lock);
 }
 
@@ -600,7 +600,7 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
          * RNR retry (RFC 5041 §7.1 check 2: a Send without a receive is a
          * fatal Terminate). */
         if (drive) {
-            uiw_cq_drive(cq);
+            uiw_cq_drive(cq, false);
             got = cq_pop(cq, n, wc, &overflow, &drive);
         }
         /* A thread polling in a loop that keeps finding nothing lets the

@@ -706,8 +706,10 @@ int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id)
 void uiw_progress_timer_cancel(uint64_t id);
 /* Poll-driven progress: called by ibv_poll_cq when its CQ is empty; tries
  * each attached QP (trylock) so a polling application needs no thread
- * hand-off. */
-void uiw_cq_drive(struct uiw_cq *cq);
+ * hand-off. One read per QP, or (drain: a thread waiting in
+ * ibv_get_cq_event, cq.c) until the socket is empty, as the progress
+ * thread does. */
+void uiw_cq_drive(struct uiw_cq *cq, bool drain);
 /* Transmit coalescing: hand the work requests that attached QPs deferred
  * to the transmitter (ibv_poll_cq, ibv_req_notify_cq; trylock per QP). */
 void uiw_cq_flush_tx(struct uiw_cq *cq);

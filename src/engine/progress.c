@@ -727,12 +727,16 @@ unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max)
 /* Read qp's socket if its lock is free (lock order qp -> cq: only a
  * trylock, with cq->lock released): false if it is busy, its holder (or
  * the progress thread, which got the readiness edge) draining it. */
-static bool qp_try_rx(struct uiw_qp *qp)
+static bool qp_try_rx(struct uiw_qp *qp, bool drain)
 {
     if (pthread_mutex_trylock(&qp->lock) != 0)
         return false;
-    if (qp->fd >= 0)
-        uiw_qp_rx_poll(qp);
+    if (qp->fd >= 0) {
+        if (drain)
+            uiw_qp_rx_progress(qp);
+        else
+            uiw_qp_rx_poll(qp);
+    }
     pthread_mutex_unlock(&qp->lock);
     return true;
 }
@@ -802,7 +806,7 @@ static void drive_ep_make(struct uiw_cq *cq)
 /* The readiness set's way: only QPs whose socket got data since the last
  * look. Edge-triggered: data the progress thread (which has its own edge)
  * or an earlier poll consumed gives at most a read that finds nothing. */
-static void drive_ready(struct uiw_cq *cq, int ep)
+static void drive_ready(struct uiw_cq *cq, int ep, bool drain)
 {
     struct epoll_event evs[16];
     bool busy = false;
@@ -815,7 +819,7 @@ static void drive_ready(struct uiw_cq *cq, int ep)
     for (int i = 0; i < n; i++) {
         struct uiw_qp *qp = evs[i].data.ptr; /* alive: cq_del_qp waits for drivers */
 
-        if (!qp_try_rx(qp))
+        if (!qp_try_rx(qp, drain))
             busy = true;
     }
     pthread_mutex_lock(&cq->lock);
@@ -826,7 +830,7 @@ static void drive_ready(struct uiw_cq *cq, int ep)
         sched_yield();
 }
 
-void uiw_cq_drive(struct uiw_cq *cq)
+void uiw_cq_drive(struct uiw_cq *cq, bool drain)
 {
     bool busy = false;
 
@@ -844,14 +848,14 @@ void uiw_cq_drive(struct uiw_cq *cq)
         pthread_mutex_unlock(&cq->lock);
     }
     if (ep >= 0) {
-        drive_ready(cq, ep);
+        drive_ready(cq, ep, drain);
         return;
     }
 
     struct uiw_qp *qp;
 
     for (unsigned i = 0; (qp = cq_qp_get(cq, i)); i++) {
-        if (!qp_try_rx(qp))
+        if (!qp_try_rx(qp, drain))
             busy = true;
         uiw_qp_put(qp);
     }
