@@ -1112,8 +1112,7 @@ static void listener_cb(void *obj, uint32_t events)
             continue;
         }
         c->fd = fd;
-        c->born_ns = uiw_now_ns();
-        set_sockopts(fd, 0);
+        c->born_ns = uiw_now_ns(); /* its socket options: the listener's */
         fill_addrs(c);
         c->state = UIW_CS_WAIT_REQ;
         pthread_mutex_lock(&cm_list_lock);
@@ -1173,8 +1172,9 @@ UIW_EXPORT int uiw_cm_listen_af(struct ibv_context *ibctx, const struct sockaddr
         free(l);
         return e;
     }
-    int one = 1;
-    (void)setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    /* TCP_NODELAY, keepalive and TCP_USER_TIMEOUT: Linux copies them to
+     * every accepted socket, which then needs no calls of its own */
+    set_sockopts(l->fd, 0);
     if (v6only >= 0 && addr->sa_family == AF_INET6)
         (void)setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
     socklen_t len = sizeof(l->addr);

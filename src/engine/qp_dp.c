@@ -229,7 +229,7 @@ int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *m
     if (!qp || fd < 0 || !mpa)
         return -EINVAL;
     fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0)
+    if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
         return -errno;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
     max_fpdu = pick_max_fpdu(fd);
