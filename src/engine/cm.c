@@ -567,6 +567,12 @@ static void send_terminate(struct uiw_conn *c, const uiw_mpa_neg *n)
 /* Setup failed: close our socket, report. c->lock held, progress thread. */
 static void active_fail(struct uiw_conn *c, enum uiw_cm_event_type type, int status, bool abortive)
 {
+    if (c->rev1_tried && type == UIW_CM_UNREACHABLE) {
+        /* the revision 1 retry found nobody: what the application sees is
+         * the reset of its connection */
+        type = UIW_CM_CONNECT_ERROR;
+        status = -ECONNRESET;
+    }
     timer_disarm(c);
     conn_close_fd(c, abortive);
     c->state = UIW_CS_CLOSED;
@@ -632,12 +638,86 @@ static void active_done(struct uiw_conn *c)
     }
 }
 
+/*
+ * Revision 1 fallback (docs/ENGINE.md "MPA revision 1 fallback"). An RNIC
+ * that runs MPA revision 1 (Chelsio's cxgb4 when so configured) answers a
+ * revision 2 Request with a TCP reset, and RNIC initiators then try once
+ * more at revision 1 (notes/rnic-mpa.md); so do we, when the reset comes
+ * before any byte of a Reply: a new TCP connection to the same peer from
+ * the same address, the same private data and IRD/ORD, at revision 1
+ * (hence no RFC 6581 words and no peer-to-peer mode). Once per connection;
+ * UIWARP_MPA_REV1_FALLBACK=0 turns it off. True if the retry is under way.
+ * c->lock held, progress thread.
+ */
+static bool active_rev1_retry(struct uiw_conn *c)
+{
+    const struct uiw_config *cfg = uiw_config();
+    struct sockaddr_storage src = c->local;
+    uiw_mpa_policy pol;
+    int fd, rc, one = 1;
+
+    if (c->rev1_tried || !cfg->mpa_rev1_fallback || cfg->mpa_rev != 2 || c->rhave ||
+        c->state != UIW_CS_WAIT_REP)
+        return false;
+    c->rev1_tried = true;
+    make_policy(&pol, c->param.ird, c->param.ord, c->pd, c->pd_len);
+    pol.rev = 1;
+    pol.p2p = false;
+    pol.rtr_offer = 0;
+    rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    if (rc < 0)
+        return false;
+    c->txframe_len = (uint16_t)rc;
+    uiw_log("cm: the peer reset our MPA revision 2 Request: trying revision 1");
+    timer_disarm(c);
+    if (c->fd_reg) {
+        uiw_progress_del(c->fd); /* our own callback: returns at once */
+        c->fd_reg = false;
+    }
+    close(c->fd);
+    c->fd = -1;
+    c->rhave = 0;
+    fd = socket(c->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    if (fd < 0) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
+        return true;
+    }
+    c->fd = fd;
+    set_sockopts(fd, c->param.peer_timeout_ms);
+    set_tos(fd, c->peer.ss_family, &c->param);
+    if (src.ss_family == AF_INET)
+        ((struct sockaddr_in *)&src)->sin_port = 0;
+    else if (src.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+    (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if ((src.ss_family == AF_INET || src.ss_family == AF_INET6) &&
+        bind(fd, (struct sockaddr *)&src, sa_len((struct sockaddr *)&src)) < 0) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, true);
+        return true;
+    }
+    c->state = UIW_CS_CONNECTING;
+    if (connect(fd, (struct sockaddr *)&c->peer, sa_len((struct sockaddr *)&c->peer)) < 0 &&
+        errno != EINPROGRESS) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
+        return true;
+    }
+    rc = uiw_progress_add(fd, EPOLLOUT, conn_io_cb, c);
+    if (rc < 0) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
+        return true;
+    }
+    c->fd_reg = true;
+    return true;
+}
+
 /* Read the Reply exactly and feed it to the negotiation. c->lock held. */
 static void active_read(struct uiw_conn *c)
 {
     for (;;) {
         ssize_t n = frame_recv(c);
         if (n == -EAGAIN)
+            return;
+        if (n == -ECONNRESET && active_rev1_retry(c))
             return;
         if (n < 0) {
             active_fail(c, UIW_CM_CONNECT_ERROR, (int)n, true);
@@ -1304,6 +1384,12 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
         return rc;
     }
     c->txframe_len = (uint16_t)rc;
+    if (p)
+        c->param = *p;
+    c->param.private_data = NULL;
+    c->param.private_data_len = pd_len;
+    c->param.ird = (uint16_t)ird;
+    c->param.ord = (uint16_t)ord;
 
     if (qp) {
         rc = conn_take_qp(c, qp);

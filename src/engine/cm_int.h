@@ -82,7 +82,10 @@ struct uiw_conn {
     uint16_t pd_len;
     uint8_t txframe[UIW_MPA_MAX_FRAME]; /* active: our Request, sent once TCP is up */
     uint16_t txframe_len;
-    bool early_close; /* the data path reported EOF while we were attaching */
+    /* active: what a revision 1 retry needs (active_rev1_retry) */
+    struct uiw_conn_param param; /* private_data: NULL (pd above) */
+    bool rev1_tried;             /* the Request went out again at revision 1 */
+    bool early_close;            /* the data path reported EOF while we were attaching */
     int early_err;
     uint8_t rbuf[UIW_MPA_MAX_FRAME]; /* the peer's frame, read exactly */
     uint16_t rhave;

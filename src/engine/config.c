@@ -4,6 +4,7 @@
  * engine's logging.
  *
  *   UIWARP_MPA_REV         1 | 2                              default 2
+ *   UIWARP_MPA_REV1_FALLBACK 0 | 1                           default 1
  *   UIWARP_CRC             off | optional | required (0|1|2)  default optional
  *   UIWARP_MARKERS         0 | 1                              default 0
  *   UIWARP_P2P             0 | 1                              default 1
@@ -217,6 +218,7 @@ static void config_load(void)
     unsigned u;
 
     cfg.mpa_rev = 2;
+    cfg.mpa_rev1_fallback = true; /* docs/ENGINE.md "MPA revision 1 fallback" */
     cfg.crc = UIW_CRC_OPTIONAL;
     cfg.markers = false;
     cfg.p2p = true;
@@ -239,6 +241,7 @@ static void config_load(void)
     env_crc();
     env_bool("UIWARP_MARKERS", &cfg.markers);
     env_bool("UIWARP_P2P", &cfg.p2p);
+    env_bool("UIWARP_MPA_REV1_FALLBACK", &cfg.mpa_rev1_fallback);
     env_rtr();
     /* RFC 6581 peer-to-peer (the RTR) needs MPA revision 2 (RFC 6581 §4):
      * a revision 1 initiator is client-server. Quietly so when P2P is

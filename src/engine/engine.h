@@ -65,6 +65,8 @@ extern "C" {
  * ---------------------------------------------------------------------- */
 struct uiw_config {
     uint8_t mpa_rev;         /* UIWARP_MPA_REV: 1 or 2 (default 2) */
+    bool mpa_rev1_fallback;  /* UIWARP_MPA_REV1_FALLBACK: an initiator whose revision 2
+                              * Request is reset tries revision 1 once (default 1; cm.c) */
     uint8_t crc;             /* UIWARP_CRC: off|optional|required (default optional) */
     bool markers;            /* UIWARP_MARKERS: 0|1 (default 0) */
     bool p2p;                /* UIWARP_P2P: 0|1 (default 1) */

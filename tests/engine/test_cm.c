@@ -1912,12 +1912,168 @@ struct child_case {
     const char *env[4];
 };
 
+/* Reset fd (RST: SO_LINGER 0, close). */
+static void raw_reset(int fd)
+{
+    struct linger lg = {.l_onoff = 1, .l_linger = 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg));
+    close(fd);
+}
+
+/* Accept the initiator's next connection on lfd and read its Request. */
+static int raw_take_request(int lfd, uiw_mpa_frame *rq)
+{
+    uint8_t buf[UIW_MPA_MAX_FRAME];
+    int fd = raw_accept(lfd, EV_MS), n;
+    CHECK(fd >= 0);
+    if (fd < 0)
+        return -1;
+    n = read_frame(fd, buf, EV_MS);
+    CHECK(n > 0);
+    if (n <= 0 || uiw_mpa_decode(buf, (size_t)n, UIW_MPA_REQUEST, rq) != n) {
+        CHECK(false);
+        close(fd);
+        return -1;
+    }
+    return fd;
+}
+
+/* MPA revision 1 fallback (docs/ENGINE.md): a peer that resets our
+ * revision 2 Request gets one more connection at revision 1, with the
+ * same private data; a reset of that one, or a FIN instead of a Reply,
+ * ends the attempt. QP: a QP to attach (P2P: revision 1 has no RTR). */
+static void rev1_fallback(struct ibv_qp *qp)
+{
+    struct uiw_cm_channel *ch = eng_cm_chan();
+    struct uiw_conn *c = NULL;
+    struct uiw_cm_event ev;
+    uiw_mpa_frame rq;
+    uint8_t pd[3] = {9, 8, 7}, rpd[2] = {5, 6}, f[UIW_MPA_MAX_FRAME];
+    struct uiw_conn_param p = {.private_data = pd, .private_data_len = 3, .ird = 4, .ord = 2};
+    uint16_t port;
+    int lfd = raw_listen(AF_INET, &port), fd;
+    struct sockaddr_storage a = loop_addr(AF_INET, port);
+
+    if (lfd < 0)
+        return;
+    /* 1. reset at revision 2, a Reply at revision 1: ESTABLISHED at rev 1 */
+    CHECK_EQ(uiw_cm_connect(qp, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
+    fd = raw_take_request(lfd, &rq);
+    if (fd >= 0) {
+        CHECK_EQ(rq.rev, 2);
+        CHECK(rq.enhanced);
+        raw_reset(fd);
+    }
+    fd = raw_take_request(lfd, &rq);
+    if (fd >= 0) {
+        CHECK_EQ(rq.rev, 1);
+        CHECK(!rq.enhanced);
+        CHECK(!rq.p2p);
+        CHECK_EQ(rq.ulp_pd_len, 3);
+        CHECK_MEM(rq.ulp_pd, pd, 3);
+        size_t n = mk_frame(f, false, 0, 1, 0, 0, rpd, 2);
+        eng_send_all(fd, f, n);
+        if (expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "rev1 fallback")) {
+            CHECK_EQ(ev.mpa_rev, 1);
+            CHECK(!ev.enhanced);
+            CHECK(!ev.p2p);
+            CHECK_EQ(ev.private_data_len, 2);
+            CHECK_MEM(ev.private_data, rpd, 2);
+            if (qp) {
+                CHECK_EQ(eng_qp_state(qp), IBV_QPS_RTS);
+                CHECK(quiet(fd, 100)); /* no RTR (the first-FPDU hold is 20 ms) */
+            }
+        }
+        close(fd);
+    }
+    uiw_cm_conn_destroy(c);
+    /* 2. both reset: the reset is reported, and there is no third try */
+    if (!qp) {
+        CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
+        for (int i = 0; i < 2; i++) {
+            fd = raw_take_request(lfd, &rq);
+            if (fd >= 0) {
+                CHECK_EQ(rq.rev, i ? 1 : 2);
+                raw_reset(fd);
+            }
+        }
+        expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "rev1 reset too");
+        CHECK(raw_accept(lfd, 300) < 0);
+        uiw_cm_conn_destroy(c);
+        /* 3. a FIN instead of a Reply is no reason to retry */
+        CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
+        fd = raw_take_request(lfd, &rq);
+        if (fd >= 0)
+            close(fd);
+        expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "FIN: no retry");
+        CHECK(raw_accept(lfd, 300) < 0);
+        uiw_cm_conn_destroy(c);
+        /* 4. the peer gone before the retry: the reset is reported */
+        CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
+        fd = raw_take_request(lfd, &rq);
+        close(lfd);
+        lfd = -1;
+        if (fd >= 0)
+            raw_reset(fd);
+        expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "retry refused");
+        uiw_cm_conn_destroy(c);
+    }
+    if (lfd >= 0)
+        close(lfd);
+    uiw_cm_channel_destroy(ch);
+}
+
+static void c_rev1_fallback(void)
+{
+    CHECK(uiw_config()->mpa_rev1_fallback);
+    rev1_fallback(NULL);
+}
+
+/* P2P, with a QP: the retry is client-server, the QP attached without RTR. */
+static void c_rev1_fallback_p2p(void)
+{
+    struct eng_tqp t;
+    if (!g_have_qps)
+        return;
+    if (tqp_make(&t))
+        rev1_fallback(t.qp);
+    eng_tqp_free(&t);
+}
+
+/* UIWARP_MPA_REV1_FALLBACK=0: the reset is reported, no second connection. */
+static void c_rev1_fallback_off(void)
+{
+    struct uiw_cm_channel *ch = eng_cm_chan();
+    struct uiw_conn *c = NULL;
+    struct uiw_cm_event ev;
+    uiw_mpa_frame rq;
+    uint16_t port;
+    int lfd = raw_listen(AF_INET, &port), fd;
+    struct sockaddr_storage a = loop_addr(AF_INET, port);
+
+    CHECK(!uiw_config()->mpa_rev1_fallback);
+    if (lfd < 0)
+        return;
+    CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, NULL, ch, NULL, &c), 0);
+    fd = raw_take_request(lfd, &rq);
+    if (fd >= 0)
+        raw_reset(fd);
+    expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "fallback off");
+    CHECK(raw_accept(lfd, 300) < 0);
+    uiw_cm_conn_destroy(c);
+    close(lfd);
+    uiw_cm_channel_destroy(ch);
+}
+
 static const struct child_case cases[] = {
     {"timeout", c_timeout, {"UIWARP_MPA_TIMEOUT_MS=300"}},
     {"crc_required", c_crc_required, {"UIWARP_CRC=required"}},
     {"crc_off", c_crc_off, {"UIWARP_CRC=off"}},
     {"markers", c_markers, {"UIWARP_MARKERS=1"}},
     {"rev1", c_rev1, {"UIWARP_MPA_REV=1"}},
+    {"rev1_fallback", c_rev1_fallback, {NULL}},
+    {"rev1_fallback_p2p", c_rev1_fallback_p2p, {"UIWARP_P2P=1"}},
+    {"rev1_fallback_off", c_rev1_fallback_off, {"UIWARP_MPA_REV1_FALLBACK=0"}},
     {"p2p_write", c_p2p_write, {"UIWARP_P2P=1", "UIWARP_RTR=write"}},
     {"p2p_read", c_p2p_read, {"UIWARP_P2P=1", "UIWARP_RTR=read"}},
     {"first_hold_p2p", c_first_hold_default, {"UIWARP_P2P=1"}},
