@@ -141,12 +141,10 @@ static void rs_free(struct rs_sock *rs)
         ibv_destroy_cq(rs->cq);
     if (rs->cch)
         ibv_destroy_comp_channel(rs->cch);
-    if (rs->smr)
-        ibv_dereg_mr(rs->smr);
-    if (rs->rmr)
-        ibv_dereg_mr(rs->rmr);
-    if (rs->target_mr)
-        ibv_dereg_mr(rs->target_mr);
+    struct ibv_mr *mrs[] = {rs->smr, rs->rmr, rs->target_mr};
+    for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
+        if (mrs[i])
+            ibv_dereg_mr(mrs[i]);
     free(rs->sbuf);
     free(rs->rbuf);
     free(rs->target_sgl);
