@@ -790,6 +790,25 @@ static void test_terminate(void)
     o.strict_mask = 1u << UIW_QUIRK_SIW_TERM_LAYOUT;
     run("terminate siw layout strict", &s, &o, "terminate=1", NULL);
 
+    /* an RNIC's MPA-layer Terminate: error type 3 (irdma, cxgb4), no
+     * headers: the named quirk, a violation with --strict */
+    uiw_hdr rt = base(UIW_OP_TERMINATE, false, true);
+    rt.qn = UIW_QN_TERMINATE;
+    rt.msn = 1;
+    rt.u.term.cause = (uiw_term_cause){UIW_LAYER_LLP, UIW_LLP_ET_RNIC, UIW_MPA_EC_CRC};
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    put(&s, 0, h_send(1, 0, true), 10);
+    put(&s, 1, rt, 0);
+    run("terminate rnic etype 3", &s, NULL, "rnic-term-etype3=1", NULL);
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    put(&s, 0, h_send(1, 0, true), 10);
+    put(&s, 1, rt, 0);
+    uiw_dump_opts ro = {0};
+    ro.strict_mask = 1u << UIW_QUIRK_RNIC_TERM_ETYPE3;
+    run("terminate rnic etype 3 strict", &s, &ro, "terminate=1", NULL);
+
     /* Terminate with MSN 2 */
     sc_open(&s, DLT_EN10MB, 4, true);
     handshake(&s, &STD, &STD);

@@ -581,6 +581,7 @@ static void test_term_ctrl(void)
         {0, 0, 0x00, 0x00, 0xFF}, {0, 1, 0x00, 0x04, 0x09}, {0, 1, 0xFF, 0xFF, 0},
         {0, 2, 0x05, 0x09, 0xFF}, {1, 0, 0x00, 0x00, 0},    {1, 1, 0x00, 0x04, 0},
         {1, 2, 0x01, 0x06, 0},    {1, 3, 0x00, 0x00, 0x42}, {2, 0, 0x01, 0x07, 0},
+        {2, 3, 0x01, 0x07, 0}, /* MPA codes under type 3, as irdma and cxgb4 send them */
     };
     static const uint8_t rfc_flags[] = {0x00, 0x80, 0xC0, 0xE0, 0x20};
     static const uint8_t siw_flags[] = {0x00, 0x01, 0x03, 0x07, 0x04};
@@ -610,6 +611,19 @@ static void test_term_ctrl(void)
     CHECK_EQ(rfc_wrong, 0);
     CHECK_EQ(siw_wrong, 0);
     CHECK(ambiguous > 0 && ambiguous < total / 5);
+
+    /* An RNIC's MPA CRC error Terminate (irdma, cxgb4: 0x23/0x02, no
+     * headers): the RFC layout, an MPA CRC error under error type 3 */
+    {
+        const uint8_t rnic[4] = {0x23, 0x02, 0x00, 0x00};
+        CHECK(!uiw_term_ctrl_looks_siw(rnic));
+        uiw_term_ctrl_decode(rnic, &t);
+        CHECK(t.cause.layer == UIW_LAYER_LLP && t.cause.etype == UIW_LLP_ET_RNIC &&
+              t.cause.ecode == UIW_MPA_EC_CRC);
+        CHECK(!t.hdr_mpa && !t.hdr_ddp && !t.hdr_rdma);
+        CHECK_STR(uiw_term_ecode_name(UIW_LAYER_LLP, UIW_LLP_ET_RNIC, UIW_MPA_EC_CRC),
+                  uiw_term_ecode_name(UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_CRC));
+    }
 
     /* the documented ambiguous case, and two unambiguous siw ones */
     CHECK(!uiw_term_ctrl_looks_siw((const uint8_t *)"\x20\x06\x00\x00"));

@@ -177,6 +177,10 @@ enum uiw_ddp_ecode {
 
 /* LLP (MPA) error type and codes (layer 2; RFC 5044 §8, RFC 6581 §8) */
 #define UIW_LLP_ET_MPA 0x0
+/* The same codes under error type 3, as Intel's irdma and Chelsio's cxgb4
+ * send MPA-layer Terminates (byte 0x23 for a CRC error; RFC 6581 §8 has
+ * type 0): decoded as MPA errors, named by `uiwarp dump` (rnic-term-etype3) */
+#define UIW_LLP_ET_RNIC 0x3
 enum uiw_mpa_ecode {
     UIW_MPA_EC_TCP_CLOSED = 0x01,         /* TCP connection closed, terminated or lost */
     UIW_MPA_EC_CRC = 0x02,                /* received MPA CRC does not match */

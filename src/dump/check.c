@@ -121,6 +121,10 @@ static const struct {
                                     "MPA Reject (R=1) whose IRD/ORD words are all zero, so A is "
                                     "not copied from the Request (siw's reject of a markers "
                                     "Request, docs/INTEROP.md; RFC 6581 §9.2)"},
+    [UIW_QUIRK_RNIC_TERM_ETYPE3] = {"rnic-term-etype3", V_TERM,
+                                    "MPA-layer Terminate with error type 3 (Intel irdma, "
+                                    "Chelsio cxgb4: 0x23 for a CRC error; RFC 6581 §8 has "
+                                    "type 0), decoded as the MPA error it names"},
 };
 
 int uiw_quirk_count(void)
@@ -1304,6 +1308,10 @@ static void ddp_checks(uiw_dump *d, iw_conn *ic, int dir, const cur_fpdu *F, boo
             quirk(d, ic, UIW_QUIRK_SIW_TERM_LAYOUT,
                   "control word %02x %02x %02x %02x decoded with siw's layout", t->raw_ctrl[0],
                   t->raw_ctrl[1], t->raw_ctrl[2], t->raw_ctrl[3]);
+        if (t->cause.layer == UIW_LAYER_LLP && t->cause.etype == UIW_LLP_ET_RNIC)
+            quirk(d, ic, UIW_QUIRK_RNIC_TERM_ETYPE3, "Terminate LLP/type 3/0x%02x (%s)",
+                  t->cause.ecode,
+                  uiw_term_ecode_name(t->cause.layer, t->cause.etype, t->cause.ecode));
         if (name_undefined(uiw_term_ecode_name(t->cause.layer, t->cause.etype, t->cause.ecode)))
             violation(d, ic, V_TERM,
                       "undefined Terminate layer/type/code 0x%x/0x%x/0x%02x (RFC 5040 §4.8, "

@@ -198,8 +198,8 @@ static bool cause_defined(unsigned layer, unsigned etype, unsigned ecode)
             return false;
         }
     case UIW_LAYER_LLP:
-        return etype == UIW_LLP_ET_MPA && ecode >= UIW_MPA_EC_TCP_CLOSED &&
-               ecode <= UIW_MPA_EC_NO_MATCHING_RTR;
+        return (etype == UIW_LLP_ET_MPA || etype == UIW_LLP_ET_RNIC) &&
+               ecode >= UIW_MPA_EC_TCP_CLOSED && ecode <= UIW_MPA_EC_NO_MATCHING_RTR;
     default:
         return false;
     }

@@ -84,6 +84,7 @@ static const char *const ddp_etype_names[] = {
 /* RFC 6581 §8: Layer 0x2, Error Type 0x0 - MPA */
 static const char *const llp_etype_names[] = {
     [UIW_LLP_ET_MPA] = "MPA",
+    [UIW_LLP_ET_RNIC] = "MPA (error type 3, as irdma and cxgb4 send it)",
 };
 
 const char *uiw_term_etype_name(unsigned layer, unsigned etype)
@@ -183,7 +184,7 @@ const char *uiw_term_ecode_name(unsigned layer, unsigned etype, unsigned ecode)
         }
         break;
     case UIW_LAYER_LLP:
-        if (etype == UIW_LLP_ET_MPA)
+        if (etype == UIW_LLP_ET_MPA || etype == UIW_LLP_ET_RNIC)
             return lookup(mpa_names, NELEM(mpa_names), ecode);
         break;
     }
