@@ -843,8 +843,14 @@ static bool passive_request(struct uiw_conn *c)
         timer_arm(c, c->timeout_ms);
         return false;
     }
-    if (c->neg.state != UIW_MPA_S_DONE)
-        return passive_drop(c, c->neg.why ? c->neg.why : "unusable MPA Request");
+    if (c->neg.state != UIW_MPA_S_DONE) {
+        /* An enhanced (revision 2) Request to our revision 1 policy: RFC
+         * 6581 §10 has us close; a reset, as RNICs answer it, is what makes
+         * an RNIC initiator try again at revision 1 (docs/ENGINE.md "MPA
+         * revision 1 fallback") */
+        bool newer = pol.rev == 1 && c->neg.peer.enhanced;
+        return passive_drop_how(c, c->neg.why ? c->neg.why : "unusable MPA Request", newer);
+    }
     timer_disarm(c);
     /* The ULP decides; the socket stays quiet meanwhile (accept peeks). */
     if (c->fd_reg) {

@@ -1833,6 +1833,17 @@ static void c_rev1(void)
     struct env e;
     if (!env_up(&e, AF_INET6))
         return;
+    /* an enhanced revision 2 Request is answered with a reset, on which RNIC
+     * initiators (and ours) try revision 1 */
+    int raw = raw_connect(&e.addr);
+    CHECK(raw >= 0);
+    if (raw >= 0) {
+        uint8_t f[64];
+        size_t fl = mk_frame(f, true, S, 2, 4, 4, NULL, 0);
+        eng_send_all(raw, f, fl);
+        CHECK_EQ(wait_close(raw, EV_MS), -ECONNRESET);
+        close(raw);
+    }
     p.private_data_len = 513;
     struct uiw_conn *cc = NULL;
     CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&e.addr, &p, e.chc, NULL, &cc),
