@@ -17,8 +17,9 @@
 #
 # usage: interop.sh [--ci | --full] [--variants "default crc ..."]
 #                   [--dirs "h2v v2h"] [--out DIR]
-#   --ci    the CI subset: default, crc and p2p in both directions, with the
-#           fault cases and the markers policy (the default)
+#   --ci    the CI subset: default, crc, p2p and p2p-readrtr in both
+#           directions, with the fault cases, the markers policy and the
+#           Read RTR forced from our side (UIWARP_RTR=read) (the default)
 #   --full  every variant (default crc p2p p2p-crc p2p-readrtr rev1), both
 #           directions, all sizes and policies
 # Environment: SIW_ONLY (regex: only the cases whose name matches),
@@ -51,7 +52,7 @@ while [ $# -gt 0 ]; do
 done
 if [ -z "$variants" ]; then
     if [ $mode = full ]; then variants="default crc p2p p2p-crc p2p-readrtr rev1"
-    else variants="default crc p2p"; fi
+    else variants="default crc p2p p2p-readrtr"; fi
 fi
 
 SIW_PEER=${SIW_PEER:-}
@@ -222,6 +223,13 @@ plan_boot() { # VARIANT DIR
                 "rping -s -a 127.0.0.1 -p @H -C 1 -S 64 -V" \
                 "rping -c -a 10.0.2.2 -p @H -C 1 -S 64 -V" guest
         fi
+    fi
+    if [ "$v" = p2p ] && [ "$dir" = h2v ]; then
+        # the zero-length Read RTR that RNIC responders force (irdma and cxgb4
+        # pick Read; notes/rnic-mpa.md), from our initiator: offering only
+        # Read makes the siw responder choose it
+        rping_case h2v REQUIRED 4096 10 "UIWARP_RTR=read" -rtr-read
+        perf_case h2v REQUIRED read 65536 10 "UIWARP_RTR=read" -rtr-read
     fi
     if [ "$v" = rev1 ] && [ "$dir" = h2v ]; then
         # uiwarp as a rev 1 initiator: the siw responder answers rev 1 with
