@@ -756,6 +756,15 @@ static void test_mpa_fields(void)
     run("not a reply", &s, NULL, "mpa-frame=1", NULL);
 }
 
+/* A new capture: handshake, a Send a>b, then Terminate t b>a. */
+static void term_after_send(sc *s, uiw_hdr t)
+{
+    sc_open(s, DLT_EN10MB, 4, true);
+    handshake(s, &STD, &STD);
+    put(s, 0, h_send(1, 0, true), 10);
+    put(s, 1, t, 0);
+}
+
 static void test_terminate(void)
 {
     sc s;
@@ -782,10 +791,7 @@ static void test_terminate(void)
     run("terminate siw layout + after", &s, NULL, "siw-term-layout=1", "after-terminate=1", NULL);
 
     /* the same control word strictly: a terminate violation */
-    sc_open(&s, DLT_EN10MB, 4, true);
-    handshake(&s, &STD, &STD);
-    put(&s, 0, h_send(1, 0, true), 10);
-    put(&s, 1, t, 0);
+    term_after_send(&s, t);
     uiw_dump_opts o = {0};
     o.strict_mask = 1u << UIW_QUIRK_SIW_TERM_LAYOUT;
     run("terminate siw layout strict", &s, &o, "terminate=1", NULL);
@@ -796,26 +802,17 @@ static void test_terminate(void)
     rt.qn = UIW_QN_TERMINATE;
     rt.msn = 1;
     rt.u.term.cause = (uiw_term_cause){UIW_LAYER_LLP, UIW_LLP_ET_RNIC, UIW_MPA_EC_CRC};
-    sc_open(&s, DLT_EN10MB, 4, true);
-    handshake(&s, &STD, &STD);
-    put(&s, 0, h_send(1, 0, true), 10);
-    put(&s, 1, rt, 0);
+    term_after_send(&s, rt);
     run("terminate rnic etype 3", &s, NULL, "rnic-term-etype3=1", NULL);
-    sc_open(&s, DLT_EN10MB, 4, true);
-    handshake(&s, &STD, &STD);
-    put(&s, 0, h_send(1, 0, true), 10);
-    put(&s, 1, rt, 0);
+    term_after_send(&s, rt);
     uiw_dump_opts ro = {0};
     ro.strict_mask = 1u << UIW_QUIRK_RNIC_TERM_ETYPE3;
     run("terminate rnic etype 3 strict", &s, &ro, "terminate=1", NULL);
 
     /* Terminate with MSN 2 */
-    sc_open(&s, DLT_EN10MB, 4, true);
-    handshake(&s, &STD, &STD);
-    put(&s, 0, h_send(1, 0, true), 10);
     t.msn = 2;
     t.u.term.siw_layout = false;
-    put(&s, 1, t, 0);
+    term_after_send(&s, t);
     run("terminate msn", &s, NULL, "msn=1", NULL);
 }
 

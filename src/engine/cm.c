@@ -564,6 +564,29 @@ static void send_terminate(struct uiw_conn *c, const uiw_mpa_neg *n)
  * Active side
  * ---------------------------------------------------------------------- */
 
+/* The active side's socket into c->fd, with the connection's options
+ * (c->param) and bound to src when given; with port 0 the address only,
+ * connect() picks the port (without bind()'s search for a port no socket
+ * holds; rdmacm's rdma_resolve_addr leaves the port to us). 0 or -errno. */
+static int active_socket(struct uiw_conn *c, const struct sockaddr *src)
+{
+    int one = 1, e, fd = socket(c->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+    if (fd < 0)
+        return -errno;
+    set_sockopts(fd, c->param.peer_timeout_ms);
+    set_tos(fd, c->peer.ss_family, &c->param);
+    if (src && !sa_port(src))
+        (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+    if (src && bind(fd, src, sa_len(src)) < 0) {
+        e = -errno;
+        close(fd);
+        return e;
+    }
+    c->fd = fd;
+    return 0;
+}
+
 /* Setup failed: close our socket, report. c->lock held, progress thread. */
 static void active_fail(struct uiw_conn *c, enum uiw_cm_event_type type, int status, bool abortive)
 {
@@ -654,7 +677,7 @@ static bool active_rev1_retry(struct uiw_conn *c)
     const struct uiw_config *cfg = uiw_config();
     struct sockaddr_storage src = c->local;
     uiw_mpa_policy pol;
-    int fd, rc, one = 1;
+    int rc;
 
     if (c->rev1_tried || !cfg->mpa_rev1_fallback || cfg->mpa_rev != 2 || c->rhave ||
         c->state != UIW_CS_WAIT_REP)
@@ -677,31 +700,22 @@ static bool active_rev1_retry(struct uiw_conn *c)
     close(c->fd);
     c->fd = -1;
     c->rhave = 0;
-    fd = socket(c->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (fd < 0) {
-        active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
-        return true;
-    }
-    c->fd = fd;
-    set_sockopts(fd, c->param.peer_timeout_ms);
-    set_tos(fd, c->peer.ss_family, &c->param);
+    /* the same address (the first connection's), a port of its own */
     if (src.ss_family == AF_INET)
         ((struct sockaddr_in *)&src)->sin_port = 0;
     else if (src.ss_family == AF_INET6)
         ((struct sockaddr_in6 *)&src)->sin6_port = 0;
-    (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-    if ((src.ss_family == AF_INET || src.ss_family == AF_INET6) &&
-        bind(fd, (struct sockaddr *)&src, sa_len((struct sockaddr *)&src)) < 0) {
-        active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, true);
+    if (active_socket(c, src.ss_family ? (struct sockaddr *)&src : NULL) < 0) {
+        active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
         return true;
     }
     c->state = UIW_CS_CONNECTING;
-    if (connect(fd, (struct sockaddr *)&c->peer, sa_len((struct sockaddr *)&c->peer)) < 0 &&
+    if (connect(c->fd, (struct sockaddr *)&c->peer, sa_len((struct sockaddr *)&c->peer)) < 0 &&
         errno != EINPROGRESS) {
         active_fail(c, UIW_CM_CONNECT_ERROR, -ECONNRESET, false);
         return true;
     }
-    rc = uiw_progress_add(fd, EPOLLOUT, conn_io_cb, c);
+    rc = uiw_progress_add(c->fd, EPOLLOUT, conn_io_cb, c);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
         return true;
@@ -1406,24 +1420,10 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
         c->qp = qp;
         c->had_qp = true;
     }
-    c->fd = socket(dst->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-    if (c->fd < 0) {
-        rc = -errno;
-        goto fail;
-    }
-    set_sockopts(c->fd, p ? p->peer_timeout_ms : 0);
-    set_tos(c->fd, dst->sa_family, p);
-    if (src && !sa_port(src)) {
-        /* address only: connect() picks the port (rdmacm's
-         * rdma_resolve_addr leaves it to us) */
-        int one = 1;
-        (void)setsockopt(c->fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
-    }
-    if (src && bind(c->fd, src, sa_len(src)) < 0) {
-        rc = -errno;
-        goto fail;
-    }
     memcpy(&c->peer, dst, sa_len(dst));
+    rc = active_socket(c, src);
+    if (rc < 0)
+        goto fail;
 
     pthread_mutex_lock(&c->lock);
     c->state = UIW_CS_CONNECTING;

@@ -342,6 +342,23 @@ UIW_EXPORT void ibv_ack_cq_events(struct ibv_cq *cq, unsigned int nevents)
  * Completion queues
  * ---------------------------------------------------------------------- */
 
+/* The end of a CQ that no QP, channel or event refers to any more. */
+static void cq_free(struct uiw_cq *cq)
+{
+    pthread_mutex_destroy(&cq->ibcq.mutex);
+    pthread_cond_destroy(&cq->ibcq.cond);
+    pthread_mutex_destroy(&cq->lock);
+    pthread_cond_destroy(&cq->drive_cv);
+    if (cq->drive_ep >= 0)
+        close(cq->drive_ep);
+    if (cq->ibcqx.start_poll) /* made by ibv_create_cq_ex (verbs_ex.c) */
+        pthread_mutex_destroy(&cq->ex_lock);
+    free(cq->ring);
+    free(cq->qps);
+    free(cq);
+    atomic_fetch_sub(&ncqs, 1);
+}
+
 UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
                                         struct ibv_comp_channel *channel, int comp_vector)
 {
@@ -392,13 +409,7 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
         }
         pthread_mutex_unlock(&ch->drive_lock);
         if (!cqs) {
-            pthread_mutex_destroy(&cq->ibcq.mutex);
-            pthread_cond_destroy(&cq->ibcq.cond);
-            pthread_mutex_destroy(&cq->lock);
-            pthread_cond_destroy(&cq->drive_cv);
-            free(cq->ring);
-            free(cq);
-            atomic_fetch_sub(&ncqs, 1);
+            cq_free(cq);
             errno = ENOMEM;
             return NULL;
         }
@@ -452,18 +463,7 @@ UIW_EXPORT int ibv_destroy_cq(struct ibv_cq *ibcq)
         ibcq->channel->refcnt--;
         pthread_mutex_unlock(&ch->lock);
     }
-    pthread_mutex_destroy(&ibcq->mutex);
-    pthread_cond_destroy(&ibcq->cond);
-    pthread_mutex_destroy(&cq->lock);
-    pthread_cond_destroy(&cq->drive_cv);
-    if (cq->drive_ep >= 0)
-        close(cq->drive_ep);
-    if (cq->ibcqx.start_poll) /* made by ibv_create_cq_ex (verbs_ex.c) */
-        pthread_mutex_destroy(&cq->ex_lock);
-    free(cq->ring);
-    free(cq->qps);
-    free(cq);
-    atomic_fetch_sub(&ncqs, 1);
+    cq_free(cq);
     return 0;
 }
 

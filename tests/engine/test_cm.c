@@ -1949,6 +1949,32 @@ static int raw_take_request(int lfd, uiw_mpa_frame *rq)
     return fd;
 }
 
+/* Connect to the raw listener lfd, whose peer answers `tries` Requests
+ * (revision 2, then 1) each with a reset (fin: a FIN): the attempt ends in
+ * CONNECT_ERROR -ECONNRESET, and no further connection comes. */
+static void rev1_ends(struct uiw_cm_channel *ch, int lfd, const struct sockaddr_storage *a,
+                      const struct uiw_conn_param *p, int tries, bool fin, const char *what)
+{
+    struct uiw_conn *c = NULL;
+    struct uiw_cm_event ev;
+    uiw_mpa_frame rq;
+
+    CHECK_EQ(uiw_cm_connect(NULL, NULL, (const struct sockaddr *)a, p, ch, NULL, &c), 0);
+    for (int i = 0; i < tries; i++) {
+        int fd = raw_take_request(lfd, &rq);
+        if (fd < 0)
+            continue;
+        CHECK_EQ(rq.rev, i ? 1 : 2);
+        if (fin)
+            close(fd);
+        else
+            raw_reset(fd);
+    }
+    expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, what);
+    CHECK(raw_accept(lfd, 300) < 0);
+    uiw_cm_conn_destroy(c);
+}
+
 /* MPA revision 1 fallback (docs/ENGINE.md): a peer that resets our
  * revision 2 Request gets one more connection at revision 1, with the
  * same private data; a reset of that one, or a FIN instead of a Reply,
@@ -2000,25 +2026,9 @@ static void rev1_fallback(struct ibv_qp *qp)
     uiw_cm_conn_destroy(c);
     /* 2. both reset: the reset is reported, and there is no third try */
     if (!qp) {
-        CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
-        for (int i = 0; i < 2; i++) {
-            fd = raw_take_request(lfd, &rq);
-            if (fd >= 0) {
-                CHECK_EQ(rq.rev, i ? 1 : 2);
-                raw_reset(fd);
-            }
-        }
-        expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "rev1 reset too");
-        CHECK(raw_accept(lfd, 300) < 0);
-        uiw_cm_conn_destroy(c);
+        rev1_ends(ch, lfd, &a, &p, 2, false, "rev1 reset too");
         /* 3. a FIN instead of a Reply is no reason to retry */
-        CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
-        fd = raw_take_request(lfd, &rq);
-        if (fd >= 0)
-            close(fd);
-        expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "FIN: no retry");
-        CHECK(raw_accept(lfd, 300) < 0);
-        uiw_cm_conn_destroy(c);
+        rev1_ends(ch, lfd, &a, &p, 1, true, "FIN: no retry");
         /* 4. the peer gone before the retry: the reset is reported */
         CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, &p, ch, NULL, &c), 0);
         fd = raw_take_request(lfd, &rq);
@@ -2055,23 +2065,14 @@ static void c_rev1_fallback_p2p(void)
 static void c_rev1_fallback_off(void)
 {
     struct uiw_cm_channel *ch = eng_cm_chan();
-    struct uiw_conn *c = NULL;
-    struct uiw_cm_event ev;
-    uiw_mpa_frame rq;
     uint16_t port;
-    int lfd = raw_listen(AF_INET, &port), fd;
+    int lfd = raw_listen(AF_INET, &port);
     struct sockaddr_storage a = loop_addr(AF_INET, port);
 
     CHECK(!uiw_config()->mpa_rev1_fallback);
     if (lfd < 0)
         return;
-    CHECK_EQ(uiw_cm_connect(NULL, NULL, (struct sockaddr *)&a, NULL, ch, NULL, &c), 0);
-    fd = raw_take_request(lfd, &rq);
-    if (fd >= 0)
-        raw_reset(fd);
-    expect_event(ch, &ev, UIW_CM_CONNECT_ERROR, -ECONNRESET, c, "fallback off");
-    CHECK(raw_accept(lfd, 300) < 0);
-    uiw_cm_conn_destroy(c);
+    rev1_ends(ch, lfd, &a, NULL, 1, false, "fallback off");
     close(lfd);
     uiw_cm_channel_destroy(ch);
 }

@@ -234,6 +234,10 @@ struct pair {
     struct end c, s;
     struct adv cadv, sadv; /* what each side advertised in private data */
     bool up;
+    /* the client's retry had to take another port: its id shows the new
+     * one from ESTABLISHED on (test_listen_late_port_taken) */
+    bool port_moves;
+    uint16_t seen_port; /* network order: the client port the server saw */
 };
 
 static const int ACCESS = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
@@ -388,7 +392,9 @@ static bool server_accept(struct pair *p, uint8_t want_init_depth, uint8_t want_
     /* addresses: ours is the listener's port, the peer's the client's */
     CHECK_EQ(rdma_get_local_addr(s->id)->sa_family, p->fam);
     CHECK_EQ(ntohs(rdma_get_src_port(s->id)), p->port);
-    CHECK_EQ(rdma_get_dst_port(s->id), rdma_get_src_port(p->c.id));
+    p->seen_port = rdma_get_dst_port(s->id);
+    if (!p->port_moves)
+        CHECK_EQ(rdma_get_dst_port(s->id), rdma_get_src_port(p->c.id));
     ack(e);
     if (!s->id->verbs)
         return false;
@@ -1651,13 +1657,18 @@ static void test_dual_stack(void)
 }
 
 /* A server that publishes its port before rdma_listen (as qperf does):
- * the refused first attempt is repeated and the connection succeeds. */
-static void test_listen_late(void)
+ * the refused first attempt is repeated and the connection succeeds.
+ * take_port: something else takes the refused attempt's port before the
+ * retry (connect() may choose a port other sockets share, which bind()
+ * then refuses; a listener here): the retry takes a new port, and the
+ * client's id reports it once ESTABLISHED. */
+static void test_listen_late(bool take_port)
 {
     struct pair p;
     memset(&p, 0, sizeof(p));
     p.fam = AF_INET;
     p.ip = "127.0.0.1";
+    p.port_moves = take_port;
     p.lch = rdma_create_event_channel();
     CHECK_EQ(rdma_create_id(p.lch, &p.lid, &p, RDMA_PS_TCP), 0);
     struct sockaddr_storage ss;
@@ -1665,10 +1676,29 @@ static void test_listen_late(void)
     CHECK_EQ(rdma_bind_addr(p.lid, (struct sockaddr *)&ss), 0);
     p.port = ntohs(rdma_get_src_port(p.lid));
     if (client_connect(&p, p.port, 2, 3)) {
+        uint16_t first = rdma_get_src_port(p.c.id);
+        int squat = -1;
         usleep(5000); /* the first SYN meets no listener */
+        if (take_port) {
+            struct sockaddr_storage a;
+            mkaddr(&a, AF_INET, "127.0.0.1", ntohs(first));
+            squat = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+            CHECK(squat >= 0);
+            int brc = -1; /* a retry's socket may hold the port for a moment */
+            for (int i = 0; i < 200 && brc != 0; i++)
+                if ((brc = bind(squat, (struct sockaddr *)&a, sizeof(struct sockaddr_in))) != 0)
+                    usleep(1000);
+            CHECK_EQ(brc, 0);
+            CHECK_EQ(listen(squat, 1), 0);
+        }
         CHECK_EQ(rdma_listen(p.lid, 8), 0);
-        if (server_accept(&p, 3, 2) && established(&p))
+        if (server_accept(&p, 3, 2) && established(&p)) {
+            CHECK_EQ(p.seen_port != first, take_port);
+            CHECK_EQ(rdma_get_src_port(p.c.id), p.seen_port);
             data_exchange(&p);
+        }
+        if (squat >= 0)
+            close(squat);
     }
     pair_down(&p);
 }
@@ -1823,7 +1853,8 @@ int main(void)
     printf("listener destroyed with a request pending\n");
     test_listener_gone();
     printf("listener that listens only after the client connected\n");
-    test_listen_late();
+    test_listen_late(false);
+    test_listen_late(true);
     printf("synchronous endpoints\n");
     test_ep_sync(false);
     printf("synchronous endpoints, rejected\n");
