@@ -17,6 +17,7 @@
  *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default off
  *   UIWARP_PROGRESS_SPIN_US 0 .. 100000                       default 200
  *   UIWARP_TX_COALESCE_US  0 (off) .. 1000                    default 2
+ *   UIWARP_POLL_OWN_US     0 (off) .. 100000                  default 200
  *   UIWARP_PEER_TIMEOUT    0 (off) .. 86400 seconds            default 30
  *   UIWARP_RNR_HOLD_MS     0 (Terminate at once) .. 86400000,  default 5000
  *                          or unlimited (receiver not ready, qp_rx.c)
@@ -230,6 +231,7 @@ static void config_load(void)
     cfg.first_fpdu_hold_ms = DEF_FIRST_FPDU_HOLD_MS; /* docs/INTEROP.md §1 */
     cfg.progress_spin_us = 200;
     cfg.tx_coalesce_ns = 2000; /* docs/ENGINE.md "Transmit" */
+    cfg.poll_own_us = 200;     /* docs/ENGINE.md "Poll-driven progress" */
     cfg.progress_nice = 0;
     cfg.progress_nice_set = false; /* off: docs/ENGINE.md on the trade-off */
     cfg.peer_timeout_s = 30;       /* docs/ENGINE.md "Dead peers" */
@@ -270,6 +272,7 @@ static void config_load(void)
     u = cfg.tx_coalesce_ns / 1000;
     env_uint("UIWARP_TX_COALESCE_US", 0, 1000, &u);
     cfg.tx_coalesce_ns = u * 1000;
+    env_uint("UIWARP_POLL_OWN_US", 0, 100000, &cfg.poll_own_us);
     env_uint("UIWARP_PEER_TIMEOUT", 0, 86400, &cfg.peer_timeout_s);
     {
         const char *v = getenv("UIWARP_RNR_HOLD_MS");

@@ -40,7 +40,8 @@
 #define UIW_POLL_SPIN 16
 
 static atomic_int ncqs;
-_Atomic uint64_t uiw_last_arm_ns; /* engine.h */
+_Atomic uint64_t uiw_last_arm_ns;   /* engine.h */
+_Atomic uint64_t uiw_last_yield_ns; /* engine.h */
 static _Thread_local unsigned empty_polls;
 
 static struct uiw_comp_channel *to_uch(struct ibv_comp_channel *c)
@@ -203,7 +204,7 @@ static void chan_drive(struct uiw_comp_channel *ch)
         return;
     }
     for (unsigned i = 0; i < ch->ncqs; i++)
-        uiw_cq_drive(ch->cqs[i], true);
+        uiw_cq_drive(ch->cqs[i], true, false);
     pthread_mutex_unlock(&ch->drive_lock);
 }
 
@@ -600,7 +601,8 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
          * RNR retry (RFC 5041 §7.1 check 2: a Send without a receive is a
          * fatal Terminate). */
         if (drive) {
-            uiw_cq_drive(cq, false);
+            /* a thread that keeps polling owns the sockets it reads */
+            uiw_cq_drive(cq, false, empty_polls >= UIW_POLL_SPIN);
             got = cq_pop(cq, n, wc, &overflow, &drive);
         }
         /* A thread polling in a loop that keeps finding nothing lets the
@@ -612,6 +614,9 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
          * window of Reads/Atomics is answered once per slice. */
         if (got == 0 && ++empty_polls > UIW_POLL_SPIN) {
             empty_polls = UIW_POLL_SPIN;
+            /* a yielding poller: the progress thread may spin beside it
+             * (progress.c "Spinning") */
+            atomic_store_explicit(&uiw_last_yield_ns, uiw_now_ns(), memory_order_relaxed);
             sched_yield();
         }
     }

@@ -83,6 +83,8 @@ struct uiw_config {
     unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: cq.c "Waiting", progress.c "Spinning"
                                     (default 200) */
     unsigned tx_coalesce_ns;     /* UIWARP_TX_COALESCE_US (in ns): qp_tx.c coalescing, 0 = off */
+    unsigned poll_own_us;        /* UIWARP_POLL_OWN_US: qp_dp.c "Poll ownership", 0 = off
+                                    (default 200) */
     bool progress_nice_set;      /* false: "off", the thread keeps the process's */
     unsigned peer_timeout_s;     /* UIWARP_PEER_TIMEOUT: dead-peer detection through TCP
                                   * keepalive and TCP_USER_TIMEOUT (default 30; 0 = off) */
@@ -546,7 +548,11 @@ struct uiw_qp {
     void *rx_state;                /* qp_rx.c private state (current message, staging buffer) */
     void *tx_state;                /* qp_tx.c private state (current FPDU batch) */
     bool want_write;               /* transmission blocked: EPOLLOUT armed */
-    bool rx_muted;                 /* EPOLLIN off: a waiter reads it (cq.c "Waiting") */
+    uint8_t rx_muted;              /* EPOLLIN off (UIW_MUTE_*): someone else reads it */
+    /* poll ownership (qp_dp.c "Poll ownership"), qp->lock */
+    uint64_t rx_owned_ns; /* when a busy-polling thread last drove the QP */
+    bool rx_owned_listed; /* on the owned list (its lock) */
+    struct uiw_qp *rx_own_prev, *rx_own_next;
     bool close_drain; /* disconnected in order: unread bytes discarded at close (cm.c) */
     /* transmit coalescing (qp_tx.c, docs/ENGINE.md "Transmit"), qp->lock */
     uint64_t tx_post_ns;     /* when the latest ibv_post_send returned */
@@ -698,6 +704,7 @@ int uiw_progress_del(int fd);
 /* struct uiw_timer: defined above (embedded in struct uiw_qp) */
 int uiw_timer_init(struct uiw_timer *t, void (*cb)(void *), void *obj);
 void uiw_timer_arm(struct uiw_timer *t, unsigned ms);
+void uiw_timer_arm_us(struct uiw_timer *t, uint64_t us);
 void uiw_timer_disarm(struct uiw_timer *t);
 bool uiw_timer_pending(struct uiw_timer *t);
 void uiw_timer_fini(struct uiw_timer *t);
@@ -705,13 +712,17 @@ void uiw_timer_fini(struct uiw_timer *t);
  * on return cb will not start; from another thread it also waits for a cb
  * that is running (same lock rule as del). */
 int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id);
+/* A QP's socket reported data to the progress thread (qp_dp.c): what its
+ * spinning goes by (progress.c "Spinning"), not timers. */
+void uiw_progress_data_seen(void);
 void uiw_progress_timer_cancel(uint64_t id);
 /* Poll-driven progress: called by ibv_poll_cq when its CQ is empty; tries
  * each attached QP (trylock) so a polling application needs no thread
  * hand-off. One read per QP, or (drain: a thread waiting in
  * ibv_get_cq_event, cq.c) until the socket is empty, as the progress
- * thread does. */
-void uiw_cq_drive(struct uiw_cq *cq, bool drain);
+ * thread does. own: the caller polls in a loop; its QPs' sockets leave the
+ * progress thread's EPOLLIN while it does (qp_dp.c "Poll ownership"). */
+void uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own);
 /* Transmit coalescing: hand the work requests that attached QPs deferred
  * to the transmitter (ibv_poll_cq, ibv_req_notify_cq; trylock per QP). */
 void uiw_cq_flush_tx(struct uiw_cq *cq);
@@ -726,6 +737,9 @@ void uiw_cq_drive_del(struct uiw_cq *cq, struct uiw_qp *qp);
 /* CLOCK_MONOTONIC ns of the last ibv_req_notify_cq on a CQ with a completion
  * channel (cq.c): someone waits for events, the progress thread spins */
 extern _Atomic uint64_t uiw_last_arm_ns;
+/* ... and of the last sched_yield of a thread busy-polling an empty CQ
+ * (cq.c): it gives the CPU away, so the progress thread may spin too */
+extern _Atomic uint64_t uiw_last_yield_ns;
 /* Threads now spinning in ibv_get_cq_event, driving their channel's CQs
  * themselves (cq.c): the progress thread does not spin meanwhile. */
 extern atomic_uint uiw_event_spinners;
@@ -738,6 +752,17 @@ unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max);
 /* Take the QP's socket out of the progress thread's EPOLLIN (mute) or put
  * it back, which reports data that came meanwhile to it (qp_dp.c). */
 void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute);
+#define UIW_MUTE_WAITER 1u /* a thread spinning in ibv_get_cq_event (cq.c "Waiting") */
+#define UIW_MUTE_POLL   2u /* a thread busy-polling a CQ (qp_dp.c "Poll ownership") */
+/* qp->lock held: a busy-polling thread just drove the QP; it keeps the
+ * socket from the progress thread until it stops polling for
+ * UIWARP_POLL_OWN_US (qp_dp.c). */
+void uiw_qp_poll_own(struct uiw_qp *qp);
+/* qp->lock held: off the owned list (before the socket goes) */
+void dp_rx_unown(struct uiw_qp *qp);
+/* qp->lock held: the receive path stopped with data left (its budget): a
+ * CQ readiness set reports the socket again */
+void uiw_cq_drive_again(struct uiw_cq *cq, struct uiw_qp *qp);
 
 /* ------------------------------------------------------------------------
  * Connections (cm.c, cm_channel.c; private structs in cm_int.h): the

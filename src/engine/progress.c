@@ -288,15 +288,25 @@ static void set_nice(void)
  * message, each a cross-CPU IPI (on a VM, an exit). While some CQ with a
  * completion channel was armed lately (someone waits for events: a
  * ping-pong program re-arms after each event this thread delivers), and the
- * last socket event is at most that long ago, the thread polls epoll
- * without sleeping, with sched_yield between polls so that a woken
- * application thread on the same CPU runs first: the data finds it awake.
- * Not without arming: a program polling its CQ drives the receive
- * path itself (uiw_cq_drive), and one that spins on memory (ib_write_lat)
- * would keep a runnable-but-yielding thread waiting a whole time slice.
+ * last time a QP's socket reported data to it is at most that long ago,
+ * the thread polls epoll without sleeping, with sched_yield between polls
+ * so that a woken application thread on the same CPU runs first: the data
+ * finds it awake. Also while a thread busy-polling an empty CQ yields (cq.c
+ * uiw_last_yield_ns): it gives the CPU away anyway, and the QPs it does not
+ * poll (perftest's data QP beside the control QP it polls) are served
+ * without a wake-up per segment. Not otherwise: a program that
+ * spins on memory (ib_write_lat) would keep a runnable-but-yielding thread
+ * waiting a whole time slice.
  * What it buys is measured in docs/ENGINE.md ("Threads, locks, progress").
  */
 static uint64_t spin_ns;
+static uint64_t last_data_ns; /* the progress thread's own */
+
+void uiw_progress_data_seen(void)
+{
+    if (spin_ns && on_progress_thread)
+        last_data_ns = uiw_now_ns();
+}
 
 static bool should_spin(uint64_t last_ev)
 {
@@ -310,13 +320,14 @@ static bool should_spin(uint64_t last_ev)
     /* a program waiting for events drives its CQs itself (cq.c, "Waiting") */
     if (atomic_load_explicit(&uiw_event_spinners, memory_order_relaxed))
         return false;
+    if (now - atomic_load_explicit(&uiw_last_yield_ns, memory_order_relaxed) < 2 * spin_ns)
+        return true;
     return now - atomic_load_explicit(&uiw_last_arm_ns, memory_order_relaxed) < 2 * spin_ns;
 }
 
 static void *progress_main(void *arg)
 {
     struct epoll_event evs[PG_MAX_EVENTS];
-    uint64_t last_ev = 0;
     bool spinning;
 
     (void)arg;
@@ -332,13 +343,11 @@ static void *progress_main(void *arg)
         tmo = timeout_ns_locked();
         pthread_mutex_unlock(&pg.lock);
 
-        spinning = tmo != 0 && should_spin(last_ev);
+        spinning = tmo != 0 && should_spin(last_data_ns);
         if (spinning)
             tmo = 0;
         n = wait_ns(evs, PG_MAX_EVENTS, tmo);
-        if (n > 0 && spin_ns)
-            last_ev = uiw_now_ns();
-        else if (n == 0 && spinning)
+        if (n == 0 && spinning)
             sched_yield(); /* a thread woken on this CPU (the application) goes first */
         if (n < 0) {
             if (errno == EINTR)
@@ -594,6 +603,11 @@ void uiw_timer_arm(struct uiw_timer *t, unsigned ms)
     timer_arm_ns(t, (uint64_t)ms * 1000000u);
 }
 
+void uiw_timer_arm_us(struct uiw_timer *t, uint64_t us)
+{
+    timer_arm_ns(t, us * 1000u);
+}
+
 void uiw_timer_disarm(struct uiw_timer *t)
 {
     if (!t)
@@ -727,11 +741,13 @@ unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max)
 /* Read qp's socket if its lock is free (lock order qp -> cq: only a
  * trylock, with cq->lock released): false if it is busy, its holder (or
  * the progress thread, which got the readiness edge) draining it. */
-static bool qp_try_rx(struct uiw_qp *qp, bool drain)
+static bool qp_try_rx(struct uiw_qp *qp, bool drain, bool own)
 {
     if (pthread_mutex_trylock(&qp->lock) != 0)
         return false;
     if (qp->fd >= 0) {
+        if (own)
+            uiw_qp_poll_own(qp); /* before the read: what comes after is ours */
         if (drain)
             uiw_qp_rx_progress(qp);
         else
@@ -766,6 +782,18 @@ void uiw_cq_drive_add(struct uiw_cq *cq, struct uiw_qp *qp)
     pthread_mutex_lock(&cq->lock);
     if (cq->drive_ep >= 0 && qp->fd >= 0)
         (void)epoll_ctl(cq->drive_ep, EPOLL_CTL_ADD, qp->fd, &ev); /* EEXIST: is in */
+    pthread_mutex_unlock(&cq->lock);
+}
+
+void uiw_cq_drive_again(struct uiw_cq *cq, struct uiw_qp *qp)
+{
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLET, .data.ptr = qp};
+
+    if (!cq)
+        return;
+    pthread_mutex_lock(&cq->lock);
+    if (cq->drive_ep >= 0 && qp->fd >= 0) /* with EPOLLET a MOD reports it again */
+        (void)epoll_ctl(cq->drive_ep, EPOLL_CTL_MOD, qp->fd, &ev);
     pthread_mutex_unlock(&cq->lock);
 }
 
@@ -806,7 +834,7 @@ static void drive_ep_make(struct uiw_cq *cq)
 /* The readiness set's way: only QPs whose socket got data since the last
  * look. Edge-triggered: data the progress thread (which has its own edge)
  * or an earlier poll consumed gives at most a read that finds nothing. */
-static void drive_ready(struct uiw_cq *cq, int ep, bool drain)
+static void drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
 {
     struct epoll_event evs[16];
     bool busy = false;
@@ -819,7 +847,7 @@ static void drive_ready(struct uiw_cq *cq, int ep, bool drain)
     for (int i = 0; i < n; i++) {
         struct uiw_qp *qp = evs[i].data.ptr; /* alive: cq_del_qp waits for drivers */
 
-        if (!qp_try_rx(qp, drain))
+        if (!qp_try_rx(qp, drain, own))
             busy = true;
     }
     pthread_mutex_lock(&cq->lock);
@@ -830,7 +858,7 @@ static void drive_ready(struct uiw_cq *cq, int ep, bool drain)
         sched_yield();
 }
 
-void uiw_cq_drive(struct uiw_cq *cq, bool drain)
+void uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own)
 {
     bool busy = false;
 
@@ -848,14 +876,14 @@ void uiw_cq_drive(struct uiw_cq *cq, bool drain)
         pthread_mutex_unlock(&cq->lock);
     }
     if (ep >= 0) {
-        drive_ready(cq, ep, drain);
+        drive_ready(cq, ep, drain, own);
         return;
     }
 
     struct uiw_qp *qp;
 
     for (unsigned i = 0; (qp = cq_qp_get(cq, i)); i++) {
-        if (!qp_try_rx(qp, drain))
+        if (!qp_try_rx(qp, drain, own))
             busy = true;
         uiw_qp_put(qp);
     }

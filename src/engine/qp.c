@@ -644,6 +644,7 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     fd = qp->fd;
     rnr_timers = qp->rnr_timers;
     dp_tx_undefer(qp); /* off the backstop's list before the wait (3.) */
+    dp_rx_unown(qp);   /* and off the poll owners' list */
     pthread_mutex_unlock(&qp->lock);
     if (fd >= 0)
         uiw_progress_del(fd);
@@ -745,6 +746,7 @@ UIW_EXPORT int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int 
             if (qp->rcq != qp->scq)
                 uiw_cq_drive_del(qp->rcq, qp);
             dp_tx_undefer(qp);
+            dp_rx_unown(qp);
             release_fd = qp->fd;
             qp->fd = -1;
             uiw_cap_close(qp->pcap, false);

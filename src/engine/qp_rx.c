@@ -1307,8 +1307,15 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
             continue;
         }
         if (!budget) {
-            /* let other QPs run: with EPOLLET a MOD reports the fd again */
+            /* let other QPs run: with EPOLLET a MOD reports the fd again
+             * (to the progress thread, or to the CQ readiness set of the
+             * thread that polls it, qp_dp.c "Poll ownership") */
             dp_arm(qp);
+            if (qp->rx_muted & UIW_MUTE_POLL) {
+                uiw_cq_drive_again(qp->rcq, qp);
+                if (qp->scq != qp->rcq)
+                    uiw_cq_drive_again(qp->scq, qp);
+            }
             break;
         }
         n = rx_read(qp, r);
@@ -1339,7 +1346,9 @@ int uiw_qp_rx_progress(struct uiw_qp *qp)
  * instead of becoming the receive engine while the peer keeps sending. */
 int uiw_qp_rx_poll(struct uiw_qp *qp)
 {
-    return rx_progress(qp, 1);
+    /* a poller that owns the socket (qp_dp.c "Poll ownership") is the
+     * only one reading it: as much as the progress thread would */
+    return rx_progress(qp, (qp->rx_muted & UIW_MUTE_POLL) ? RX_BUDGET : 1);
 }
 
 void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied, uint64_t *reads)

@@ -61,7 +61,8 @@
  * ibv_post_send transmit at once */
 #define TX_DEFER_WRS   64u
 #define TX_DEFER_BYTES (16u * 1024)
-#define TX_KICK_US     50u /* the progress thread's backstop */
+#define TX_KICK_US     50u  /* the progress thread's backstop */
+#define TX_KICK_MAX_US 400u /* ... after firings that found nothing to do */
 /* posts that follow each other within the window and still go out at
  * once: a Write and the Send that announces it, a short burst */
 #define TX_STREAK 3u
@@ -1214,7 +1215,9 @@ static struct {
     struct uiw_qp *head; /* deferred QPs: tx_defer_prev/next, under lock */
     atomic_uint listed;  /* their number (read without the lock) */
     bool armed;
-} bs = {.once = PTHREAD_ONCE_INIT, .tfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER};
+    unsigned kick_us; /* the next arming's delay: TX_KICK_US .. TX_KICK_MAX_US */
+} bs = {
+    .once = PTHREAD_ONCE_INIT, .tfd = -1, .lock = PTHREAD_MUTEX_INITIALIZER, .kick_us = TX_KICK_US};
 
 static void bs_fire(void *obj, uint32_t events);
 
@@ -1236,7 +1239,7 @@ static void bs_init(void)
 /* bs.lock held */
 static void bs_arm_locked(void)
 {
-    struct itimerspec it = {.it_value = {.tv_nsec = TX_KICK_US * 1000}};
+    struct itimerspec it = {.it_value = {.tv_nsec = (long)bs.kick_us * 1000}};
 
     if (!bs.armed && timerfd_settime(bs.tfd, 0, &it, NULL) == 0)
         bs.armed = true;
@@ -1319,8 +1322,10 @@ static bool tx_defer(struct uiw_qp *qp, unsigned wrs, uint64_t bytes)
 /* Transmit what the programs left deferred. It never waits for a QP lock:
  * the holder is the program posting (it comes back) or a transmitter
  * already; such a QP is tried again at the backstop's next firing. */
-static void flush_listed(void)
+static bool flush_listed(void)
 {
+    bool did = false;
+
     struct uiw_qp *qps[64];
     unsigned n = 0;
 
@@ -1335,6 +1340,7 @@ static void flush_listed(void)
 
         if (pthread_mutex_trylock(&qp->lock) == 0) {
             if (qp->tx_deferred) {
+                did = true;
                 if (qp->fd >= 0)
                     uiw_qp_tx_progress(qp);
                 else
@@ -1344,9 +1350,15 @@ static void flush_listed(void)
         }
         uiw_qp_put(qp);
     }
+    return did;
 }
 
-/* The backstop fired (progress thread). */
+/* The backstop fired (progress thread). A firing that finds nothing to do
+ * (the program flushed: it polls) lengthens the next delay, up to
+ * TX_KICK_MAX_US, so that a program streaming and polling is not
+ * interrupted every TX_KICK_US (the progress thread, woken on the poster's
+ * CPU where the timer was armed, preempts it: ib_write_bw -s 64 1.2 ->
+ * 2.0 M messages/s without); one that transmits goes back to TX_KICK_US. */
 static void bs_fire(void *obj, uint32_t events)
 {
     uint64_t v;
@@ -1363,8 +1375,13 @@ static void bs_fire(void *obj, uint32_t events)
     pthread_mutex_unlock(&bs.lock);
     if (fd < 0 || (read(fd, &v, sizeof(v)) < 0 && errno != EAGAIN))
         return;
-    flush_listed();
+    bool did = flush_listed();
+
     pthread_mutex_lock(&bs.lock);
+    if (did)
+        bs.kick_us = TX_KICK_US;
+    else if (bs.kick_us < TX_KICK_MAX_US)
+        bs.kick_us = bs.kick_us * 2 < TX_KICK_MAX_US ? bs.kick_us * 2 : TX_KICK_MAX_US;
     if (bs.head)
         bs_arm_locked();
     pthread_mutex_unlock(&bs.lock);
@@ -1373,7 +1390,7 @@ static void bs_fire(void *obj, uint32_t events)
 void uiw_tx_flush_deferred(void)
 {
     if (atomic_load_explicit(&bs.listed, memory_order_relaxed))
-        flush_listed();
+        (void)flush_listed();
 }
 
 /* ------------------------------------------------------------------------

@@ -340,6 +340,24 @@ static inline void eng_run_case(const char *prog, const char *name, char **envp)
     tu_failed += fa_;
 }
 
+/* Run a case in a fresh process (the configuration is read once per
+ * process): this environment without the variables starting with `drop`,
+ * plus `var` ("NAME=value"). */
+static inline void eng_run_case_env(const char *prog, const char *name, const char *drop,
+                                    const char *var)
+{
+    extern char **environ;
+    char *envp[256];
+    int k = 0;
+
+    for (char **e = environ; *e && k < 250; e++)
+        if (strncmp(*e, drop, strlen(drop)) != 0)
+            envp[k++] = *e;
+    envp[k++] = (char *)var;
+    envp[k] = NULL;
+    eng_run_case(prog, name, envp);
+}
+
 /* Byte i of the test pattern `seed`. */
 static inline uint8_t eng_pat(uint32_t seed, uint64_t i)
 {

@@ -25,8 +25,6 @@
 #include <time.h>
 #include <unistd.h>
 
-extern char **environ;
-
 #include "dp_test.h"
 
 #define NW  256u /* Writes in a stream */
@@ -286,21 +284,6 @@ static void case_off(void)
     teardown();
 }
 
-/* The case in a fresh process: this environment without UIWARP_TX_* and
- * with `var`. */
-static void run_child(const char *prog, const char *name, const char *var)
-{
-    char *envp[256];
-    int k = 0;
-
-    for (char **e = environ; *e && k < 250; e++)
-        if (strncmp(*e, "UIWARP_TX_", 10) != 0)
-            envp[k++] = *e;
-    envp[k++] = (char *)var;
-    envp[k] = NULL;
-    eng_run_case(prog, name, envp);
-}
-
 int main(int argc, char **argv)
 {
     dp_ctx = dp_open();
@@ -316,7 +299,7 @@ int main(int argc, char **argv)
         return 0;
     }
     defaults();
-    run_child(argv[0], "wide", "UIWARP_TX_COALESCE_US=1000");
-    run_child(argv[0], "off", "UIWARP_TX_COALESCE_US=0");
+    eng_run_case_env(argv[0], "wide", "UIWARP_TX_", "UIWARP_TX_COALESCE_US=1000");
+    eng_run_case_env(argv[0], "off", "UIWARP_TX_", "UIWARP_TX_COALESCE_US=0");
     TEST_MAIN_END();
 }

@@ -127,7 +127,7 @@ static void *poller(void *arg)
     /* drives the shared CQ's QPs as an empty ibv_poll_cq does, without
      * taking the completions (they belong to the main thread's rounds) */
     while (!atomic_load(&stop))
-        uiw_cq_drive(to_ucq(shared), false);
+        uiw_cq_drive(to_ucq(shared), false, true); /* owns the sockets, too */
     return NULL;
 }
 
