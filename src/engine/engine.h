@@ -754,10 +754,10 @@ unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max);
 void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute);
 #define UIW_MUTE_WAITER 1u /* a thread spinning in ibv_get_cq_event (cq.c "Waiting") */
 #define UIW_MUTE_POLL   2u /* a thread busy-polling a CQ (qp_dp.c "Poll ownership") */
-/* qp->lock held: a busy-polling thread just drove the QP; it keeps the
- * socket from the progress thread until it stops polling for
- * UIWARP_POLL_OWN_US (qp_dp.c). */
-void uiw_qp_poll_own(struct uiw_qp *qp);
+/* qp->lock held: a polling thread is about to drive the QP. One that
+ * keeps polling (take) takes the socket from the progress thread, and any
+ * poll keeps it, until no poll came for UIWARP_POLL_OWN_US (qp_dp.c). */
+void uiw_qp_poll_own(struct uiw_qp *qp, bool take);
 /* qp->lock held: off the owned list (before the socket goes) */
 void dp_rx_unown(struct uiw_qp *qp);
 /* qp->lock held: the receive path stopped with data left (its budget): a

@@ -746,8 +746,8 @@ static bool qp_try_rx(struct uiw_qp *qp, bool drain, bool own)
     if (pthread_mutex_trylock(&qp->lock) != 0)
         return false;
     if (qp->fd >= 0) {
-        if (own)
-            uiw_qp_poll_own(qp); /* before the read: what comes after is ours */
+        if (!drain) /* before the read: what comes after is ours */
+            uiw_qp_poll_own(qp, own);
         if (drain)
             uiw_qp_rx_progress(qp);
         else

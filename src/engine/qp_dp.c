@@ -204,15 +204,17 @@ static void own_unlink_locked(struct uiw_qp *qp)
     qp->rx_owned_listed = false;
 }
 
-void uiw_qp_poll_own(struct uiw_qp *qp)
+void uiw_qp_poll_own(struct uiw_qp *qp, bool take)
 {
     unsigned us = uiw_config()->poll_own_us;
 
-    if (!us || qp->fd < 0 || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
+    if (qp->rx_muted & UIW_MUTE_POLL) { /* any poll keeps it */
+        qp->rx_owned_ns = uiw_now_ns();
+        return;
+    }
+    if (!take || !us || qp->fd < 0 || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
         return;
     qp->rx_owned_ns = uiw_now_ns();
-    if (qp->rx_muted & UIW_MUTE_POLL)
-        return;
     pthread_once(&own.once, own_init);
     if (!own.ok)
         return;
