@@ -715,6 +715,8 @@ int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id)
 /* A QP's socket reported data to the progress thread (qp_dp.c): what its
  * spinning goes by (progress.c "Spinning"), not timers. */
 void uiw_progress_data_seen(void);
+/* ... and it answered a Read or Atomic Request (qp_rx.c) */
+void uiw_progress_responder_seen(void);
 void uiw_progress_timer_cancel(uint64_t id);
 /* Poll-driven progress: called by ibv_poll_cq when its CQ is empty; tries
  * each attached QP (trylock) so a polling application needs no thread

@@ -294,7 +294,9 @@ static void set_nice(void)
  * finds it awake. Also while a thread busy-polling an empty CQ yields (cq.c
  * uiw_last_yield_ns): it gives the CPU away anyway, and the QPs it does not
  * poll (perftest's data QP beside the control QP it polls) are served
- * without a wake-up per segment. Not otherwise: a program that
+ * without a wake-up per segment. And while it answers Read or Atomic
+ * Requests (a passive responder: the requester waits for each answer).
+ * Not otherwise: a program that
  * spins on memory (ib_write_lat) would keep a runnable-but-yielding thread
  * waiting a whole time slice.
  * What it buys is measured in docs/ENGINE.md ("Threads, locks, progress").
@@ -306,6 +308,14 @@ void uiw_progress_data_seen(void)
 {
     if (spin_ns && on_progress_thread)
         last_data_ns = uiw_now_ns();
+}
+
+static uint64_t last_resp_ns; /* the progress thread's own */
+
+void uiw_progress_responder_seen(void)
+{
+    if (spin_ns && on_progress_thread)
+        last_resp_ns = uiw_now_ns();
 }
 
 static bool should_spin(uint64_t last_ev)
@@ -321,6 +331,9 @@ static bool should_spin(uint64_t last_ev)
     if (atomic_load_explicit(&uiw_event_spinners, memory_order_relaxed))
         return false;
     if (now - atomic_load_explicit(&uiw_last_yield_ns, memory_order_relaxed) < 2 * spin_ns)
+        return true;
+    /* it answers Reads or Atomics: nobody else does (the requester waits) */
+    if (now - last_resp_ns < 2 * spin_ns)
         return true;
     return now - atomic_load_explicit(&uiw_last_arm_ns, memory_order_relaxed) < 2 * spin_ns;
 }

@@ -802,6 +802,7 @@ static bool qn1_admit(struct uiw_qp *qp, struct dp_rx *r, bool rreq)
                   rreq);
         return false;
     }
+    uiw_progress_responder_seen();
     return true;
 }
 
