@@ -427,6 +427,36 @@ fi
 # An empty ibv_poll_cq on a CQ shared by N QPs (bench_cq, the engine's
 # static build)
 # ------------------------------------------------------------------------
+# rdmacm-utils' cmtime: N connections started at once (setup in bursts;
+# bench/bench_scale compares connection setup with TCP's)
+if have cmtime; then
+    n=2000
+    [ $quick = 1 ] && n=200
+    port=$(free_port)
+    # the server does not exit by itself: stopped once the client is done
+    LD_LIBRARY_PATH=$UIW_LD setsid bash -c "exec timeout -k 3 120 cmtime -p $port -c $n" \
+        >"$tmp/cmtime.server" 2>&1 &
+    spid=$!
+    procs+=("$spid")
+    crc=1
+    if wait_listen "$port" 10; then
+        LD_LIBRARY_PATH=$UIW_LD timeout -k 3 120 cmtime -s 127.0.0.1 -p "$port" -c "$n" \
+            >"$tmp/cmtime.client" 2>&1
+        crc=$?
+    fi
+    kill -TERM "$spid" 2>/dev/null
+    wait "$spid" 2>/dev/null
+    reap
+    # "step total ms max ms min us us / conn"
+    v=$(awk '$1 == "connect" && $2 == ":" { print $3 }' "$tmp/cmtime.client" 2>/dev/null)
+    if [ "$crc" = 0 ] && [ -n "$v" ]; then
+        row cmtime "connect, $n at once" - PASS "total ms" "$v" ms \
+            "slowest $(awk '$1 == "connect" && $2 == ":" { print $4 }' "$tmp/cmtime.client") ms" none
+    else
+        row cmtime "connect, $n at once" - FAIL "total ms" - ms "" none
+    fi
+    ran=1
+fi
 if [ -x "$BUILD/bin/bench_cq" ]; then
     for n in 1 100 2000; do
         v=$("$BUILD/bin/bench_cq" "$n" 2>/dev/null | awk '/ns per empty/ { print $3 }')
