@@ -91,6 +91,9 @@ void dp_arm(struct uiw_qp *qp);
 /* Off the coalescing backstop's list, nothing deferred (qp->lock held;
  * ibv_destroy_qp before it waits for the QP's references). */
 void dp_tx_undefer(struct uiw_qp *qp);
+/* qp->lock held: off the poll owners' list (qp_dp.c "Poll ownership"),
+ * before the socket goes */
+void dp_rx_unown(struct uiw_qp *qp);
 /* Enter ERR after a protocol event: flush (qp.c), drop transmit/receive
  * state. */
 void dp_enter_error(struct uiw_qp *qp);

@@ -760,8 +760,6 @@ void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute);
  * keeps polling (take) takes the socket from the progress thread, and any
  * poll keeps it, until no poll came for UIWARP_POLL_OWN_US (qp_dp.c). */
 void uiw_qp_poll_own(struct uiw_qp *qp, bool take);
-/* qp->lock held: off the owned list (before the socket goes) */
-void dp_rx_unown(struct uiw_qp *qp);
 /* qp->lock held: the receive path stopped with data left (its budget): a
  * CQ readiness set reports the socket again */
 void uiw_cq_drive_again(struct uiw_cq *cq, struct uiw_qp *qp);

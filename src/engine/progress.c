@@ -318,14 +318,14 @@ void uiw_progress_responder_seen(void)
         last_resp_ns = uiw_now_ns();
 }
 
-static bool should_spin(uint64_t last_ev)
+static bool should_spin(void)
 {
     uint64_t now;
 
     if (!spin_ns)
         return false;
     now = uiw_now_ns();
-    if (now - last_ev >= spin_ns)
+    if (now - last_data_ns >= spin_ns)
         return false;
     /* a program waiting for events drives its CQs itself (cq.c, "Waiting") */
     if (atomic_load_explicit(&uiw_event_spinners, memory_order_relaxed))
@@ -356,7 +356,7 @@ static void *progress_main(void *arg)
         tmo = timeout_ns_locked();
         pthread_mutex_unlock(&pg.lock);
 
-        spinning = tmo != 0 && should_spin(last_data_ns);
+        spinning = tmo != 0 && should_spin();
         if (spinning)
             tmo = 0;
         n = wait_ns(evs, PG_MAX_EVENTS, tmo);
@@ -759,12 +759,12 @@ static bool qp_try_rx(struct uiw_qp *qp, bool drain, bool own)
     if (pthread_mutex_trylock(&qp->lock) != 0)
         return false;
     if (qp->fd >= 0) {
-        if (!drain) /* before the read: what comes after is ours */
-            uiw_qp_poll_own(qp, own);
-        if (drain)
+        if (drain) {
             uiw_qp_rx_progress(qp);
-        else
+        } else {
+            uiw_qp_poll_own(qp, own); /* before the read: what comes after is ours */
             uiw_qp_rx_poll(qp);
+        }
     }
     pthread_mutex_unlock(&qp->lock);
     return true;
