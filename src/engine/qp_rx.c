@@ -51,6 +51,7 @@
  * uiw_mr_get / uiw_sge_get returned for exactly that range and right.
  */
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -356,9 +357,37 @@ static int seg_map(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, uint32_t le
     }
 }
 
+/* The final byte of an RDMA Write message is made visible last.
+ * Programs poll it to learn that a Write arrived (ib_write_lat, rdma-core's
+ * riostream, the eager RDMA protocols of MPI libraries): RNICs write in
+ * order. memcpy and the kernel's copy into a readv destination may store
+ * the bytes of one copy in any order (x86 fast strings, "rep movsb"), so
+ * that byte never goes with the rest: readv stops one byte short of it
+ * (rx_read) and place() stores it alone, after a release fence (x86 keeps
+ * a string's stores ahead of every later store). */
+static bool write_end(const struct dp_rx *r, uint32_t off, uint32_t len)
+{
+    return r->kind == SEG_WRITE && r->hdr.last && len > 1 && (uint64_t)off + len == r->payload_len;
+}
+
+static void place_bytes(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
+                        uint32_t len);
+
 /* Copy a payload slice that came through the staging buffer. */
 static void place(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
                   uint32_t len)
+{
+    if (write_end(r, off, len)) {
+        place_bytes(qp, r, off, data, len - 1);
+        atomic_thread_fence(memory_order_release);
+        place_bytes(qp, r, off + len - 1, data + len - 1, 1);
+        return;
+    }
+    place_bytes(qp, r, off, data, len);
+}
+
+static void place_bytes(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
+                        uint32_t len)
 {
     struct iovec iov[RX_IOV];
     struct uiw_mr *mrs[RX_IOV];
@@ -1198,6 +1227,8 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
         return -ENOMEM;
 
     room = r->dead ? 0 : uiw_rx_payload_room(&qp->rx, &poff);
+    if (write_end(r, poff, room))
+        room--; /* the message's last byte comes through staging: write_end() */
     /* With CRC on, never in place: the CRC must cover the bytes as they
      * came off the wire (RFC 5044 §4.4), and a program may write its own
      * buffer at any moment (the placed data is then undefined, but the
