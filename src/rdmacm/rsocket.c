@@ -19,9 +19,11 @@
 #include <rdma/rsocket.h>
 #include <stdarg.h>
 #include <stdbool.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/select.h>
 #include <sys/uio.h>
 #include <time.h>
@@ -69,6 +71,22 @@ static uint64_t now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The kernel's TCP keepalive idle time (seconds): what rsockets wait
+ * before the first keepalive, as TCP sockets do. */
+static int rs_default_keepidle(void)
+{
+    int v = 7200;
+    FILE *f = fopen("/proc/sys/net/ipv4/tcp_keepalive_time", "r");
+    if (f) {
+        if (fscanf(f, "%d", &v) != 1 || v <= 0)
+            v = 7200;
+        fclose(f);
+    }
+    return v;
+}
+
+static void rs_ka_remove(struct rs_sock *rs);
+
 /* ------------------------------------------------------------------------
  * Allocation
  * ---------------------------------------------------------------------- */
@@ -97,12 +115,19 @@ static struct rs_sock *rs_new(int domain, const struct rs_sock *parent)
         rs->sq_inline = parent->sq_inline;
         rs->nodelay = parent->nodelay;
         rs->keepalive = parent->keepalive;
+        rs->keepidle = parent->keepidle;
+        rs->keepintvl = parent->keepintvl;
+        rs->keepcnt = parent->keepcnt;
+        rs->iomap_size = parent->iomap_size;
     } else {
         rs->sbuf_size = 1 << 17;
         rs->rbuf_size = 1 << 17;
         rs->sq_size = 384;
         rs->rq_size = 384;
         rs->sq_inline = 64;
+        rs->keepidle = rs_default_keepidle();
+        rs->keepintvl = 75;
+        rs->keepcnt = 9;
     }
     rs->ch = rdma_create_event_channel();
     if (!rs->ch) {
@@ -130,6 +155,7 @@ static int rs_insert(struct rs_sock *rs)
 
 static void rs_free(struct rs_sock *rs)
 {
+    rs_ka_remove(rs);
     if (rs->index >= 0) {
         pthread_mutex_lock(&rs_tab_lock);
         __atomic_store_n(&rs_tab[rs->index], NULL, __ATOMIC_RELEASE);
@@ -141,6 +167,12 @@ static void rs_free(struct rs_sock *rs)
         ibv_destroy_cq(rs->cq);
     if (rs->cch)
         ibv_destroy_comp_channel(rs->cch);
+    while (rs->iomaps) {
+        struct rs_iomr *m = rs->iomaps;
+        rs->iomaps = m->next;
+        ibv_dereg_mr(m->mr);
+        free(m);
+    }
     struct ibv_mr *mrs[] = {rs->smr, rs->rmr, rs->target_mr};
     for (size_t i = 0; i < sizeof(mrs) / sizeof(mrs[0]); i++)
         if (mrs[i])
@@ -218,12 +250,13 @@ static int rs_create_ep(struct rs_sock *rs)
     qa.cap.max_recv_wr = (uint32_t)rs_nrecv(rs);
     qa.cap.max_send_sge = 2;
     qa.cap.max_recv_sge = 1;
-    /* control messages (4 B) and grants (16 B) always go inline */
+    /* control messages (4 B), grants (16 B) and iomap entries (24 B)
+     * always go inline */
     qa.cap.max_inline_data =
-        rs->sq_inline > sizeof(struct rs_wire_sge) ? rs->sq_inline : sizeof(struct rs_wire_sge);
+        rs->sq_inline > sizeof(struct rs_wire_iomap) ? rs->sq_inline : sizeof(struct rs_wire_iomap);
     if (rdma_create_qp(id, NULL, &qa))
         return -1;
-    if (qa.cap.max_inline_data < sizeof(struct rs_wire_sge))
+    if (qa.cap.max_inline_data < sizeof(struct rs_wire_iomap))
         return rcm_err(EOPNOTSUPP);
     if (rs->sq_inline > qa.cap.max_inline_data)
         rs->sq_inline = (uint16_t)qa.cap.max_inline_data;
@@ -232,16 +265,20 @@ static int rs_create_ep(struct rs_sock *rs)
     int rw = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
     rs->sbuf = malloc(rs->sbuf_size);
     rs->rbuf = calloc(1, rs->rbuf_size + (size_t)rs_nrecv(rs) * RS_MSG_BYTES);
-    rs->target_sgl = calloc(RS_WIRE_SGL_SIZE, sizeof(struct rs_wire_sge));
+    /* the target SGL, then the iomap array the peer writes its mappings to */
+    size_t tlen = RS_WIRE_SGL_SIZE * sizeof(struct rs_wire_sge) +
+                  (size_t)rs->iomap_size * sizeof(struct rs_wire_iomap);
+    rs->target_sgl = calloc(1, tlen);
     rs->rmsg = calloc(rs->rq_size + 1u, sizeof(uint32_t));
     if (!rs->sbuf || !rs->rbuf || !rs->target_sgl || !rs->rmsg)
         return rcm_err(ENOMEM);
     rs->smr = ibv_reg_mr(pd, rs->sbuf, rs->sbuf_size, IBV_ACCESS_LOCAL_WRITE);
     rs->rmr = ibv_reg_mr(pd, rs->rbuf, rs->rbuf_size + (size_t)rs_nrecv(rs) * RS_MSG_BYTES, rw);
-    rs->target_mr =
-        ibv_reg_mr(pd, rs->target_sgl, RS_WIRE_SGL_SIZE * sizeof(struct rs_wire_sge), rw);
+    rs->target_mr = ibv_reg_mr(pd, rs->target_sgl, tlen, rw);
     if (!rs->smr || !rs->rmr || !rs->target_mr)
         return -1;
+    rs->target_iomap =
+        rs->iomap_size ? (struct rs_wire_iomap *)(rs->target_sgl + RS_WIRE_SGL_SIZE) : NULL;
 
     rs->sbuf_avail = rs->sbuf_size;
     rs->sbuf_head = 0;
@@ -263,7 +300,7 @@ static void rs_format_conn(const struct rs_sock *rs, struct rs_wire_conn *c)
     c->version = RS_WIRE_VERSION;
     c->flags = RS_WIRE_FLAG_IOMAP | (host_is_net() ? RS_WIRE_FLAG_NET : 0);
     c->credits = htobe16(rs->rq_size);
-    c->target_iomap_size = 0; /* no riomap areas offered */
+    c->target_iomap_size = rs_iomap_scale(rs->iomap_size);
     c->target_sgl.addr = htobe64((uintptr_t)rs->target_sgl);
     c->target_sgl.length = htobe32(RS_WIRE_SGL_SIZE);
     c->target_sgl.key = htobe32(rs->target_mr->rkey);
@@ -287,6 +324,14 @@ static int rs_save_conn(struct rs_sock *rs, const void *pd, uint8_t len)
         return rcm_err(EPROTO);
     rs->remote_sge = 1 % rs->remote_sgl.length;
     rs->swap_sgl = !!(c.flags & RS_WIRE_FLAG_NET) != host_is_net();
+    rs->remote_iomap = (struct rs_wire_sge){0};
+    if (c.flags & RS_WIRE_FLAG_IOMAP) {
+        /* the peer's iomap array follows its target SGL, same key */
+        rs->remote_iomap.addr =
+            rs->remote_sgl.addr + (uint64_t)rs->remote_sgl.length * sizeof(struct rs_wire_sge);
+        rs->remote_iomap.key = rs->remote_sgl.key;
+        rs->remote_iomap.length = rs_iomap_unscale(c.target_iomap_size);
+    }
     volatile struct rs_wire_sge *t = rs->target_sgl;
     t[0].addr = be64toh(c.data_buf.addr);
     t[0].key = be32toh(c.data_buf.key);
@@ -434,6 +479,12 @@ static int rs_poll_cq(struct rs_sock *rs)
                 case RS_MSG_SGL:
                     rs->sseq_comp = (uint16_t)rs_msg_data(msg);
                     break;
+                case RS_MSG_IOMAP_SGL:
+                    /* the peer wrote a mapping into target_iomap (read when
+                     * riowrite looks for one); it was sent as a data
+                     * message: its credit comes back with the next grant */
+                    rs->rseq_no++;
+                    break;
                 case RS_MSG_CTRL:
                     if (rs_msg_data(msg) == RS_CTRL_DISCONNECT) {
                         rs_peer_gone(rs);
@@ -444,7 +495,7 @@ static int rs_poll_cq(struct rs_sock *rs)
                             rs_peer_gone(rs);
                     } /* KEEPALIVE: nothing to do */
                     break;
-                default: /* IOMAP_SGL and reserved ops: ignored */
+                default: /* reserved ops: ignored */
                     break;
                 }
             } else {
@@ -649,6 +700,130 @@ static int rs_wait(struct rs_sock *rs, bool (*test)(struct rs_sock *), bool nonb
 }
 
 /* ------------------------------------------------------------------------
+ * Keepalive (SO_KEEPALIVE)
+ *
+ * One service thread for the process (started by the first socket that
+ * turns SO_KEEPALIVE on) sends each listed, connected socket a keepalive
+ * every TCP_KEEPIDLE seconds (default: the kernel's tcp_keepalive_time),
+ * as rdma-core's rsockets do: a zero-length RDMA Write, which the peer
+ * neither receives nor answers, so any rsockets peer takes it. Ours goes to
+ * the peer's target SGL registration (a valid STag: hardware that refuses
+ * STag 0 even on empty segments takes it too). A peer that is gone makes
+ * the write fail, or the engine's dead-peer timer (UIWARP_PEER_TIMEOUT)
+ * fire on the unacknowledged bytes: the socket then reports the error.
+ * ---------------------------------------------------------------------- */
+
+static pthread_mutex_t ka_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t ka_cond;
+static struct rs_sock *ka_list; /* linked through ka_next; ka_lock */
+static bool ka_running, ka_atfork;
+
+/* Lock held: post one keepalive if the connection is up and a control
+ * slot is free (one is, unless grants are in flight: then skip a turn). */
+static void rs_send_keepalive(struct rs_sock *rs)
+{
+    if (!rs_live(rs) || (rs->state & RS_ST_ACCEPTING) || rs->ctrl_seqno == rs->ctrl_max_seqno ||
+        !rs->remote_sgl.length)
+        return;
+    struct ibv_send_wr wr = {.wr_id = wr_id(WR_CTRL, rs_msg(RS_MSG_CTRL, RS_CTRL_KEEPALIVE)),
+                             .opcode = IBV_WR_RDMA_WRITE};
+    wr.wr.rdma.remote_addr = rs->remote_sgl.addr;
+    wr.wr.rdma.rkey = rs->remote_sgl.key;
+    struct ibv_send_wr *bad;
+    rs->ctrl_seqno++;
+    int r = ibv_post_send(rs->id->qp, &wr, &bad);
+    if (r) {
+        rs->ctrl_seqno--;
+        rs_set_error(rs, r);
+        rs_wake(rs);
+    }
+}
+
+static void *ka_run(void *arg)
+{
+    (void)arg;
+    pthread_mutex_lock(&ka_lock);
+    for (;;) {
+        uint64_t now = now_ns(), next = UINT64_MAX;
+        for (struct rs_sock *rs = ka_list; rs; rs = rs->ka_next) {
+            if (rs->keepalive_due_ns <= now) {
+                /* never wait for a socket's lock here (its owner may be
+                 * adding or removing it): try again shortly */
+                if (pthread_mutex_trylock(&rs->lock) == 0) {
+                    rs_send_keepalive(rs);
+                    rs->keepalive_due_ns = now + (uint64_t)rs->keepidle * 1000000000ull;
+                    pthread_mutex_unlock(&rs->lock);
+                } else {
+                    rs->keepalive_due_ns = now + 10000000ull;
+                }
+            }
+            if (rs->keepalive_due_ns < next)
+                next = rs->keepalive_due_ns;
+        }
+        if (next == UINT64_MAX) {
+            pthread_cond_wait(&ka_cond, &ka_lock);
+        } else {
+            struct timespec ts = {.tv_sec = (time_t)(next / 1000000000ull),
+                                  .tv_nsec = (long)(next % 1000000000ull)};
+            pthread_cond_timedwait(&ka_cond, &ka_lock, &ts);
+        }
+    }
+    return NULL;
+}
+
+static void ka_child(void)
+{
+    /* the thread is not in the child; neither are usable connections */
+    pthread_mutex_init(&ka_lock, NULL);
+    ka_list = NULL;
+    ka_running = false;
+}
+
+/* List rs (or restart its period: TCP_KEEPIDLE changed). rs->lock held. */
+static void rs_ka_add(struct rs_sock *rs)
+{
+    pthread_mutex_lock(&ka_lock);
+    if (!ka_atfork) {
+        pthread_condattr_t ca;
+        pthread_condattr_init(&ca);
+        pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+        pthread_cond_init(&ka_cond, &ca);
+        pthread_condattr_destroy(&ca);
+        pthread_atfork(NULL, NULL, ka_child);
+        ka_atfork = true;
+    }
+    if (!rs->ka_listed) {
+        rs->ka_next = ka_list;
+        ka_list = rs;
+        rs->ka_listed = true;
+    }
+    rs->keepalive_due_ns = now_ns() + (uint64_t)rs->keepidle * 1000000000ull;
+    if (!ka_running) {
+        pthread_attr_t a;
+        pthread_t t;
+        pthread_attr_init(&a);
+        pthread_attr_setdetachstate(&a, PTHREAD_CREATE_DETACHED);
+        ka_running = pthread_create(&t, &a, ka_run, NULL) == 0;
+        pthread_attr_destroy(&a);
+    }
+    pthread_cond_signal(&ka_cond);
+    pthread_mutex_unlock(&ka_lock);
+}
+
+static void rs_ka_remove(struct rs_sock *rs)
+{
+    pthread_mutex_lock(&ka_lock);
+    if (rs->ka_listed) {
+        struct rs_sock **pp = &ka_list;
+        while (*pp != rs)
+            pp = &(*pp)->ka_next;
+        *pp = rs->ka_next;
+        rs->ka_listed = false;
+    }
+    pthread_mutex_unlock(&ka_lock);
+}
+
+/* ------------------------------------------------------------------------
  * Socket calls
  * ---------------------------------------------------------------------- */
 
@@ -787,6 +962,11 @@ UIW_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
             rs_free(rs);
             return rcm_err(e);
         }
+        if (rs->keepalive) {
+            pthread_mutex_lock(&rs->lock);
+            rs_ka_add(rs);
+            pthread_mutex_unlock(&rs->lock);
+        }
         if (addr && addrlen)
             rs_copy_addr(addr, addrlen, rdma_get_peer_addr(cid));
         return fd;
@@ -910,6 +1090,8 @@ static void rs_copy_in(struct rs_sock *rs, const struct iovec **iov, size_t *off
     rs->sbuf_head = (rs->sbuf_head + len) % rs->sbuf_size;
 }
 
+static int rs_send_iomaps(struct rs_sock *rs, bool nonblock);
+
 static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int flags)
 {
     RS_GET(rs, socket);
@@ -922,6 +1104,8 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
     pthread_mutex_lock(&rs->lock);
     bool nb = (rs->fd_flags & O_NONBLOCK) || (flags & MSG_DONTWAIT);
     int r = rs_check_connected(rs, nb);
+    if (!r && rs->iomap_pending)
+        r = rs_send_iomaps(rs, nb); /* mappings reach the peer before our data */
     size_t left = len, off = 0;
     uint32_t olen = RS_SNDLOWAT;
     while (!r && left) {
@@ -1044,6 +1228,224 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
     if (got || !r)
         return (ssize_t)got;
     return -1;
+}
+
+/* ------------------------------------------------------------------------
+ * riomap, riounmap, riowrite
+ * ---------------------------------------------------------------------- */
+
+/* Tell the peer about our new PROT_WRITE mappings (lock held): each entry
+ * is RDMA-Written, in the peer's byte order, into its slot of the peer's
+ * iomap array, then an IOMAP_SGL message names the slot. Like a data
+ * message it takes a credit and two send-queue entries. */
+static int rs_send_iomaps(struct rs_sock *rs, bool nonblock)
+{
+    for (struct rs_iomr *m = rs->iomaps; m; m = m->next) {
+        if (m->index < 0 || m->sent)
+            continue;
+        if (!rs_can_send(rs)) {
+            if (rs_wait(rs, rs_send_ready, nonblock, -1))
+                return -1;
+            if (!(rs->state & RS_ST_WRITABLE))
+                return rcm_err((rs->state & RS_ST_ERROR) ? rs->err : EPIPE);
+        }
+        struct rs_wire_iomap e = {.offset = m->offset,
+                                  .sge = {.addr = (uintptr_t)m->mr->addr,
+                                          .key = m->mr->rkey,
+                                          .length = (uint32_t)m->mr->length}};
+        if (rs->swap_sgl) {
+            e.offset = bswap_64(e.offset);
+            e.sge.addr = bswap_64(e.sge.addr);
+            e.sge.key = bswap_32(e.sge.key);
+            e.sge.length = bswap_32(e.sge.length);
+        }
+        struct ibv_sge sge = {.addr = (uintptr_t)&e, .length = sizeof(e)};
+        rs->sseq_no++;
+        rs->sqe_avail -= 2;
+        if (rs_post_write_msg(rs, &sge, 1, 0, IBV_SEND_INLINE,
+                              rs->remote_iomap.addr + (uint64_t)m->index * sizeof(e),
+                              rs->remote_iomap.key, rs_msg(RS_MSG_IOMAP_SGL, (uint32_t)m->index),
+                              WR_DATA_WRITE, WR_DATA_MSG)) {
+            rs_set_error(rs, errno);
+            return -1;
+        }
+        m->sent = true;
+    }
+    rs->iomap_pending = false;
+    return 0;
+}
+
+UIW_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
+{
+    (void)flags; /* reserved (rdma-core ignores it too) */
+    RS_GET(rs, socket);
+    if (!buf || !len || len > UINT32_MAX || (prot & ~PROT_WRITE) || offset < -1)
+        return rcm_err(EINVAL);
+    pthread_mutex_lock(&rs->lock);
+    off_t r;
+    struct rs_iomr *m = NULL;
+    if (!rs->id || !rs->id->qp || !(rs->state & RS_ST_CONNECTED)) {
+        r = rcm_err(EINVAL); /* the mapping belongs to a connection */
+        goto out;
+    }
+    int index = -1;
+    if (prot & PROT_WRITE) {
+        /* the lowest slot of the peer's array no mapping of ours holds */
+        for (uint32_t i = 0; i < rs->remote_iomap.length && index < 0; i++) {
+            bool used = false;
+            for (struct rs_iomr *o = rs->iomaps; o && !used; o = o->next)
+                used = o->index == (int)i;
+            if (!used)
+                index = (int)i;
+        }
+        if (index < 0) {
+            /* the peer offers no (more) mappings: RDMA_IOMAPSIZE */
+            r = rcm_err(ENOMEM);
+            goto out;
+        }
+    }
+    m = calloc(1, sizeof(*m));
+    if (!m) {
+        r = rcm_err(ENOMEM);
+        goto out;
+    }
+    int access = IBV_ACCESS_LOCAL_WRITE | ((prot & PROT_WRITE) ? IBV_ACCESS_REMOTE_WRITE : 0);
+    m->mr = ibv_reg_mr(rs->id->qp->pd, buf, len, access);
+    if (!m->mr) {
+        free(m);
+        r = -1;
+        goto out;
+    }
+    m->offset = offset == -1 ? (uint64_t)(uintptr_t)buf : (uint64_t)offset;
+    m->index = index;
+    m->next = rs->iomaps;
+    rs->iomaps = m;
+    if (index >= 0)
+        rs->iomap_pending = true; /* sent with our next rsend or riowrite */
+    r = (off_t)m->offset;
+out:
+    pthread_mutex_unlock(&rs->lock);
+    return r;
+}
+
+UIW_EXPORT int riounmap(int socket, void *buf, size_t len)
+{
+    RS_GET(rs, socket);
+    pthread_mutex_lock(&rs->lock);
+    int r = rcm_err(EINVAL);
+    for (struct rs_iomr **pp = &rs->iomaps; *pp; pp = &(*pp)->next) {
+        struct rs_iomr *m = *pp;
+        if (m->mr->addr == buf && m->mr->length == len) {
+            *pp = m->next;
+            ibv_dereg_mr(m->mr);
+            free(m);
+            r = 0;
+            break;
+        }
+    }
+    pthread_mutex_unlock(&rs->lock);
+    return r;
+}
+
+/* The peer's mapping covering offset (it wrote them into target_iomap). */
+static bool rs_find_iomap(struct rs_sock *rs, uint64_t offset, struct rs_wire_iomap *out)
+{
+    for (uint32_t i = 0; i < rs->iomap_size; i++) {
+        struct rs_wire_iomap e;
+        memcpy(&e, (const void *)&rs->target_iomap[i], sizeof(e));
+        if (e.sge.length && offset >= e.offset && offset - e.offset < e.sge.length) {
+            *out = e;
+            return true;
+        }
+    }
+    return false;
+}
+
+static bool rs_can_iowrite(struct rs_sock *rs)
+{
+    return rs_live(rs) && (rs->state & RS_ST_WRITABLE) && !(rs->state & RS_ST_ACCEPTING) &&
+           rs->sqe_avail >= 1 && rs->sbuf_avail >= RS_SNDLOWAT;
+}
+
+static bool rs_iowrite_ready(struct rs_sock *rs)
+{
+    return rs_can_iowrite(rs) || !(rs->state & RS_ST_WRITABLE);
+}
+
+UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)
+{
+    struct rs_sock *rs = rs_lookup(socket);
+    if (!rs) {
+        errno = EBADF;
+        return (size_t)-1;
+    }
+    if (offset < 0 || (!buf && count)) {
+        errno = EINVAL;
+        return (size_t)-1;
+    }
+    pthread_mutex_lock(&rs->lock);
+    bool nb = (rs->fd_flags & O_NONBLOCK) || (flags & MSG_DONTWAIT);
+    int r = rs_check_connected(rs, nb);
+    if (!r && rs->iomap_pending)
+        r = rs_send_iomaps(rs, nb);
+    struct iovec v = {.iov_base = (void *)buf, .iov_len = count};
+    const struct iovec *iov = &v;
+    size_t left = count, off = 0;
+    uint64_t pos = (uint64_t)offset;
+    uint32_t olen = RS_SNDLOWAT;
+    struct rs_wire_iomap e = {0};
+    bool have = false;
+    while (!r && left) {
+        if (!have || pos < e.offset || pos - e.offset >= e.sge.length) {
+            have = rs_find_iomap(rs, pos, &e);
+            if (!have) {
+                /* no mapping of the peer covers this offset (yet) */
+                r = rcm_err(EINVAL);
+                break;
+            }
+        }
+        if (!rs_can_iowrite(rs)) {
+            r = rs_wait(rs, rs_iowrite_ready, nb, -1);
+            if (r)
+                break;
+            if (!(rs->state & RS_ST_WRITABLE)) {
+                r = rcm_err((rs->state & RS_ST_ERROR) ? rs->err : EPIPE);
+                break;
+            }
+        }
+        uint32_t x = left < olen ? (uint32_t)left : olen;
+        if (olen < RS_MAX_XFER)
+            olen <<= 1;
+        if (x > rs->sbuf_avail)
+            x = rs->sbuf_avail;
+        if (x > e.sge.length - (pos - e.offset))
+            x = (uint32_t)(e.sge.length - (pos - e.offset));
+        struct ibv_sge sge[2];
+        int nsge;
+        rs_copy_in(rs, &iov, &off, x, sge, &nsge);
+        struct ibv_send_wr wr = {.wr_id = wr_id(WR_DATA_WRITE, x),
+                                 .sg_list = sge,
+                                 .num_sge = nsge,
+                                 .opcode = IBV_WR_RDMA_WRITE,
+                                 .send_flags = x <= rs->sq_inline ? IBV_SEND_INLINE : 0};
+        wr.wr.rdma.remote_addr = e.sge.addr + (pos - e.offset);
+        wr.wr.rdma.rkey = e.sge.key;
+        struct ibv_send_wr *bad;
+        rs->sqe_avail--;
+        rs->sbuf_avail -= x;
+        int pr = ibv_post_send(rs->id->qp, &wr, &bad);
+        if (pr) {
+            r = rcm_err(pr);
+            rs_set_error(rs, pr);
+            break;
+        }
+        left -= x;
+        pos += x;
+    }
+    pthread_mutex_unlock(&rs->lock);
+    if (left < count)
+        return count - left;
+    return r ? (size_t)-1 : 0;
 }
 
 UIW_EXPORT ssize_t rsend(int socket, const void *buf, size_t len, int flags)
@@ -1417,8 +1819,13 @@ UIW_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optva
             }
             break;
         case SO_KEEPALIVE:
-            if (!(r = opt_int(optval, optlen, &v)))
+            if (!(r = opt_int(optval, optlen, &v))) {
                 rs->keepalive = !!v;
+                if (v)
+                    rs_ka_add(rs);
+                else
+                    rs_ka_remove(rs);
+            }
             break;
         case SO_RCVBUF:
         case SO_SNDBUF:
@@ -1448,6 +1855,19 @@ UIW_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optva
                 rs->nodelay = !!v;
         } else if (optname == TCP_MAXSEG) {
             r = opt_int(optval, optlen, &v);
+        } else if (optname == TCP_KEEPIDLE || optname == TCP_KEEPINTVL || optname == TCP_KEEPCNT) {
+            /* TCP's ranges; only the idle time matters here (keepalives
+             * are reliable writes: a lost one is not retried by count) */
+            int max = optname == TCP_KEEPCNT ? 127 : 32767;
+            if (!(r = opt_int(optval, optlen, &v)) && (v < 1 || v > max))
+                r = rcm_err(EINVAL);
+            if (!r && optname == TCP_KEEPIDLE) {
+                rs->keepidle = v;
+                if (rs->ka_listed)
+                    rs_ka_add(rs); /* the new period starts now */
+            } else if (!r) {
+                *(optname == TCP_KEEPINTVL ? &rs->keepintvl : &rs->keepcnt) = v;
+            }
         } else {
             r = rcm_err(ENOPROTOOPT);
         }
@@ -1477,7 +1897,13 @@ UIW_EXPORT int rsetsockopt(int socket, int level, int optname, const void *optva
                 rs->sq_inline = (uint16_t)(v < 0 ? 0 : v > 256 ? 256 : v);
                 break;
             case RDMA_IOMAPSIZE:
-                break; /* no riomap areas: accepted, none offered */
+                /* rounded to what the wire's 8-bit scale can say */
+                if (v < 0)
+                    r = rcm_err(EINVAL);
+                else
+                    rs->iomap_size =
+                        (uint16_t)rs_iomap_unscale(rs_iomap_scale(v > 32512 ? 32512 : (uint32_t)v));
+                break;
             default:
                 r = rcm_err(ENOPROTOOPT);
             }
@@ -1542,11 +1968,17 @@ UIW_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, soc
         r = put_int(optval, optlen, rs->nodelay);
     } else if (level == IPPROTO_TCP && optname == TCP_MAXSEG) {
         r = put_int(optval, optlen, RS_MAX_XFER);
+    } else if (level == IPPROTO_TCP && optname == TCP_KEEPIDLE) {
+        r = put_int(optval, optlen, rs->keepidle);
+    } else if (level == IPPROTO_TCP && optname == TCP_KEEPINTVL) {
+        r = put_int(optval, optlen, rs->keepintvl);
+    } else if (level == IPPROTO_TCP && optname == TCP_KEEPCNT) {
+        r = put_int(optval, optlen, rs->keepcnt);
     } else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
         r = put_int(optval, optlen, rs->v6only);
     } else if (level == SOL_RDMA && optname >= RDMA_SQSIZE && optname <= RDMA_IOMAPSIZE) {
-        /* in the enum's order; no riomap areas are offered */
-        const int v[] = {rs->sq_size, rs->rq_size, rs->sq_inline, 0};
+        /* in the enum's order */
+        const int v[] = {rs->sq_size, rs->rq_size, rs->sq_inline, rs->iomap_size};
         r = put_int(optval, optlen, v[optname - RDMA_SQSIZE]);
     } else {
         r = rcm_err(ENOPROTOOPT);

@@ -14,12 +14,20 @@
  *    byte order, little endian on x86) as iWARP has no Write with Immediate;
  *  - credits: the receiver grants the next half of its buffer by writing a
  *    struct rs_wire_sge into the sender's target SGL followed by an SGL
- *    message carrying its receive sequence limit (data messages).
+ *    message carrying its receive sequence limit (data messages);
+ *  - riomap: the target SGL is followed by target_iomap_size (scaled, see
+ *    rs_iomap_scale) struct rs_wire_iomap entries in the same registration;
+ *    a side that maps a buffer for remote writes (riomap, PROT_WRITE) RDMA
+ *    Writes its entry, in the peer's byte order, into a free slot of the
+ *    peer's array and sends an IOMAP_SGL message with the slot's index
+ *    (counted as a data message); riowrite is then a plain RDMA Write into
+ *    the mapped buffer, with no message.
  */
 #ifndef UIWARP_RSOCKET_INT_H
 #define UIWARP_RSOCKET_INT_H
 
 #include <pthread.h>
+#include <stdbool.h>
 #include <rdma/rdma_cma.h>
 #include <stdint.h>
 #include <sys/socket.h>
@@ -36,6 +44,15 @@ struct rs_wire_sge {
     uint32_t key;
     uint32_t length;
 };
+
+/* One remote IO mapping: the offset the mapping answers to, and where it
+ * is (the byte order of the side whose array it is written into). */
+struct rs_wire_iomap {
+    uint64_t offset;
+    struct rs_wire_sge sge;
+};
+
+_Static_assert(sizeof(struct rs_wire_iomap) == 24, "rs_wire_iomap is 24 bytes on the wire");
 
 struct rs_wire_conn {
     uint8_t version;
@@ -72,6 +89,17 @@ static inline uint32_t rs_msg_data(uint32_t m)
     return m & 0x1fffffffu;
 }
 
+/* target_iomap_size on the wire: n up to 128 as is, larger counts as
+ * 0x80 | n >> 8 (so 256-entry steps, up to 32512). */
+static inline uint8_t rs_iomap_scale(uint32_t n)
+{
+    return (uint8_t)(n <= 128 ? n : 0x80u | ((n >> 8) & 0x7fu));
+}
+static inline uint32_t rs_iomap_unscale(uint8_t v)
+{
+    return v <= 128 ? v : (uint32_t)(v & 0x7fu) << 8;
+}
+
 #define RS_MSG_BYTES  4
 #define RS_SNDLOWAT   2048
 #define RS_MAX_XFER   65536
@@ -95,6 +123,15 @@ enum {
     RS_ST_CONN_ERROR = 1 << 7, /* connect failed (err) */
     RS_ST_DISCONNECTED = 1 << 8,
     RS_ST_ERROR = 1 << 9,
+};
+
+/* A buffer given to riomap. */
+struct rs_iomr {
+    struct rs_iomr *next;
+    uint64_t offset;
+    struct ibv_mr *mr;
+    int index; /* slot in the peer's iomap array (PROT_WRITE), else -1 */
+    bool sent; /* the peer was told (PROT_WRITE) */
 };
 
 struct rs_sock {
@@ -122,11 +159,13 @@ struct rs_sock {
     int fd_flags; /* O_NONBLOCK */
     int swap_sgl; /* peer's byte order differs */
     int reuseaddr, keepalive, nodelay, v6only;
+    int keepidle, keepintvl, keepcnt; /* seconds, seconds, count */
     struct linger linger;
 
     /* sizes (settable before connect) */
     uint32_t sbuf_size, rbuf_size;
     uint16_t sq_size, rq_size, sq_inline;
+    uint16_t iomap_size; /* remote IO mappings we offer (RDMA_IOMAPSIZE) */
 
     /* send side */
     uint8_t *sbuf;
@@ -142,6 +181,17 @@ struct rs_sock {
     struct rs_wire_sge remote_sgl; /* the peer's target SGL */
     int remote_sge;
     uint8_t ctrl_buf[RS_CTRL_SLOTS][sizeof(struct rs_wire_sge)];
+
+    /* riomap: our mappings, and the peer's mapping array */
+    struct rs_iomr *iomaps;
+    bool iomap_pending;                 /* a PROT_WRITE mapping not yet sent */
+    struct rs_wire_iomap *target_iomap; /* iomap_size entries, written by the peer */
+    struct rs_wire_sge remote_iomap;    /* the peer's array; length = entries */
+
+    /* keepalive (SO_KEEPALIVE): next due time, and the service list */
+    uint64_t keepalive_due_ns;
+    struct rs_sock *ka_next;
+    bool ka_listed;
 
     /* receive side */
     uint8_t *rbuf; /* rbuf_size data + rq_size message slots */

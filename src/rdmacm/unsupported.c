@@ -4,9 +4,7 @@
  * so that programs linking them load and fail cleanly (-1 with errno):
  *  - multicast (UD only; iWARP is connected TCP): ENOSYS;
  *  - ECE (RDMACM_1.3, InfiniBand's enhanced connection establishment):
- *    EOPNOTSUPP;
- *  - rsockets' riomap/riounmap/riowrite (direct placement into a peer's
- *    mapped memory; the rest of rsockets is rsocket.c): ENOSYS.
+ *    EOPNOTSUPP.
  */
 #include <rdma/rsocket.h>
 
@@ -56,27 +54,4 @@ UIW_EXPORT int rdma_reject_ece(struct rdma_cm_id *id, const void *private_data,
 {
     (void)id, (void)private_data, (void)private_data_len;
     return rcm_err(EOPNOTSUPP);
-}
-
-/* ------------------------------------------------------------------------
- * rsockets
- * ---------------------------------------------------------------------- */
-
-UIW_EXPORT off_t riomap(int socket, void *buf, size_t len, int prot, int flags, off_t offset)
-{
-    (void)socket, (void)buf, (void)len, (void)prot, (void)flags, (void)offset;
-    return rcm_err(ENOSYS);
-}
-
-UIW_EXPORT int riounmap(int socket, void *buf, size_t len)
-{
-    (void)socket, (void)buf, (void)len;
-    return rcm_err(ENOSYS);
-}
-
-UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offset, int flags)
-{
-    (void)socket, (void)buf, (void)count, (void)offset, (void)flags;
-    errno = ENOSYS;
-    return (size_t)-1; /* as rdma-core's riowrite on failure */
 }

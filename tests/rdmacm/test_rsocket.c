@@ -12,6 +12,17 @@
  *
  * Then the client shuts its sending side (rshutdown SHUT_WR): the server
  * reads end of stream (0), and both close.
+ *
+ * riomap / riowrite: mapping limits (RDMA_IOMAPSIZE, its wire rounding,
+ * ENOMEM when the peer offers no more), a mapping unknown to the writer
+ * until the mapper's next send (EINVAL), 64 KiB written straight into the
+ * peer's mapped buffer and 1000 bytes into a second mapping at its own
+ * address (offset -1), checked byte for byte once a message sent after
+ * them arrives; a write stops at a mapping's end; riounmap.
+ *
+ * Keepalive: with SO_KEEPALIVE and TCP_KEEPIDLE 1 s an idle connection
+ * carries data segments (the zero-length RDMA Writes, seen in the TCP
+ * sockets' tcpi_data_segs_out) and stays usable; without, it stays silent.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +35,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <linux/tcp.h> /* tcpi_data_segs_out (glibc's tcp_info is older) */
+#include <sys/mman.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "engine/eng_test.h"
 
@@ -251,6 +266,215 @@ static void run_case(int family, bool nonblocking, const uint8_t *a2b, const uin
     CHECK_EQ(rclose(l.lfd), 0);
 }
 
+/* A connected pair on 127.0.0.1; the listener gets lopt (level, name, v)
+ * before listening and the client copt before connecting. */
+struct pair {
+    int lfd, sfd, cfd;
+};
+
+static bool connect_pair(struct pair *p, int lopt, int lval, int copt, int cval)
+{
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    struct listener l = {.lfd = rsocket(AF_INET, SOCK_STREAM, 0), .fd = -1};
+    p->lfd = l.lfd;
+    p->cfd = rsocket(AF_INET, SOCK_STREAM, 0);
+    CHECK(l.lfd >= 0 && p->cfd >= 0);
+    if (lopt)
+        CHECK_EQ(rsetsockopt(l.lfd, SOL_RDMA, lopt, &lval, sizeof(lval)), 0);
+    if (copt)
+        CHECK_EQ(rsetsockopt(p->cfd, SOL_RDMA, copt, &cval, sizeof(cval)), 0);
+    CHECK_EQ(rbind(l.lfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    CHECK_EQ(rlisten(l.lfd, 4), 0);
+    socklen_t nl = sizeof(sa);
+    CHECK_EQ(rgetsockname(l.lfd, (struct sockaddr *)&sa, &nl), 0);
+    pthread_t at;
+    pthread_create(&at, NULL, accept_one, &l);
+    CHECK_EQ(rconnect(p->cfd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    pthread_join(at, NULL);
+    p->sfd = l.fd;
+    CHECK(p->sfd >= 0);
+    return p->sfd >= 0;
+}
+
+static void close_pair(struct pair *p)
+{
+    CHECK_EQ(rclose(p->cfd), 0);
+    if (p->sfd >= 0)
+        CHECK_EQ(rclose(p->sfd), 0);
+    CHECK_EQ(rclose(p->lfd), 0);
+}
+
+static void case_iomap(void)
+{
+    printf("case riomap/riowrite\n");
+    char c = 0;
+    uint8_t *sb = malloc(65536), *sb2 = malloc(4096), *pat = malloc(65536);
+    eng_fill(pat, 65536, 33);
+    memset(sb, 0, 65536);
+    memset(sb2, 0, 4096);
+
+    /* RDMA_IOMAPSIZE: read back, rounded as the wire's 8-bit scale says */
+    int s = rsocket(AF_INET, SOCK_STREAM, 0), v = 300, got = -1;
+    socklen_t len = sizeof(got);
+    CHECK_EQ(rsetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &v, sizeof(v)), 0);
+    CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &got, &len), 0);
+    CHECK_EQ(got, 256);
+    v = -1;
+    CHECK_EQ(rsetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &v, sizeof(v)), -1);
+    CHECK_EQ(errno, EINVAL);
+    /* a mapping needs a connection */
+    CHECK_EQ(riomap(s, sb, 4096, PROT_WRITE, 0, 0), -1);
+    CHECK_EQ(errno, EINVAL);
+    rclose(s);
+
+    /* the server offers 2 mappings (inherited from the listener), the
+     * client 16 */
+    struct pair p;
+    if (!connect_pair(&p, RDMA_IOMAPSIZE, 2, RDMA_IOMAPSIZE, 16))
+        goto out;
+    len = sizeof(got);
+    CHECK_EQ(rgetsockopt(p.sfd, SOL_RDMA, RDMA_IOMAPSIZE, &got, &len), 0);
+    CHECK_EQ(got, 2);
+
+    /* misuse */
+    CHECK_EQ(riomap(p.sfd, sb, 65536, PROT_READ, 0, 0), -1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(riomap(p.sfd, NULL, 65536, PROT_WRITE, 0, 0), -1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(riomap(-1, sb, 65536, PROT_WRITE, 0, 0), -1);
+    CHECK_EQ(errno, EBADF);
+
+    /* the server maps sb at offset 0 and sb2 at its own address */
+    CHECK_EQ(riomap(p.sfd, sb, 65536, PROT_WRITE, 0, 0), 0);
+    off_t o2 = riomap(p.sfd, sb2, 4096, PROT_WRITE, 0, -1);
+    CHECK_EQ(o2, (off_t)(uintptr_t)sb2);
+    /* the client may map only 2 buffers at the server (its RDMA_IOMAPSIZE) */
+    uint8_t cb[3][64];
+    CHECK_EQ(riomap(p.cfd, cb[0], 64, PROT_WRITE, 0, 0), 0);
+    CHECK_EQ(riomap(p.cfd, cb[1], 64, PROT_WRITE, 0, 64), 64);
+    CHECK_EQ(riomap(p.cfd, cb[2], 64, PROT_WRITE, 0, 128), -1);
+    CHECK_EQ(errno, ENOMEM);
+    CHECK_EQ(riounmap(p.cfd, cb[1], 63), -1); /* not what was mapped */
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(riounmap(p.cfd, cb[1], 64), 0);
+    CHECK_EQ(riomap(p.cfd, cb[2], 64, PROT_WRITE, 0, 128), 128); /* the freed slot */
+    CHECK_EQ(riomap(p.cfd, cb[1], 64, PROT_NONE, 0, 0), 0);      /* local: no slot */
+
+    /* the client does not know the server's mappings before its next send */
+    errno = 0;
+    CHECK_EQ(riowrite(p.cfd, pat, 100, 0, 0), (size_t)-1);
+    CHECK_EQ(errno, EINVAL);
+    CHECK_EQ(rsend(p.sfd, "m", 1, 0), 1);
+    CHECK_EQ(rrecv(p.cfd, &c, 1, 0), 1);
+    CHECK_EQ(c, 'm');
+
+    /* 64 KiB into sb in uneven pieces, 1000 bytes into sb2 at offset o2 + 100 */
+    size_t done = 0, piece = 1;
+    while (done < 65536) {
+        size_t n = piece < 65536 - done ? piece : 65536 - done;
+        size_t w = riowrite(p.cfd, pat + done, n, (off_t)done, 0);
+        CHECK_EQ(w, n);
+        if (w != n)
+            break;
+        done += n;
+        piece = piece * 3 + 1;
+    }
+    CHECK_EQ(riowrite(p.cfd, pat, 1000, o2 + 100, 0), 1000);
+    /* a write stops at the end of a mapping */
+    CHECK_EQ(riowrite(p.cfd, pat, 100, o2 + 4090, 0), 6);
+    CHECK_EQ(riowrite(p.cfd, pat, 100, o2 + 4096, 0), (size_t)-1);
+    CHECK_EQ(errno, EINVAL);
+    /* the message sent after the writes arrives after them */
+    CHECK_EQ(rsend(p.cfd, "w", 1, 0), 1);
+    CHECK_EQ(rrecv(p.sfd, &c, 1, 0), 1);
+    CHECK_EQ(c, 'w');
+    CHECK_MEM(sb, pat, 65536);
+    CHECK_MEM(sb2 + 100, pat, 1000);
+    CHECK_MEM(sb2 + 4090, pat, 6);
+    CHECK_EQ(sb2[99], 0);
+    CHECK_EQ(sb2[1100], 0);
+
+    /* and the other way: the client's mapping at offset 128 */
+    CHECK_EQ(rsend(p.cfd, "c", 1, 0), 1); /* carries cb[0] and cb[2] */
+    CHECK_EQ(rrecv(p.sfd, &c, 1, 0), 1);
+    memset(cb[2], 0, 64);
+    CHECK_EQ(riowrite(p.sfd, pat, 64, 128, 0), 64);
+    CHECK_EQ(rsend(p.sfd, "s", 1, 0), 1);
+    CHECK_EQ(rrecv(p.cfd, &c, 1, 0), 1);
+    CHECK_MEM(cb[2], pat, 64);
+
+    CHECK_EQ(riounmap(p.sfd, sb2, 4096), 0);
+    /* the rest are released by rclose */
+    close_pair(&p);
+out:
+    free(sb);
+    free(sb2);
+    free(pat);
+}
+
+/* Data segments sent by every TCP socket of this process. */
+static uint64_t tcp_data_segs_out(void)
+{
+    uint64_t sum = 0;
+    DIR *d = opendir("/proc/self/fd");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        int fd = atoi(e->d_name);
+        struct tcp_info ti;
+        socklen_t l = sizeof(ti);
+        int type;
+        socklen_t tl = sizeof(type);
+        if (fd > 2 && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tl) == 0 && type == SOCK_STREAM &&
+            getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &l) == 0)
+            sum += ti.tcpi_data_segs_out;
+    }
+    if (d)
+        closedir(d);
+    return sum;
+}
+
+static void case_keepalive(bool on)
+{
+    printf("case keepalive %s\n", on ? "on (TCP_KEEPIDLE 1 s)" : "off");
+    struct pair p;
+    if (!connect_pair(&p, 0, 0, 0, 0))
+        return;
+    int v = 1, got = 0;
+    socklen_t len = sizeof(got);
+    if (on) {
+        v = 0;
+        CHECK_EQ(rsetsockopt(p.cfd, IPPROTO_TCP, TCP_KEEPIDLE, &v, sizeof(v)), -1);
+        CHECK_EQ(errno, EINVAL);
+        v = 1;
+        CHECK_EQ(rsetsockopt(p.cfd, IPPROTO_TCP, TCP_KEEPIDLE, &v, sizeof(v)), 0);
+        CHECK_EQ(rsetsockopt(p.cfd, SOL_SOCKET, SO_KEEPALIVE, &v, sizeof(v)), 0);
+        CHECK_EQ(rgetsockopt(p.cfd, SOL_SOCKET, SO_KEEPALIVE, &got, &len), 0);
+        CHECK_EQ(got, 1);
+        CHECK_EQ(rgetsockopt(p.cfd, IPPROTO_TCP, TCP_KEEPIDLE, &got, &len), 0);
+        CHECK_EQ(got, 1);
+    }
+    char c = 0;
+    CHECK_EQ(rsend(p.cfd, "a", 1, 0), 1); /* both sides settled */
+    CHECK_EQ(rrecv(p.sfd, &c, 1, 0), 1);
+    usleep(100000);
+    uint64_t before = tcp_data_segs_out();
+    usleep(2600000);
+    uint64_t sent = tcp_data_segs_out() - before;
+    printf("  data segments in 2.6 s idle: %llu\n", (unsigned long long)sent);
+    if (on)
+        CHECK(sent >= 2);
+    else
+        CHECK_EQ(sent, 0);
+    /* still a working connection, both ways */
+    CHECK_EQ(rsend(p.sfd, "b", 1, 0), 1);
+    CHECK_EQ(rrecv(p.cfd, &c, 1, 0), 1);
+    CHECK_EQ(c, 'b');
+    CHECK_EQ(rsend(p.cfd, "c", 1, 0), 1);
+    CHECK_EQ(rrecv(p.sfd, &c, 1, 0), 1);
+    CHECK_EQ(c, 'c');
+    close_pair(&p);
+}
+
 static bool have_ipv6_lo(void)
 {
     int fd = socket(AF_INET6, SOCK_STREAM, 0);
@@ -295,7 +519,7 @@ int main(void)
         CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_INLINE, &got, &len), 0);
         CHECK_EQ(got, 100);
         CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_IOMAPSIZE, &got, &len), 0);
-        CHECK_EQ(got, 0); /* no riomap areas */
+        CHECK_EQ(got, 0); /* no riomap areas unless asked */
         CHECK_EQ(rgetsockopt(s, SOL_RDMA, RDMA_ROUTE, &got, &len), -1);
         CHECK_EQ(errno, ENOPROTOOPT);
         CHECK_EQ(rgetsockopt(s, SOL_RDMA, -1, &got, &len), -1);
@@ -306,6 +530,9 @@ int main(void)
         CHECK_EQ(rclose(s), 0);
     }
 
+    case_iomap();
+    case_keepalive(true);
+    case_keepalive(false);
     run_case(AF_INET, false, a2b, b2a, ina, inb);
     run_case(AF_INET, true, a2b, b2a, ina, inb);
     if (have_ipv6_lo())
