@@ -9,7 +9,8 @@
 #            receiver checking the data), blocking; nonblocking (-T n) and
 #            async (-T a, rpoll) at 64 B, 4 KiB, 64 KiB and 1 MiB, checked
 #   rcopy    a 64 MiB random file, compared byte for byte (cmp)
-#   riostream KNOWN: it needs riomap/riowrite, not implemented (ENOSYS)
+#   riostream riomap/riowrite: blocking, nonblocking and async at 64 B,
+#            4 KiB, 64 KiB and 1 MiB, then -S all, the data checked (-T v)
 #
 # Exit status: 1 if a REQUIRED case failed, 77 if nothing could run, else 0.
 # Environment: UIWARP_BUILD (default: ../../build), RDMACM_APPS_VERBOSE=1.
@@ -73,10 +74,22 @@ else
 fi
 
 if have riostream; then
+    # riostream: riomap'd buffers, riowrite straight into the peer's, the
+    # receiver polling the last byte (the engine stores a Write's last byte
+    # last); -T v checks every byte. Each mode at four sizes, then -S all.
+    riobad="$bad|riomap|riowrite|riounmap"
+    for mode in b n a; do
+        for sz in 64 4096 65536 1048576; do
+            port=$(free_port 4)
+            run_case "riostream-$mode-$sz" REQUIRED "" 60 \
+                "$RUN run riostream -b 127.0.0.1 -p $port -S $sz -T $mode -T v" \
+                "$RUN run riostream -s 127.0.0.1 -p $port -S $sz -T $mode -T v" "$riobad"
+        done
+    done
     port=$(free_port 4)
-    run_case riostream-4k KNOWN "riomap/riowrite not implemented (ENOSYS)" 20 \
-        "$RUN run riostream -b 127.0.0.1 -p $port -S 4096 -T v" \
-        "$RUN run riostream -s 127.0.0.1 -p $port -S 4096 -T v" "$bad|riomap"
+    run_case riostream-all-verify REQUIRED "" 500 \
+        "$RUN run riostream -b 127.0.0.1 -p $port -S all -T v" \
+        "$RUN run riostream -s 127.0.0.1 -p $port -S all -T v" "$riobad"
 else
     skip_case riostream "not installed"
 fi
