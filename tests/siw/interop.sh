@@ -10,7 +10,8 @@
 #        forwarded by qemu's slirp)
 #   v2h  siw client (guest, dials 10.0.2.2:H) -> uiwarp server (host 127.0.0.1:H)
 # and runs a list of cases one after the other. uiwarp's side is always the
-# unmodified Debian program (rping, ib_*_bw) run through `uiwarp run`, except
+# unmodified Debian program (rping, ib_*_bw, rstream: rsockets on both sides)
+# run through `uiwarp run`, except
 # the fault cases, which use tests/siw/rping_fault.c (an rping peer that
 # hands out or uses an invalid rkey). Every boot's host-side capture of the
 # guest NIC (siw-vm-run -c) must pass `uiwarp dump` with zero violations.
