@@ -676,6 +676,28 @@ static void test_order(void)
     sc_send(&s, 1, buf, n);
     put(&s, 1, h_send(1, 0, true), 10);
     run("initiator before reply", &s, NULL, "mpa-order=1", NULL);
+
+    /* the responder's first FPDU after all of the initiator's first FPDU but
+     * its trailer (pad and CRC: 6 bytes here): tolerated as siw-early-fpdu
+     * (a siw responder and uiwarp's held trailer), a violation with
+     * --strict; one byte more missing is a violation */
+    for (int strict = 0; strict < 3; strict++) {
+        uiw_hdr h = h_send(1, 0, true);
+        uint8_t f[64];
+        size_t len = fpdu(f, &h, payload, 10), cut = len - 6 - (strict == 2);
+        sc_open(&s, DLT_EN10MB, 4, true);
+        handshake(&s, &STD, &STD);
+        sc_send(&s, 0, f, cut);
+        put(&s, 1, h_send(1, 0, true), 10);
+        sc_send(&s, 0, f + cut, len - cut);
+        uiw_dump_opts o = {.strict_mask = strict == 1 ? ~0u : 0};
+        if (strict == 0)
+            run("responder before the initiator's trailer", &s, &o, "siw-early-fpdu=1", NULL);
+        else if (strict == 1)
+            run("responder before the initiator's trailer, strict", &s, &o, "mpa-order=1", NULL);
+        else
+            run("responder before the initiator's trailer and more", &s, &o, "mpa-order=1", NULL);
+    }
 }
 
 static void test_mpa_fields(void)

@@ -125,6 +125,12 @@ static const struct {
                                     "MPA-layer Terminate with error type 3 (Intel irdma, "
                                     "Chelsio cxgb4: 0x23 for a CRC error; RFC 6581 §8 has "
                                     "type 0), decoded as the MPA error it names"},
+    [UIW_QUIRK_SIW_EARLY_FPDU] = {"siw-early-fpdu", V_MPA_ORDER,
+                                  "responder's first FPDU sent once the initiator's first FPDU "
+                                  "had arrived but for its trailer (pad and CRC): a P2P siw "
+                                  "responder reports ESTABLISHED on the RTR's header, and uiwarp's "
+                                  "initiator holds that trailer back (docs/INTEROP.md §1, §5; "
+                                  "RFC 5044 §7.1.2 rule 4)"},
 };
 
 int uiw_quirk_count(void)
@@ -352,6 +358,7 @@ typedef struct iw_dir {
     bool any_fpdu;
     uint64_t first_start_frame, first_end_frame;
     uint64_t first_end_off; /* TCP offset just after the first FPDU */
+    uint32_t first_trailer; /* its pad and CRC bytes */
     bool first_has_ack;     /* first FPDU's segment carried an ACK */
     uint32_t first_ack;
     bool terminated;
@@ -1078,7 +1085,14 @@ static void check_order(uiw_dump *d, iw_conn *ic, bool at_end)
                   B->first_start_frame);
     else if (B->first_has_ack && ack_offset(ic, !ic->init_ep, B->first_ack, &acked)) {
         /* What the responder had received when it sent: its ACK. */
-        if (acked < A->first_end_off)
+        if (acked < A->first_end_off && acked + A->first_trailer >= A->first_end_off)
+            quirk(d, ic, UIW_QUIRK_SIW_EARLY_FPDU,
+                  "responder's first FPDU (frame %" PRIu64 ") acknowledges the initiator's "
+                  "stream up to byte %" PRIu64 ": all of the initiator's first FPDU but its "
+                  "%" PRIu32 "-byte trailer (ends at byte %" PRIu64 ", frame %" PRIu64 ")",
+                  B->first_start_frame, acked, A->first_trailer, A->first_end_off,
+                  A->first_end_frame);
+        else if (acked < A->first_end_off)
             violation(d, ic, V_MPA_ORDER,
                       "responder's first FPDU (frame %" PRIu64 ") acknowledges the initiator's "
                       "stream up to byte %" PRIu64 ", before the end of the initiator's first "
@@ -1439,6 +1453,7 @@ static void finish_fpdu(uiw_dump *d, iw_conn *ic, int dir, const uiw_rx_event *e
         D->first_start_frame = F->frame;
         D->first_end_frame = F->end_frame;
         D->first_end_off = D->cur_end;
+        D->first_trailer = (4u - (2u + F->ulpdu_len) % 4u) % 4u + 4u;
         D->first_has_ack = F->has_ack;
         D->first_ack = F->ack;
         iw_dir *P = &ic->d[!dir];

@@ -20,6 +20,7 @@ enum uiw_quirk {
     UIW_QUIRK_SIW_MPA_GSO,      /* MPA Res bit 0x08 (siw GSO_EXP) */
     UIW_QUIRK_SIW_REJECT_WORDS, /* MPA Reject with zeroed IRD/ORD words (A not copied) */
     UIW_QUIRK_RNIC_TERM_ETYPE3, /* MPA-layer Terminate with error type 3 (irdma, cxgb4) */
+    UIW_QUIRK_SIW_EARLY_FPDU,   /* responder's first FPDU before the initiator's first trailer */
     UIW_QUIRK_COUNT
 };
 

@@ -10,7 +10,8 @@
 #        forwarded by qemu's slirp)
 #   v2h  siw client (guest, dials 10.0.2.2:H) -> uiwarp server (host 127.0.0.1:H)
 # and runs a list of cases one after the other. uiwarp's side is always the
-# unmodified Debian program (rping, ib_*_bw) run through `uiwarp run`, except
+# unmodified Debian program (rping, ib_*_bw, rstream: rsockets on both sides)
+# run through `uiwarp run`, except
 # the fault cases, which use tests/siw/rping_fault.c (an rping peer that
 # hands out or uses an invalid rkey). Every boot's host-side capture of the
 # guest NIC (siw-vm-run -c) must pass `uiwarp dump` with zero violations.
@@ -161,6 +162,54 @@ perf_case() { # DIR KIND TEST SIZE ITERS [ENV] [NAME-SUFFIX]
             "ib_${t}_bw -R -d siw0 -F -s $sz -n $n -p @H 10.0.2.2" guest
     fi
 }
+# rdma-core's rsockets (librdmacm in the VM, over siw) against uiwarp's
+# (src/rdmacm/rsocket.c): Debian's rstream on both sides, the receiver
+# checking every byte (-T v). MODE b: blocking calls, n: nonblocking
+# (rstream's default). rstream's client sends COUNT transfers of SIZE bytes,
+# then its server sends as many back. docs/RSOCKETS.md "Interop".
+rstream_case() { # DIR KIND SIZE COUNT MODE [MORE-OPTIONS] [NAME-SUFFIX]
+    local dir=$1 kind=$2 sz=$3 n=$4 m=$5 more=${6:-} sfx=${7:-} opts
+    opts="-S $sz -C $n -T $m -T v${more:+ $more}"
+    if [ "$dir" = h2v ]; then
+        add_case "rstream-$m-$sz$sfx" "$kind" guest 120 "" \
+            "rstream -s 127.0.0.1 -p @H $opts" \
+            "rstream -b 10.0.2.15 -p @G $opts" host
+    else
+        add_case "rstream-$m-$sz$sfx" "$kind" host 120 "" \
+            "rstream -b 127.0.0.1 -p @H $opts" \
+            "rstream -s 10.0.2.2 -p @H $opts" guest
+    fi
+}
+rstream_cases() { # DIR
+    local dir=$1 m
+    if [ "$dir" = v2h ]; then
+        # the siw client writes first, the uiwarp server answers and closes
+        for m in b n; do
+            rstream_case v2h REQUIRED 64 500 $m
+            rstream_case v2h REQUIRED 4096 200 $m
+            rstream_case v2h REQUIRED 65536 40 $m
+            rstream_case v2h REQUIRED 1048576 4 $m
+        done
+        return
+    fi
+    # h2v: the siw server sends last, then shuts down and closes at once.
+    # rdma-core's close loses the end of its own stream when the reader's
+    # credit grants arrive after it (siw stops reading the socket, the
+    # guest's TCP answers them with an RST that drops what it has not sent
+    # yet; siw to siw too: docs/RSOCKETS.md "Interop"). The REQUIRED cases
+    # stay where the reader grants nothing during the server's part: under
+    # half of the receive buffer (rstream asks 512 KiB, i.e. 1 MiB, halves
+    # of 512 KiB) and under half the queue (192 of 384 messages). 1 MiB
+    # transfers use -B 4 MiB (8 MiB buffers, halves of 4 MiB).
+    for m in b n; do
+        rstream_case h2v REQUIRED 64 150 $m
+        rstream_case h2v REQUIRED 4096 60 $m
+        rstream_case h2v REQUIRED 65536 6 $m
+        rstream_case h2v REQUIRED 1048576 3 $m "-B 4194304"
+    done
+    rstream_case h2v "KNOWN:rdma-core's rsocket close (siw server) resets the connection when credit grants arrive after it, losing its unsent data" \
+        4096 500 b "" -close-race
+}
 fault_cases() { # DIR
     # h2v: the siw rping server accesses uiwarp's memory through an rkey we
     # made invalid; we detect it and send the Terminate.
@@ -208,6 +257,7 @@ plan_boot() { # VARIANT DIR
     fi
     if [ "$v" = default ]; then
         fault_cases "$dir"
+        rstream_cases "$dir"
         if [ "$dir" = h2v ]; then
             # uiwarp's initiator policies against a siw responder
             rping_case h2v REQUIRED 4096 10 "UIWARP_P2P=0" -client-server
@@ -345,6 +395,14 @@ run_boot() { # VARIANT DIR
         REQUIRED | KNOWN*)
             [ "$hrc" = 0 ] && [ "$grc" = 0 ] && ok=1
             grep -Eqi 'mismatch|bogus|error' "$ho" "$bdir/g.$i.out" 2>/dev/null && ok=0
+            # rstream: each side prints its results line, and nothing of
+            # perror's (rsend/rrecv/rconnect/raccept/rpoll) or its check
+            # ("data verification failed byte N")
+            if [[ ${C_NAME[i]} == rstream-* ]]; then
+                grep -Eq '^custom ' "$ho" && grep -Eq '^custom ' "$bdir/g.$i.out" || ok=0
+                grep -Eqi 'fail|verif|rsend|rrecv|rconnect|raccept|rpoll|rsocket|rbind|rlisten' \
+                    "$ho" "$bdir/g.$i.out" 2>/dev/null && ok=0
+            fi
             # perftest's close: its client sends one message more than its
             # server reads, and either side closes as soon as it is done.
             # siw fails a Send whose completion is still due when the peer's
