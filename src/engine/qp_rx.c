@@ -51,7 +51,6 @@
  * uiw_mr_get / uiw_sge_get returned for exactly that range and right.
  */
 #include <errno.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -363,7 +362,7 @@ static int seg_map(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, uint32_t le
  * order. memcpy and the kernel's copy into a readv destination may store
  * the bytes of one copy in any order (x86 fast strings, "rep movsb"), so
  * that byte never goes with the rest: readv stops one byte short of it
- * (rx_read) and place() stores it alone, after a release fence (x86 keeps
+ * (rx_read) and place() stores it alone with a release store (x86 keeps
  * a string's stores ahead of every later store). */
 static bool write_end(const struct dp_rx *r, uint32_t off, uint32_t len)
 {
@@ -371,23 +370,22 @@ static bool write_end(const struct dp_rx *r, uint32_t off, uint32_t len)
 }
 
 static void place_bytes(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
-                        uint32_t len);
+                        uint32_t len, bool release);
 
 /* Copy a payload slice that came through the staging buffer. */
 static void place(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
                   uint32_t len)
 {
     if (write_end(r, off, len)) {
-        place_bytes(qp, r, off, data, len - 1);
-        atomic_thread_fence(memory_order_release);
-        place_bytes(qp, r, off + len - 1, data + len - 1, 1);
+        place_bytes(qp, r, off, data, len - 1, false);
+        place_bytes(qp, r, off + len - 1, data + len - 1, 1, true);
         return;
     }
-    place_bytes(qp, r, off, data, len);
+    place_bytes(qp, r, off, data, len, false);
 }
 
 static void place_bytes(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const uint8_t *data,
-                        uint32_t len)
+                        uint32_t len, bool release)
 {
     struct iovec iov[RX_IOV];
     struct uiw_mr *mrs[RX_IOV];
@@ -399,7 +397,10 @@ static void place_bytes(struct uiw_qp *qp, struct dp_rx *r, uint32_t off, const 
         if (n <= 0)
             return;
         for (int i = 0; i < n; i++) {
-            memcpy(iov[i].iov_base, data, iov[i].iov_len);
+            if (release && iov[i].iov_len == 1)
+                __atomic_store_n((uint8_t *)iov[i].iov_base, *data, __ATOMIC_RELEASE);
+            else
+                memcpy(iov[i].iov_base, data, iov[i].iov_len);
             data += iov[i].iov_len;
             uiw_mr_put(mrs[i]);
         }
