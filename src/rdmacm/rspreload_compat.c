@@ -14,11 +14,20 @@
  * applies the flags with fcntl(), as later rdma-core versions do.
  * FD_CLOEXEC is set on the rsocket's own fd; the placeholder keeps its
  * flags (a /dev/null fd left open across exec).
+ *
+ * Nor does it intercept ioctl(FIONBIO), with which Python's
+ * setblocking()/settimeout() switch a socket's O_NONBLOCK: the placeholder
+ * took the flag and the rsocket stayed blocking (a recv on a nonblocking
+ * socket with no data waited instead of failing with EAGAIN). Here FIONBIO
+ * becomes fcntl(F_SETFL) with O_NONBLOCK, the same flag for a kernel fd,
+ * and what librspreload hands to rfcntl() for an rsocket.
  */
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <stdarg.h>
 #include <stddef.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -55,4 +64,32 @@ __attribute__((visibility("default"))) int accept4(int s, struct sockaddr *addr,
     if (flags & SOCK_CLOEXEC)
         (void)fcntl(fd, F_SETFD, FD_CLOEXEC); /* best effort, see above */
     return fd;
+}
+
+typedef int (*ioctl_fn)(int, unsigned long, ...);
+
+__attribute__((visibility("default"))) int ioctl(int fd, unsigned long req, ...)
+{
+    static ioctl_fn next;
+    va_list ap;
+    va_start(ap, req);
+    void *arg = va_arg(ap, void *);
+    va_end(ap);
+    if (req == FIONBIO && arg) {
+        int on = *(const int *)arg;
+        int fl = fcntl(fd, F_GETFL); /* librspreload's: an rsocket's flags */
+        if (fl < 0)
+            return -1;
+        return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
+    }
+    ioctl_fn fn = __atomic_load_n(&next, __ATOMIC_RELAXED);
+    if (!fn) {
+        fn = (ioctl_fn)dlsym(RTLD_NEXT, "ioctl");
+        if (!fn) {
+            errno = ENOSYS;
+            return -1;
+        }
+        __atomic_store_n(&next, fn, __ATOMIC_RELAXED);
+    }
+    return fn(fd, req, arg);
 }

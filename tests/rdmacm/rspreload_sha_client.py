@@ -5,7 +5,9 @@
 usage: rspreload_sha_client.py PORT NBYTES
 Connects to 127.0.0.1:PORT, sends an 8-byte length, NBYTES random bytes in
 random-sized pieces and their SHA-256; then reads to end of stream and
-checks that the last 32 bytes are the SHA-256 of the rest. Exit 0 only if
+checks that the last 32 bytes are the SHA-256 of the rest; first a
+nonblocking recv with nothing to read must fail with EAGAIN, and the
+transfer runs with a timeout (poll, then nonblocking calls). Exit 0 only if
 every check passed."""
 import hashlib
 import os
@@ -18,6 +20,15 @@ def main():
     port, nbytes = int(sys.argv[1]), int(sys.argv[2])
     c = socket.create_connection(("127.0.0.1", port))
     print(f"client: connected, local {c.getsockname()}, peer {c.getpeername()}", flush=True)
+    # nonblocking (ioctl FIONBIO in Python): nothing to read yet -> EAGAIN
+    c.setblocking(False)
+    try:
+        c.recv(1)
+        raise SystemExit("client: recv on an empty nonblocking socket did not fail with EAGAIN")
+    except BlockingIOError:
+        pass
+    # the rest with a timeout: poll, then nonblocking send/recv
+    c.settimeout(60)
     data = os.urandom(nbytes)
     c.sendall(nbytes.to_bytes(8, "big"))
     off = 0

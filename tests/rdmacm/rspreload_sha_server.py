@@ -2,12 +2,13 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Plain-socket server for test_rspreload_apps.sh (run through librspreload).
 
-usage: rspreload_sha_server.py PORT NBYTES
+usage: rspreload_sha_server.py [--fork] PORT NBYTES
 Accepts one connection on 127.0.0.1:PORT. Reads an 8-byte length, that many
 bytes and their SHA-256 (32 bytes) and checks the digest; then sends NBYTES
 random bytes in random-sized pieces, their SHA-256, and shuts down its
 writing side (the client reads to end of stream). Exit 0 only if every
-check passed."""
+check passed. --fork: a child process serves the connection, as in
+socketserver.ForkingTCPServer."""
 import hashlib
 import os
 import random
@@ -28,12 +29,22 @@ def recv_exact(c, n):
 
 
 def main():
-    port, nbytes = int(sys.argv[1]), int(sys.argv[2])
+    fork = sys.argv[1:2] == ["--fork"]
+    port, nbytes = int(sys.argv[1 + fork]), int(sys.argv[2 + fork])
     s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind(("127.0.0.1", port))
     s.listen(4)
     c, peer = s.accept()
+    if fork:
+        # as socketserver.ForkingTCPServer: the child serves, the parent
+        # closes its copy of the connection
+        pid = os.fork()
+        if pid:
+            c.close()
+            _, status = os.waitpid(pid, 0)
+            raise SystemExit(os.waitstatus_to_exitcode(status))
+        s.close()
     print(f"server: accepted {peer}, local {c.getsockname()}, peer {c.getpeername()}", flush=True)
     if c.getpeername() != peer or c.getsockname() != ("127.0.0.1", port):
         raise SystemExit("server: getpeername/getsockname disagree with accept")
