@@ -11,7 +11,8 @@
  * librspreload.so (docs/RSOCKETS.md): `uiwarp run --rsockets PROGRAM`
  * preloads it, or the user sets LD_PRELOAD to it. Either way
  * libuiwarp-rspreload.so from the same folder is preloaded after it: the
- * accept4() that rdma-core 44's preload lacks (src/rdmacm/rspreload_compat.c).
+ * accept4() and ioctl(FIONBIO) that rdma-core 44's preload lacks
+ * (src/rdmacm/rspreload_compat.c).
  */
 #include "run.h"
 
@@ -35,7 +36,7 @@ void uiw_run_usage(FILE *out)
                  "rsocket/librspreload.so), e.g.\n"
                  "  uiwarp run --rsockets iperf3 -s\n"
                  "With librspreload.so in LD_PRELOAD (given or added), uiwarp's\n"
-                 "libuiwarp-rspreload.so is preloaded after it (accept4).\n"
+                 "libuiwarp-rspreload.so is preloaded after it (accept4, ioctl FIONBIO).\n"
                  "Engine settings (UIWARP_CRC, UIWARP_P2P, ...) are read from the\n"
                  "environment as usual; see README.md.\n");
 }
