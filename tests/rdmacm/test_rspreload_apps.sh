@@ -13,7 +13,8 @@
 #   iperf3          iperf3 -s / -c for 3 s (and -R, -P 2); the JSON of both
 #                   sides: bytes received > 0, equal on both, no error
 #   http-curl       python3 -m http.server serving a 16 MiB random file,
-#                   curl fetching it twice (two connections), cmp
+#                   curl fetching it twice (two connections), cmp; over
+#                   127.0.0.1 and ::1
 #   KNOWN: python-asyncio (epoll, not intercepted by rdma-core 44's
 #   librspreload) and python-fork-server (an rsocket does not survive the
 #   parent's close after fork)
@@ -137,16 +138,25 @@ else
 fi
 
 # --- python3 -m http.server and curl ------------------------------------
-if command -v curl >/dev/null && [ -x "$PY" ]; then
+http_case() { # NAME BIND_ADDRESS URL_HOST
+    local name=$1 addr=$2 host=$3
     port=$(free_port 4)
     mkdir -p "$tmp/www"
     head -c $MiB16 /dev/urandom >"$tmp/www/blob.bin"
     # the server never exits: the client side says when it is done
-    timed_case http-curl REQUIRED "" 60 \
-        "bash -c 'cd $tmp/www && UIWARP_PCAP=$tmp/http-s-%p.pcapng $RUN run --rsockets $PY -m http.server $port --bind 127.0.0.1 & p=\$!; while [ ! -e $tmp/http.done ]; do sleep 0.2; done; kill \$p; wait \$p; exit 0'" \
-        "bash -c 'UIWARP_PCAP=$tmp/http-c-%p.pcapng $RUN run --rsockets curl -sS --fail -o $tmp/got1.bin -o $tmp/got2.bin http://127.0.0.1:$port/blob.bin http://127.0.0.1:$port/blob.bin; rc=\$?; touch $tmp/http.done; [ \$rc = 0 ] && cmp $tmp/www/blob.bin $tmp/got1.bin && cmp $tmp/www/blob.bin $tmp/got2.bin && sha256sum $tmp/www/blob.bin $tmp/got1.bin $tmp/got2.bin && $check \"$tmp/http-c-*.pcapng\" 2 $((2 * MiB16))'" \
+    timed_case "$name" REQUIRED "" 60 \
+        "bash -c 'cd $tmp/www && UIWARP_PCAP=$tmp/$name-s-%p.pcapng $RUN run --rsockets $PY -m http.server $port --bind $addr & p=\$!; while [ ! -e $tmp/$name.done ]; do sleep 0.2; done; kill \$p; wait \$p; exit 0'" \
+        "bash -c 'UIWARP_PCAP=$tmp/$name-c-%p.pcapng $RUN run --rsockets curl -sS -g --fail -o $tmp/got1.bin -o $tmp/got2.bin http://$host:$port/blob.bin http://$host:$port/blob.bin; rc=\$?; touch $tmp/$name.done; [ \$rc = 0 ] && cmp $tmp/www/blob.bin $tmp/got1.bin && cmp $tmp/www/blob.bin $tmp/got2.bin && sha256sum $tmp/www/blob.bin $tmp/got1.bin $tmp/got2.bin && $check \"$tmp/$name-c-*.pcapng\" 2 $((2 * MiB16))'" \
         "$bad|code 4|code 5"
     rm -rf "$tmp/www" "$tmp/got1.bin" "$tmp/got2.bin"
+}
+if command -v curl >/dev/null && [ -x "$PY" ]; then
+    http_case http-curl 127.0.0.1 127.0.0.1
+    if have_ipv6; then
+        http_case http-curl-ipv6 ::1 '[::1]'
+    else
+        skip_case http-curl-ipv6 "no ::1"
+    fi
 else
     skip_case http-curl "curl or $PY not installed"
 fi
