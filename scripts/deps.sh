@@ -18,6 +18,10 @@ elif [ "$want" != build ]; then
     pkgs+=(clang libclang-rt-14-dev tshark python3)
     # The unmodified RDMA programs the drop-in libraries are tested with.
     pkgs+=(rdmacm-utils perftest ibverbs-utils qperf fio)
+    # Socket programs over rsockets through rdma-core's librspreload.so
+    # (librdmacm1, tests/rdmacm/test_rspreload_apps.sh): iperf3, curl.
+    # iperf3 asks a debconf question (start a daemon?): noninteractive below.
+    pkgs+=(librdmacm1 iperf3 curl)
     # libfabric and Open MPI over uiwarp (tests/rdmacm/test_libfabric_apps.sh):
     # fi_info/fi_pingpong, libfabric's headers for fabric/fi_check.c, mpirun
     # and mpicc; iproute2 (ip) finds the host's address.

@@ -40,6 +40,7 @@ lib/uiwarp/libibverbs.so.1
 lib/uiwarp/libibverbs.so.1.14.44.0
 lib/uiwarp/librdmacm.so.1
 lib/uiwarp/librdmacm.so.1.3.44.0
+lib/uiwarp/libuiwarp-rspreload.so
 share/doc/uiwarp/APPS.md
 share/doc/uiwarp/ENGINE.md
 share/doc/uiwarp/INTEROP.md

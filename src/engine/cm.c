@@ -42,6 +42,7 @@
 #include <unistd.h>
 
 #include "cm_int.h"
+#include "iface/uiw_sys.h"
 
 /* iface/uiw_cm.h restates these wire constants for librdmacm. */
 _Static_assert(UIW_CM_PD_MAX == UIW_MPA_MAX_PD, "MPA private data limit");
@@ -570,7 +571,8 @@ static void send_terminate(struct uiw_conn *c, const uiw_mpa_neg *n)
  * holds; rdmacm's rdma_resolve_addr leaves the port to us). 0 or -errno. */
 static int active_socket(struct uiw_conn *c, const struct sockaddr *src)
 {
-    int one = 1, e, fd = socket(c->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1, e,
+        fd = uiw_kernel_socket(c->peer.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
     if (fd < 0)
         return -errno;
@@ -1266,7 +1268,7 @@ UIW_EXPORT int uiw_cm_listen_af(struct ibv_context *ibctx, const struct sockaddr
     struct uiw_listener *l = calloc(1, sizeof(*l));
     if (!l)
         return -ENOMEM;
-    l->fd = socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    l->fd = uiw_kernel_socket(addr->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     if (l->fd < 0) {
         int e = -errno;
         free(l);

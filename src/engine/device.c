@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #include "engine.h"
+#include "iface/uiw_sys.h"
 
 #undef ibv_query_port
 
@@ -87,7 +88,7 @@ static int if_query(int sock, const char *ifname, struct if_info *info)
 
 static int if_socket(void)
 {
-    return socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    return uiw_kernel_socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 }
 
 /* EUI-64 from the MAC (flip the U/L bit, insert ff:fe), or, for loopback

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "rdmacm_int.h"
+#include "uiw_sys.h"
 
 static pthread_mutex_t dev_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct rcm_dev *devs;
@@ -111,7 +112,7 @@ int rcm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
      * must not be 0 for every kernel. */
     if (!rcm_sa_port((struct sockaddr *)&d))
         rcm_sa_set_port((struct sockaddr *)&d, htons(9));
-    int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int fd = uiw_kernel_socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     int rc = 0;

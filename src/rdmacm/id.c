@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "rdmacm_int.h"
+#include "uiw_sys.h"
 
 /* ------------------------------------------------------------------------
  * Allocation
@@ -140,7 +141,7 @@ UIW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
 static int reserve(struct rcm_id *x, const struct sockaddr *addr)
 {
     socklen_t len = rcm_sa_len(addr);
-    int fd = socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = uiw_kernel_socket(addr->sa_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd < 0)
         return -errno;
     int one = 1;

@@ -889,8 +889,17 @@ static void rs_copy_addr(struct sockaddr *dst, socklen_t *len, const struct sock
 {
     socklen_t sz =
         src->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    memcpy(dst, src, *len < sz ? *len : sz);
+    if (*len)
+        memcpy(dst, src, *len < sz ? *len : sz);
     *len = sz;
+}
+
+/* getsockname/getpeername's arguments: like the kernel, a null address is
+ * fine with a length of 0 (librspreload asks for the length alone to learn
+ * the family when it falls back to a TCP socket). */
+static bool rs_addr_args_ok(const struct sockaddr *addr, const socklen_t *addrlen)
+{
+    return addrlen && (addr || *addrlen == 0);
 }
 
 UIW_EXPORT int raccept(int socket, struct sockaddr *addr, socklen_t *addrlen)
@@ -1770,7 +1779,7 @@ UIW_EXPORT int rclose(int socket)
 UIW_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
     RS_GET(rs, socket);
-    if (!addr || !addrlen)
+    if (!rs_addr_args_ok(addr, addrlen))
         return rcm_err(EFAULT);
     if (!(rs->state & RS_ST_CONNECTED))
         return rcm_err(ENOTCONN);
@@ -1781,7 +1790,7 @@ UIW_EXPORT int rgetpeername(int socket, struct sockaddr *addr, socklen_t *addrle
 UIW_EXPORT int rgetsockname(int socket, struct sockaddr *addr, socklen_t *addrlen)
 {
     RS_GET(rs, socket);
-    if (!addr || !addrlen)
+    if (!rs_addr_args_ok(addr, addrlen))
         return rcm_err(EFAULT);
     struct sockaddr *sa = rdma_get_local_addr(rs->id);
     if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6) {
@@ -1924,6 +1933,35 @@ static int put_int(void *optval, socklen_t *optlen, int v)
     return 0;
 }
 
+/* TCP_MAXSEG: what rdma-core's rsockets report for a route without a path
+ * record (iWARP). It was RS_MAX_XFER, 64 KiB, more than any TCP MSS:
+ * iperf3 warns "Ignoring nonsense TCP MSS 65536". */
+#define RS_TCP_MSS 2048
+
+/* TCP_INFO, for programs that report it (iperf3 fails its interval
+ * reports without it): the state, and TCP_MAXSEG's value as the MSS; the
+ * rest (RTT, window, retransmits) is the business of uiwarp's own TCP
+ * connection under the rsocket and reads 0. As much as fits, like Linux. */
+static int rs_tcp_info(const struct rs_sock *rs, void *optval, socklen_t *optlen)
+{
+    if (!optval || !optlen)
+        return rcm_err(EFAULT);
+    struct tcp_info ti = {0};
+    if (rs->state & RS_ST_LISTEN)
+        ti.tcpi_state = TCP_LISTEN;
+    else if ((rs->state & RS_ST_CONNECTED) && !(rs->state & RS_ST_DISCONNECTED))
+        ti.tcpi_state = TCP_ESTABLISHED;
+    else if (rs->state & RS_ST_CONNECTING)
+        ti.tcpi_state = TCP_SYN_SENT;
+    else
+        ti.tcpi_state = TCP_CLOSE;
+    ti.tcpi_snd_mss = ti.tcpi_rcv_mss = RS_TCP_MSS;
+    socklen_t n = *optlen < sizeof(ti) ? *optlen : (socklen_t)sizeof(ti);
+    memcpy(optval, &ti, n);
+    *optlen = n;
+    return 0;
+}
+
 UIW_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, socklen_t *optlen)
 {
     RS_GET(rs, socket);
@@ -1967,7 +2005,9 @@ UIW_EXPORT int rgetsockopt(int socket, int level, int optname, void *optval, soc
     } else if (level == IPPROTO_TCP && optname == TCP_NODELAY) {
         r = put_int(optval, optlen, rs->nodelay);
     } else if (level == IPPROTO_TCP && optname == TCP_MAXSEG) {
-        r = put_int(optval, optlen, RS_MAX_XFER);
+        r = put_int(optval, optlen, RS_TCP_MSS);
+    } else if (level == IPPROTO_TCP && optname == TCP_INFO) {
+        r = rs_tcp_info(rs, optval, optlen);
     } else if (level == IPPROTO_TCP && optname == TCP_KEEPIDLE) {
         r = put_int(optval, optlen, rs->keepidle);
     } else if (level == IPPROTO_TCP && optname == TCP_KEEPINTVL) {
@@ -2000,6 +2040,10 @@ UIW_EXPORT int rfcntl(int socket, int cmd, ...)
         int arg = va_arg(ap, int);
         rs->fd_flags = arg & O_NONBLOCK;
         r = 0;
+    } else if (cmd == F_GETFD) {
+        r = fcntl(rs->ch->fd, F_GETFD); /* FD_CLOEXEC of the fd the application sees */
+    } else if (cmd == F_SETFD) {
+        r = fcntl(rs->ch->fd, F_SETFD, va_arg(ap, int));
     } else {
         r = rcm_err(EOPNOTSUPP);
     }

@@ -11,7 +11,9 @@
  *    both directions from rpoll(POLLIN | POLLOUT), taking EAGAIN.
  *
  * Then the client shuts its sending side (rshutdown SHUT_WR): the server
- * reads end of stream (0), and both close.
+ * reads end of stream (0), and both close. Before the transfer, the calls
+ * librspreload.so makes for socket programs: getsockname with a length
+ * alone, TCP_INFO, TCP_MAXSEG, FD_CLOEXEC.
  *
  * riomap / riowrite: mapping limits (RDMA_IOMAPSIZE, its wire rounding,
  * ENOMEM when the peer offers no more), a mapping unknown to the writer
@@ -31,6 +33,7 @@
 #include <pthread.h>
 #include <rdma/rsocket.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -186,6 +189,49 @@ static void *accept_one(void *arg)
     return NULL;
 }
 
+/* What librspreload.so and the socket programs behind it ask of a
+ * listening and a connected rsocket (docs/RSOCKETS.md). */
+static void check_socket_calls(int lfd, int cfd, int family)
+{
+    socklen_t want = family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+    /* the length alone (librspreload's fallback to TCP learns the family so) */
+    socklen_t len = 0;
+    CHECK_EQ(rgetsockname(cfd, NULL, &len), 0);
+    CHECK_EQ(len, want);
+    len = 0;
+    CHECK_EQ(rgetpeername(cfd, NULL, &len), 0);
+    CHECK_EQ(len, want);
+    len = sizeof(struct sockaddr_in);
+    CHECK_EQ(rgetsockname(cfd, NULL, &len), -1);
+    CHECK_EQ(errno, EFAULT);
+
+    /* TCP_INFO (iperf3): the state; as much as fits */
+    struct tcp_info ti;
+    memset(&ti, 0xff, sizeof(ti));
+    len = sizeof(ti);
+    CHECK_EQ(rgetsockopt(cfd, IPPROTO_TCP, TCP_INFO, &ti, &len), 0);
+    /* glibc's struct tcp_info (what rsocket.c fills) ends there; the
+     * kernel's is longer */
+    CHECK(len >= offsetof(struct tcp_info, tcpi_total_retrans) + 4 && len <= sizeof(ti));
+    CHECK_EQ(ti.tcpi_state, 1); /* TCP_ESTABLISHED (<netinet/tcp.h>, not with linux/tcp.h) */
+    CHECK_EQ(ti.tcpi_total_retrans, 0);
+    len = 1;
+    CHECK_EQ(rgetsockopt(lfd, IPPROTO_TCP, TCP_INFO, &ti, &len), 0);
+    CHECK_EQ(len, 1);
+    CHECK_EQ(ti.tcpi_state, 10); /* TCP_LISTEN */
+    /* TCP_MAXSEG: a size a TCP MSS can be (iperf3 warns of "nonsense") */
+    int v = 0;
+    len = sizeof(v);
+    CHECK_EQ(rgetsockopt(cfd, IPPROTO_TCP, TCP_MAXSEG, &v, &len), 0);
+    CHECK(v > 0 && v < 65536);
+
+    /* FD_CLOEXEC (accept4's SOCK_CLOEXEC through librspreload) */
+    CHECK_EQ(rfcntl(cfd, F_SETFD, 0), 0);
+    CHECK_EQ(rfcntl(cfd, F_GETFD), 0);
+    CHECK_EQ(rfcntl(cfd, F_SETFD, FD_CLOEXEC), 0);
+    CHECK_EQ(rfcntl(cfd, F_GETFD), FD_CLOEXEC);
+}
+
 static void run_case(int family, bool nonblocking, const uint8_t *a2b, const uint8_t *b2a,
                      uint8_t *ina, uint8_t *inb)
 {
@@ -228,6 +274,7 @@ static void run_case(int family, bool nonblocking, const uint8_t *a2b, const uin
     socklen_t pl = sizeof(peer);
     CHECK_EQ(rgetpeername(cfd, (struct sockaddr *)&peer, &pl), 0);
     CHECK_EQ(peer.ss_family, family);
+    check_socket_calls(l.lfd, cfd, family);
 
     memset(ina, 0, XFER);
     memset(inb, 0, XFER);
