@@ -1116,7 +1116,7 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
     if (!r && rs->iomap_pending)
         r = rs_send_iomaps(rs, nb); /* mappings reach the peer before our data */
     size_t left = len, off = 0;
-    uint32_t olen = RS_SNDLOWAT;
+    uint32_t olen = RS_XFER;
     while (!r && left) {
         if (!rs_can_send(rs)) {
             r = rs_wait(rs, rs_send_ready, nb, -1);
@@ -1129,8 +1129,6 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
         }
         volatile struct rs_wire_sge *t = &rs->target_sgl[rs->target_sge];
         uint32_t x = left < olen ? (uint32_t)left : olen;
-        if (olen < RS_MAX_XFER)
-            olen <<= 1;
         if (x > rs->sbuf_avail)
             x = rs->sbuf_avail;
         if (x > t->length)
@@ -1401,7 +1399,7 @@ UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
     const struct iovec *iov = &v;
     size_t left = count, off = 0;
     uint64_t pos = (uint64_t)offset;
-    uint32_t olen = RS_SNDLOWAT;
+    uint32_t olen = RS_XFER;
     struct rs_wire_iomap e = {0};
     bool have = false;
     while (!r && left) {
@@ -1423,8 +1421,6 @@ UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
             }
         }
         uint32_t x = left < olen ? (uint32_t)left : olen;
-        if (olen < RS_MAX_XFER)
-            olen <<= 1;
         if (x > rs->sbuf_avail)
             x = rs->sbuf_avail;
         if (x > e.sge.length - (pos - e.offset))

@@ -100,9 +100,17 @@ static inline uint32_t rs_iomap_unscale(uint8_t v)
     return v <= 128 ? v : (uint32_t)(v & 0x7fu) << 8;
 }
 
-#define RS_MSG_BYTES  4
-#define RS_SNDLOWAT   2048
-#define RS_MAX_XFER   65536
+#define RS_MSG_BYTES 4
+#define RS_SNDLOWAT  2048
+#define RS_MAX_XFER  65536
+/* Bytes per data transfer (one RDMA Write and its message), within the
+ * granted space and the free send buffer. rdma-core starts at 2 KiB and
+ * doubles up to 64 KiB within each call, so that on an RNIC the first
+ * bytes go out while the rest is copied; here a transfer is a Write, a
+ * Send and two completions of software work, and the data goes out at
+ * the post anyway: one transfer for up to 256 KiB (rstream 64 KiB sends
+ * were six transfers each). Receivers take any length (29 bits). */
+#define RS_XFER       (256u << 10)
 #define RS_CTRL_SLOTS 4 /* send-queue entries kept for control messages */
 /* Receives posted beyond the credits we advertise (rq_size): a peer's
  * control messages (grants, shutdown, keepalive; up to RS_CTRL_SLOTS of
