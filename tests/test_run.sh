@@ -36,6 +36,12 @@ pre=$("$bin" run sh -c 'echo "${LD_PRELOAD-unset}"' 2>&1)
 ok "no preload added otherwise" '[ "$pre" = unset ]'
 UIWARP_RSPRELOAD=/nonexistent/librspreload.so "$bin" run --rsockets true >/dev/null 2>&1
 ok "--rsockets without librspreload.so: exit 2" '[ $? -eq 2 ]'
+msg=$(LD_PRELOAD=/x/librspreload.so RDMAV_FORK_SAFE=1 "$bin" run true 2>&1)
+ok "rsockets' fork mode (RDMAV_FORK_SAFE) refused with a reason: exit 2" '[ $? -eq 2 ] && [[ "$msg" == *"fork mode"* ]]'
+LD_PRELOAD=/x/librspreload.so RDMAV_FORK_SAFE=0 "$bin" run true 2>/dev/null
+ok "RDMAV_FORK_SAFE=0 is not the fork mode" '[ $? -eq 0 ]'
+RDMAV_FORK_SAFE=1 "$bin" run true 2>/dev/null
+ok "RDMAV_FORK_SAFE without rsockets is none of our business" '[ $? -eq 0 ]'
 nm -D --defined-only "$ours" 2>/dev/null | awk '{print $3}' | grep -qx accept4
 ok "libuiwarp-rspreload.so defines accept4" '[ $? -eq 0 ]'
 "$bin" run /nonexistent/program >/dev/null 2>&1

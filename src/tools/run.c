@@ -139,6 +139,19 @@ static int set_preload(const char *dir, bool rsockets)
     }
     bool with_rsp = *rsp || (old && preload_has(old, "librspreload.so"));
     bool with_ours = old && preload_has(old, "libuiwarp-rspreload.so");
+    const char *fs = getenv("RDMAV_FORK_SAFE");
+    if (with_rsp && fs && *fs && strcmp(fs, "0") != 0) {
+        /* rsockets' fork mode (rsocket(7)) moves an accepted TCP connection
+         * to an rsocket listening on the same port as the program's TCP
+         * listener: uiwarp's listeners are kernel TCP sockets, that bind
+         * fails (EADDRINUSE) and the preload's client and server then wait
+         * for each other for ever (docs/RSOCKETS.md) */
+        fprintf(stderr, "uiwarp run: RDMAV_FORK_SAFE with librspreload.so: rsockets' fork mode "
+                        "cannot work over uiwarp (its rsocket listener would need the port the "
+                        "program's TCP listener holds, and the connection would hang); unset "
+                        "RDMAV_FORK_SAFE\n");
+        return 2;
+    }
     if (!*rsp && (!with_rsp || with_ours))
         return 0; /* nothing to add */
     char ours[PATH_MAX + 32] = "";
