@@ -97,6 +97,14 @@ static struct rcm_qev *pop_locked(struct rcm_channel *ch)
     return q;
 }
 
+bool rcm_channel_pending(struct rcm_channel *ch)
+{
+    pthread_mutex_lock(&ch->lock);
+    bool r = ch->head != NULL || ch->dead;
+    pthread_mutex_unlock(&ch->lock);
+    return r;
+}
+
 /* Free a queued event that will never be delivered. A CONNECT_REQUEST the
  * application never saw takes its engine connection along (the initiator
  * sees the TCP connection reset). */

@@ -135,6 +135,8 @@ extern struct uiw_cm_channel *rcm_uch; /* the engine channel every id uses */
 int rcm_init(void);
 struct rcm_channel *rcm_channel_new(void);
 void rcm_channel_free(struct rcm_channel *ch);
+/* Whether events are queued on ch (no system call: rsockets' poll loop). */
+bool rcm_channel_pending(struct rcm_channel *ch);
 /* Queue one of the library's own events for id (takes the locks). */
 void rcm_queue_local(struct rcm_id *id, enum rdma_cm_event_type type, int status);
 /* Drop every event queued for id on its channel (destroy). Engine

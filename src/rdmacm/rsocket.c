@@ -597,6 +597,10 @@ static int rs_cm_poll(struct rs_sock *rs)
     int n = 0;
     if (rs->state & RS_ST_LISTEN)
         return 0;
+    /* the common case, nothing queued, without rdma_get_cm_event's
+     * fcntl(F_GETFL): this runs on every turn of a waiting loop */
+    if (!rcm_channel_pending(to_rch(rs->ch)))
+        return 0;
     while (rdma_get_cm_event(rs->ch, &ev) == 0) {
         rs_handle_cm(rs, ev);
         rdma_ack_cm_event(ev);
