@@ -243,6 +243,9 @@ riostream_cases() { # DIR
         riostream_case "$1" REQUIRED 65536 4 3 $m
         riostream_case "$1" REQUIRED 1048576 2 2 $m
     done
+    # async (rpoll before each call): two sizes
+    riostream_case "$1" REQUIRED 64 10 10 a
+    riostream_case "$1" REQUIRED 65536 4 3 a
 }
 # rcopy of a random file (@R/rcopy.src, made by run_boot), compared byte
 # for byte by the server's side (rcopy-server.sh: rcopy's server never
