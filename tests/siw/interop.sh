@@ -195,6 +195,11 @@ rstream_cases() { # DIR
             rstream_case v2h REQUIRED 65536 40 $m
             rstream_case v2h REQUIRED 1048576 4 $m
         done
+        # keepalive (-k 1: SO_KEEPALIVE, TCP_KEEPIDLE 1 s) on both sides
+        # during a 2-3 s run: rdma-core's zero-length RDMA Write to STag 0
+        # and uiwarp's to the peer's target SGL; run_boot checks the
+        # capture for both
+        rstream_case v2h REQUIRED 4096 1500 b "-k 1" -keepalive
         return
     fi
     # h2v: the siw server sends last, then shuts down and closes at once.
@@ -549,6 +554,22 @@ run_boot() { # VARIANT DIR
         p2p*-v2h | *-h2v) # a P2P initiator: siw's, or uiwarp's (P2P by default)
             [ "$nrtr" -gt 0 ] || want="${want:+$want; }RTRs" ;;
         esac
+        # rstream -k: each side's keepalives on that case's connection
+        # (the one to the server's port), zero-length RDMA Writes that
+        # are not the RTR
+        for ((i = 0; i < n; i++)); do
+            [[ ${C_NAME[i]} == *-keepalive ]] || continue
+            local kc ka_ab ka_ba kp=${hp[i]} # the guest's port when it serves
+            [ "${C_SIDE[i]}" = guest ] && kp=${gp[i]}
+            kc=$(grep -E "^== c[0-9]+ .*:$kp " "$bdir/decode.txt" | head -1 | awk '{print $2}')
+            ka_ab=$(grep -Ec " ${kc:-none} a>b RDMA Write .* payload=0 crc=[a-z]+\$" "$bdir/decode.txt")
+            ka_ba=$(grep -Ec " ${kc:-none} b>a RDMA Write .* payload=0 crc=[a-z]+\$" "$bdir/decode.txt")
+            if [ "$ka_ab" -gt 0 ] && [ "$ka_ba" -gt 0 ]; then
+                record "$v" "$dir" "capture: ${C_NAME[i]}" CHECK PASS 0 "$kc: zero-length RDMA Writes a>b $ka_ab, b>a $ka_ba"
+            else
+                record "$v" "$dir" "capture: ${C_NAME[i]}" CHECK FAIL 0 "expected keepalives each way on ${kc:-its connection}: zero-length RDMA Writes a>b $ka_ab, b>a $ka_ba"
+            fi
+        done
         if [ -z "$want" ]; then
             record "$v" "$dir" "capture: negotiated" CHECK PASS 0 "$(echo "$crc_line" | sed 's/^ *//'); RTR FPDUs $nrtr"
         else
