@@ -13,8 +13,9 @@
 # unmodified Debian program (rping, ib_*_bw; rstream, riostream and rcopy:
 # rsockets on both sides) run through `uiwarp run`, except the fault cases,
 # which use tests/siw/rping_fault.c (an rping peer that hands out or uses an
-# invalid rkey), and rcopy's server, run by tests/siw/rcopy-server.sh. Every boot's host-side capture of the
-# guest NIC (siw-vm-run -c) must pass `uiwarp dump` with zero violations.
+# invalid rkey), and rcopy's server, run by tests/siw/rcopy-server.sh.
+# Every boot's host-side capture of the guest NIC (siw-vm-run -c) must pass
+# `uiwarp dump` with zero violations.
 #
 # usage: interop.sh [--ci | --full] [--variants "default crc ..."]
 #                   [--dirs "h2v v2h"] [--out DIR]
@@ -470,8 +471,8 @@ run_boot() { # VARIANT DIR
                 grep -Eqi 'fail|verif|rsend|rrecv|rconnect|raccept|rpoll|rsocket|rbind|rlisten|riomap|riowrite|riounmap' \
                     "$ho" "$bdir/g.$i.out" 2>/dev/null && ok=0
             fi
-            # rcopy: the client's "N bytes in S seconds" line, the server's
-            # script's "cmp: identical", nothing of perror's or rcopy's
+            # rcopy: the client's "N bytes in S seconds" line, the server
+            # script's "rcopy-server: identical", nothing of perror's or rcopy's
             # messages ("error receiving data", "rconnect failed", ...)
             if [[ ${C_NAME[i]} == rcopy-* ]]; then
                 grep -Eq '^rcopy-server: identical' "$ho" "$bdir/g.$i.out" &&
