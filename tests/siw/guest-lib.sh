@@ -2,7 +2,8 @@
 # the siw peer VM (busybox sh, cwd /rig = the host's run directory). The host
 # and the guest hand each case over through files in /rig:
 #   guest server: ready.I (listening), host writes h.I.done when its client
-#                 has finished; the guest then gives its server 3 s and stops it
+#                 has finished; the guest then gives its server 3 s (or the
+#                 scenario's $grace) and stops it
 #   guest client: host writes go.I when its server listens
 # The guest writes g.I.out (output) and g.I.rc (exit status).
 
@@ -36,7 +37,8 @@ warm() {
     wait
 }
 
-# gsrv I PORT TIMEOUT CMD...: run a server for case I
+# gsrv I PORT TIMEOUT CMD...: run a server for case I; it gets $grace
+# seconds (default 3) to end by itself once the host side is done
 gsrv() {
     i=$1 port=$2 t=$3
     shift 3
@@ -48,7 +50,7 @@ gsrv() {
     dl=""
     while kill -0 "$tp" 2>/dev/null; do
         if [ -z "$dl" ] && [ -e "/rig/h.$i.done" ]; then
-            dl=$(($(date +%s) + 3))
+            dl=$(($(date +%s) + ${grace:-3}))
         fi
         if [ -n "$dl" ] && [ "$(date +%s)" -ge "$dl" ]; then
             echo "[guest] case $i: stopping the server (host side done)" >>"/rig/g.$i.out"

@@ -10,11 +10,12 @@
 #        forwarded by qemu's slirp)
 #   v2h  siw client (guest, dials 10.0.2.2:H) -> uiwarp server (host 127.0.0.1:H)
 # and runs a list of cases one after the other. uiwarp's side is always the
-# unmodified Debian program (rping, ib_*_bw, rstream: rsockets on both sides)
-# run through `uiwarp run`, except
-# the fault cases, which use tests/siw/rping_fault.c (an rping peer that
-# hands out or uses an invalid rkey). Every boot's host-side capture of the
-# guest NIC (siw-vm-run -c) must pass `uiwarp dump` with zero violations.
+# unmodified Debian program (rping, ib_*_bw; rstream, riostream and rcopy:
+# rsockets on both sides) run through `uiwarp run`, except the fault cases,
+# which use tests/siw/rping_fault.c (an rping peer that hands out or uses an
+# invalid rkey), and rcopy's server, run by tests/siw/rcopy-server.sh.
+# Every boot's host-side capture of the guest NIC (siw-vm-run -c) must pass
+# `uiwarp dump` with zero violations.
 #
 # usage: interop.sh [--ci | --full] [--variants "default crc ..."]
 #                   [--dirs "h2v v2h"] [--out DIR]
@@ -117,6 +118,7 @@ wait_file() { # FILE SECONDS: until FILE exists and is not empty
 
 # ---------------------------------------------------------------------------
 # Case lists. add_case NAME KIND SIDE TIMEOUT HOST_ENV HOST_CMD GUEST_CMD [CHECK]
+#   [GRACE]
 #   KIND: REQUIRED  both programs exit 0
 #         REJECT    the connection must fail cleanly: the side named by
 #                   CHECK ("host" or "guest") exits non-zero before its
@@ -126,14 +128,18 @@ wait_file() { # FILE SECONDS: until FILE exists and is not empty
 #                   end (any status) before its timeout
 #         KNOWN:why fails because of siw itself (why); XFAIL, XPASS once not
 #   SIDE: which side is the server: guest (h2v) or host (v2h)
-# HOST_CMD / GUEST_CMD may use @H (host port) and @G (guest port).
+#   GRACE: seconds a guest server gets to end by itself once the host's
+#   client is done, before it is stopped (default 3)
+# HOST_CMD / GUEST_CMD may use @H (host port), @G (guest port) and @R (the
+# boot's run directory on the host, /rig in the guest); HOST_CMD @X (this
+# directory, /x in the guest).
 # ---------------------------------------------------------------------------
-C_NAME=() C_KIND=() C_SIDE=() C_T=() C_ENV=() C_HCMD=() C_GCMD=() C_CHECK=()
+C_NAME=() C_KIND=() C_SIDE=() C_T=() C_ENV=() C_HCMD=() C_GCMD=() C_CHECK=() C_GRACE=()
 add_case() {
     # SIW_ONLY=REGEX runs only the cases whose name matches (debugging)
     if [ -n "${SIW_ONLY:-}" ] && ! [[ $1 =~ $SIW_ONLY ]]; then return; fi
     C_NAME+=("$1") C_KIND+=("$2") C_SIDE+=("$3") C_T+=("$4") C_ENV+=("$5")
-    C_HCMD+=("$6") C_GCMD+=("$7") C_CHECK+=("${8:-}")
+    C_HCMD+=("$6") C_GCMD+=("$7") C_CHECK+=("${8:-}") C_GRACE+=("${9:-3}")
 }
 
 # rping -V verifies every iteration; its largest buffer is 64 KiB - 1
@@ -190,6 +196,11 @@ rstream_cases() { # DIR
             rstream_case v2h REQUIRED 65536 40 $m
             rstream_case v2h REQUIRED 1048576 4 $m
         done
+        # keepalive (-k 1: SO_KEEPALIVE, TCP_KEEPIDLE 1 s) on both sides
+        # during a 2-3 s run: rdma-core's zero-length RDMA Write to STag 0
+        # and uiwarp's to the peer's target SGL; run_boot checks the
+        # capture for both
+        rstream_case v2h REQUIRED 4096 1500 b "-k 1" -keepalive
         return
     fi
     # h2v: the siw server sends last, then shuts down and closes at once.
@@ -209,6 +220,54 @@ rstream_cases() { # DIR
     done
     rstream_case h2v "KNOWN:rdma-core's rsocket close (siw server) resets the connection when credit grants arrive after it, losing its unsent data" \
         4096 500 b "" -close-race
+}
+# riostream: riomap'd buffers (RDMA_IOMAPSIZE 1 on both sides, the buffer
+# mapped at offset 0), two 16-byte rsend/rrecv messages (which carry the
+# pending iomap entry and its IOMAP_SGL message first), then riowrite
+# straight into the peer's mapped buffer; the receiver spins on the last
+# byte, then checks the rest (-T v). The client writes COUNT transfers,
+# the server as many back, ITERS times. Each side spins while it waits: a
+# spinning guest under TCG is slow, so the counts stay small.
+riostream_case() { # DIR KIND SIZE COUNT ITERS MODE [NAME-SUFFIX]
+    local dir=$1 kind=$2 sz=$3 n=$4 it=$5 m=$6 sfx=${7:-} opts
+    opts="-S $sz -C $n -I $it -T $m -T v"
+    if [ "$dir" = h2v ]; then
+        add_case "riostream-$m-$sz$sfx" "$kind" guest 90 "" \
+            "riostream -s 127.0.0.1 -p @H $opts" \
+            "riostream -b 10.0.2.15 -p @G $opts" host
+    else
+        add_case "riostream-$m-$sz$sfx" "$kind" host 90 "" \
+            "riostream -b 127.0.0.1 -p @H $opts" \
+            "riostream -s 10.0.2.2 -p @H $opts" guest
+    fi
+}
+riostream_cases() { # DIR
+    local m
+    for m in b n; do
+        riostream_case "$1" REQUIRED 64 10 10 $m
+        riostream_case "$1" REQUIRED 4096 10 5 $m
+        riostream_case "$1" REQUIRED 65536 4 3 $m
+        riostream_case "$1" REQUIRED 1048576 2 2 $m
+    done
+    # async (rpoll before each call): two sizes
+    riostream_case "$1" REQUIRED 64 10 10 a
+    riostream_case "$1" REQUIRED 65536 4 3 a
+}
+# rcopy of a random file (@R/rcopy.src, made by run_boot), compared byte
+# for byte by the server's side (rcopy-server.sh: rcopy's server never
+# exits; the script stops it once the file is closed, then runs cmp).
+# h2v: uiwarp's client writes to rdma-core's server; v2h: the reverse.
+rcopy_case() { # DIR
+    if [ "$1" = h2v ]; then
+        # (busybox's cmp of 8 MiB, one file over 9p, takes 1.5 s under TCG)
+        add_case rcopy-8MiB REQUIRED guest 90 "" \
+            "rcopy @R/rcopy.src 127.0.0.1:/tmp/rcopy.dst -p @H" \
+            "sh /x/rcopy-server.sh @G /tmp/rcopy.dst /rig/rcopy.src" host 15
+    else
+        add_case rcopy-8MiB REQUIRED host 90 "" \
+            "sh @X/rcopy-server.sh @H @R/rcopy.dst @R/rcopy.src" \
+            "sh -c 'cp /rig/rcopy.src /tmp/rcopy.src && rcopy /tmp/rcopy.src 10.0.2.2:@R/rcopy.dst -p @H'" guest
+    fi
 }
 fault_cases() { # DIR
     # h2v: the siw rping server accesses uiwarp's memory through an rkey we
@@ -239,7 +298,7 @@ fault_cases() { # DIR
 # The cases of one boot.
 plan_boot() { # VARIANT DIR
     local v=$1 dir=$2 rk=REQUIRED
-    C_NAME=() C_KIND=() C_SIDE=() C_T=() C_ENV=() C_HCMD=() C_GCMD=() C_CHECK=()
+    C_NAME=() C_KIND=() C_SIDE=() C_T=() C_ENV=() C_HCMD=() C_GCMD=() C_CHECK=() C_GRACE=()
     # (rev1 v2h: siw's rev 1 initiator with a uiwarp responder works, although
     # rping over rev 1 fails siw-to-siw: the siw responder's IRD=ORD=0.)
     if [ $mode = full ]; then
@@ -258,6 +317,8 @@ plan_boot() { # VARIANT DIR
     if [ "$v" = default ]; then
         fault_cases "$dir"
         rstream_cases "$dir"
+        riostream_cases "$dir"
+        rcopy_case "$dir"
         if [ "$dir" = h2v ]; then
             # uiwarp's initiator policies against a siw responder
             rping_case h2v REQUIRED 4096 10 "UIWARP_P2P=0" -client-server
@@ -311,6 +372,10 @@ run_boot() { # VARIANT DIR
     n=${#C_NAME[@]}
     rm -rf "$bdir"
     mkdir -p "$bdir"
+    # rcopy's source file (both sides read it: the guest through /rig)
+    if [[ " ${C_NAME[*]}" == *" rcopy-"* ]]; then
+        head -c $((8 << 20)) /dev/urandom >"$bdir/rcopy.src"
+    fi
     local hp=() gp=()
     for ((i = 0; i < n; i++)); do
         hp[i]=$(free_port)
@@ -326,8 +391,9 @@ run_boot() { # VARIANT DIR
         for ((i = 0; i < n; i++)); do
             local g=${C_GCMD[i]//@H/${hp[i]}}
             g=${g//@G/${gp[i]}}
+            g=${g//@R/$bdir}
             if [ "${C_SIDE[i]}" = guest ]; then
-                echo "gsrv $i ${gp[i]} ${C_T[i]} $g"
+                echo "grace=${C_GRACE[i]} gsrv $i ${gp[i]} ${C_T[i]} $g"
             else
                 echo "gcli $i ${C_T[i]} $g"
             fi
@@ -363,6 +429,8 @@ run_boot() { # VARIANT DIR
         local name=${C_NAME[i]} kind=${C_KIND[i]} t=${C_T[i]} hcmd grc hrc=0 st detail ok
         hcmd=${C_HCMD[i]//@H/${hp[i]}}
         hcmd=${hcmd//@G/${gp[i]}}
+        hcmd=${hcmd//@R/$bdir}
+        hcmd=${hcmd//@X/$here}
         local ho="$bdir/h.$i.out"
         t0=$SECONDS
         if [ "${C_SIDE[i]}" = guest ]; then
@@ -398,9 +466,18 @@ run_boot() { # VARIANT DIR
             # rstream: each side prints its results line, and nothing of
             # perror's (rsend/rrecv/rconnect/raccept/rpoll) or its check
             # ("data verification failed byte N")
-            if [[ ${C_NAME[i]} == rstream-* ]]; then
+            if [[ ${C_NAME[i]} == rstream-* || ${C_NAME[i]} == riostream-* ]]; then
                 grep -Eq '^custom ' "$ho" && grep -Eq '^custom ' "$bdir/g.$i.out" || ok=0
-                grep -Eqi 'fail|verif|rsend|rrecv|rconnect|raccept|rpoll|rsocket|rbind|rlisten' \
+                grep -Eqi 'fail|verif|rsend|rrecv|rconnect|raccept|rpoll|rsocket|rbind|rlisten|riomap|riowrite|riounmap' \
+                    "$ho" "$bdir/g.$i.out" 2>/dev/null && ok=0
+            fi
+            # rcopy: the client's "N bytes in S seconds" line, the server
+            # script's "rcopy-server: identical", nothing of perror's or rcopy's
+            # messages ("error receiving data", "rconnect failed", ...)
+            if [[ ${C_NAME[i]} == rcopy-* ]]; then
+                grep -Eq '^rcopy-server: identical' "$ho" "$bdir/g.$i.out" &&
+                    grep -Eq '[0-9]+ bytes in [0-9.]+ seconds' "$ho" "$bdir/g.$i.out" || ok=0
+                grep -Eqi 'fail|invalid|unable|cannot|differ|rcopy-server: (no|killed)' \
                     "$ho" "$bdir/g.$i.out" 2>/dev/null && ok=0
             fi
             # perftest's close: its client sends one message more than its
@@ -478,6 +555,22 @@ run_boot() { # VARIANT DIR
         p2p*-v2h | *-h2v) # a P2P initiator: siw's, or uiwarp's (P2P by default)
             [ "$nrtr" -gt 0 ] || want="${want:+$want; }RTRs" ;;
         esac
+        # rstream -k: each side's keepalives on that case's connection
+        # (the one to the server's port), zero-length RDMA Writes that
+        # are not the RTR
+        for ((i = 0; i < n; i++)); do
+            [[ ${C_NAME[i]} == *-keepalive ]] || continue
+            local kc ka_ab ka_ba kp=${hp[i]} # the guest's port when it serves
+            [ "${C_SIDE[i]}" = guest ] && kp=${gp[i]}
+            kc=$(grep -E "^== c[0-9]+ .*:$kp " "$bdir/decode.txt" | head -1 | awk '{print $2}')
+            ka_ab=$(grep -Ec " ${kc:-none} a>b RDMA Write .* payload=0 crc=[a-z]+\$" "$bdir/decode.txt")
+            ka_ba=$(grep -Ec " ${kc:-none} b>a RDMA Write .* payload=0 crc=[a-z]+\$" "$bdir/decode.txt")
+            if [ "$ka_ab" -gt 0 ] && [ "$ka_ba" -gt 0 ]; then
+                record "$v" "$dir" "capture: ${C_NAME[i]}" CHECK PASS 0 "$kc: zero-length RDMA Writes a>b $ka_ab, b>a $ka_ba"
+            else
+                record "$v" "$dir" "capture: ${C_NAME[i]}" CHECK FAIL 0 "expected keepalives each way on ${kc:-its connection}: zero-length RDMA Writes a>b $ka_ab, b>a $ka_ba"
+            fi
+        done
         if [ -z "$want" ]; then
             record "$v" "$dir" "capture: negotiated" CHECK PASS 0 "$(echo "$crc_line" | sed 's/^ *//'); RTR FPDUs $nrtr"
         else
