@@ -155,7 +155,7 @@ for test in bw lat; do
         echo "| $test | $size | ${am:-fail} $unit (${alo:-}-${ahi:-}) | ${bm:-fail} $unit (${blo:-}-${bhi:-}) | ${rm:-} (${rlo:-}-${rhi:-}) |"
         if [ -n "$csv" ] && [ -n "${rm:-}" ]; then
             if [ "$test" = bw ]; then
-                echo "\"rstream\",\"bw\",$size,PASS,\"Gb/s\",$am,Gb/s,\"\",\"rstream -T s\",$bm,$rm" >>"$csv"
+                echo "\"rstream\",\"bw\",$size,PASS,\"Gb/s\",$am,Gb/s,\"\",\"rstream -T s (bw)\",$bm,$rm" >>"$csv"
             else
                 echo "\"rstream\",\"lat\",$size,PASS,\"usec/xfer\",$am,us,\"\",\"rstream -T s (lat)\",$bm,$rm" >>"$csv"
             fi
