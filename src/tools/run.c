@@ -36,7 +36,7 @@ void uiw_run_usage(FILE *out)
                  "rsocket/librspreload.so), e.g.\n"
                  "  uiwarp run --rsockets iperf3 -s\n"
                  "With librspreload.so in LD_PRELOAD (given or added), uiwarp's\n"
-                 "libuiwarp-rspreload.so is preloaded after it (accept4, ioctl FIONBIO).\n"
+                 "libuiwarp-rspreload.so is preloaded after it (accept4, ioctl FIONBIO, epoll).\n"
                  "Engine settings (UIWARP_CRC, UIWARP_P2P, ...) are read from the\n"
                  "environment as usual; see README.md.\n");
 }

@@ -15,9 +15,10 @@
 #   http-curl       python3 -m http.server serving a 16 MiB random file,
 #                   curl fetching it twice (two connections), cmp; over
 #                   127.0.0.1 and ::1
-#   KNOWN: python-asyncio (epoll, not intercepted by rdma-core 44's
-#   librspreload) and python-fork-server (an rsocket does not survive the
-#   parent's close after fork)
+#   python-asyncio-client, python-asyncio-server: the same with asyncio
+#                   (epoll, emulated for rsockets by libuiwarp-rspreload.so)
+#   KNOWN: python-fork-server (an rsocket does not survive the parent's
+#   close after fork)
 #
 # Every program records its uiwarp connections (UIWARP_PCAP) and the case
 # passes only if `uiwarp dump` finds in the client's capture as many MPA
@@ -92,14 +93,21 @@ if [ -x "$PY" ]; then
         "env UIWARP_PCAP=$tmp/py-s-%p.pcapng LD_PRELOAD=$RSP $RUN run $PY $here/rspreload_sha_server.py $port $MiB16" \
         "bash -c 'UIWARP_PCAP=$tmp/py-c-%p.pcapng $RUN run --rsockets $PY $here/rspreload_sha_client.py $port $MiB16 && $check \"$tmp/py-c-*.pcapng\" 1 $((2 * MiB16))'" \
         "$bad"
-    # KNOWN: asyncio waits in epoll, which rdma-core 44's librspreload does
-    # not intercept: epoll_ctl on its placeholder fd (/dev/null) fails EPERM.
-    # Its server may wait in accept until the timeout: the client died
-    # before its MPA exchange, so no connection request reached it.
+    # asyncio: event loops wait in epoll, which rdma-core 44's librspreload
+    # does not intercept (epoll_ctl on its /dev/null placeholder: EPERM);
+    # libuiwarp-rspreload.so keeps the rsockets of an epoll set itself and
+    # waits on them with librspreload's poll (src/rdmacm/rspreload_compat.c).
+    # An asyncio client against the plain server, then an asyncio server
+    # (its listening socket in the loop too) against the plain client.
     port=$(free_port 4)
-    timed_case python-asyncio KNOWN "epoll is not intercepted by rdma-core 44's librspreload (epoll_ctl on its /dev/null placeholder: EPERM)" 15 \
+    timed_case python-asyncio-client REQUIRED "" 120 \
         "$RUN run --rsockets $PY $here/rspreload_sha_server.py $port $MiB16" \
-        "$RUN run --rsockets $PY $here/rspreload_asyncio_client.py $port $MiB16" \
+        "bash -c 'UIWARP_PCAP=$tmp/pa-c-%p.pcapng $RUN run --rsockets $PY $here/rspreload_asyncio_client.py $port $MiB16 && $check \"$tmp/pa-c-*.pcapng\" 1 $((2 * MiB16))'" \
+        "$bad"
+    port=$(free_port 4)
+    timed_case python-asyncio-server REQUIRED "" 120 \
+        "$RUN run --rsockets $PY $here/rspreload_asyncio_server.py $port $MiB16" \
+        "bash -c 'UIWARP_PCAP=$tmp/ps-c-%p.pcapng $RUN run --rsockets $PY $here/rspreload_sha_client.py $port $MiB16 && $check \"$tmp/ps-c-*.pcapng\" 1 $((2 * MiB16))'" \
         "$bad"
     # KNOWN: a forking server (socketserver.ForkingTCPServer): after fork()
     # parent and child share uiwarp's TCP socket under the accepted rsocket
