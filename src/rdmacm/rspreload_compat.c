@@ -208,8 +208,12 @@ __attribute__((visibility("default"))) int epoll_ctl(int epfd, int op, int fd,
         return -1;
     }
     int r = fn(epfd, op, fd, ev);
-    if (r == 0 || errno != EPERM || !is_rsocket(fd))
+    if (r == 0 || errno != EPERM)
         return r;
+    if (!is_rsocket(fd)) {
+        errno = EPERM; /* the kernel's answer, not the probe's */
+        return r;
+    }
     pthread_mutex_lock(&emu_lock);
     struct emu_ep **pp = emu_find(epfd, fd);
     r = 0;

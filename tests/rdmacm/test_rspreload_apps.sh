@@ -17,6 +17,8 @@
 #                   127.0.0.1 and ::1
 #   python-asyncio-client, python-asyncio-server: the same with asyncio
 #                   (epoll, emulated for rsockets by libuiwarp-rspreload.so)
+#   epoll-edges     rspreload_epoll.c: one-shot, ADD/MOD/DEL errors, a
+#                   kernel pipe beside rsockets, maxevents 1, closed rsockets
 #   KNOWN: python-fork-server (an rsocket does not survive the parent's
 #   close after fork)
 #
@@ -109,6 +111,21 @@ if [ -x "$PY" ]; then
         "$RUN run --rsockets $PY $here/rspreload_asyncio_server.py $port $MiB16" \
         "bash -c 'UIWARP_PCAP=$tmp/ps-c-%p.pcapng $RUN run --rsockets $PY $here/rspreload_sha_client.py $port $MiB16 && $check \"$tmp/ps-c-*.pcapng\" 1 $((2 * MiB16))'" \
         "$bad"
+    # --- epoll's edges: one-shot, MOD/DEL errors, a kernel pipe beside ---
+    if [ -x "$BUILD/bin/rspreload_epoll" ]; then
+        # one program is both ends (no server of run_case's kind); it checks
+        # itself that its sockets are rsockets (librspreload's /dev/null
+        # placeholders: a TCP fallback fails it)
+        port=$(free_port 4)
+        out=$tmp/epoll-edges.out
+        timeout -k 3 60 $RUN run --rsockets "$BUILD/bin/rspreload_epoll" "$port" >"$out" 2>&1
+        rc=$?
+        ok=0
+        [ $rc = 0 ] && grep -q "rspreload_epoll: [0-9]* checks, 0 failed" "$out" && ! grep -v "^rspreload_epoll: " "$out" | grep -Eq "$bad|CHECK failed" && ok=1
+        report epoll-edges REQUIRED "" "$ok" "rc=$rc" "$out" /dev/null
+    else
+        skip_case epoll-edges "rspreload_epoll not built"
+    fi
     # KNOWN: a forking server (socketserver.ForkingTCPServer): after fork()
     # parent and child share uiwarp's TCP socket under the accepted rsocket
     # and its engine state; both read the socket (framing errors, a
