@@ -1120,7 +1120,6 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
     if (!r && rs->iomap_pending)
         r = rs_send_iomaps(rs, nb); /* mappings reach the peer before our data */
     size_t left = len, off = 0;
-    uint32_t olen = RS_XFER;
     while (!r && left) {
         if (!rs_can_send(rs)) {
             r = rs_wait(rs, rs_send_ready, nb, -1);
@@ -1132,7 +1131,7 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
             }
         }
         volatile struct rs_wire_sge *t = &rs->target_sgl[rs->target_sge];
-        uint32_t x = left < olen ? (uint32_t)left : olen;
+        uint32_t x = left < RS_XFER ? (uint32_t)left : RS_XFER;
         if (x > rs->sbuf_avail)
             x = rs->sbuf_avail;
         if (x > t->length)
@@ -1403,7 +1402,6 @@ UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
     const struct iovec *iov = &v;
     size_t left = count, off = 0;
     uint64_t pos = (uint64_t)offset;
-    uint32_t olen = RS_XFER;
     struct rs_wire_iomap e = {0};
     bool have = false;
     while (!r && left) {
@@ -1424,7 +1422,7 @@ UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
                 break;
             }
         }
-        uint32_t x = left < olen ? (uint32_t)left : olen;
+        uint32_t x = left < RS_XFER ? (uint32_t)left : RS_XFER;
         if (x > rs->sbuf_avail)
             x = rs->sbuf_avail;
         if (x > e.sge.length - (pos - e.offset))
@@ -1934,7 +1932,7 @@ static int put_int(void *optval, socklen_t *optlen, int v)
 }
 
 /* TCP_MAXSEG: what rdma-core's rsockets report for a route without a path
- * record (iWARP). It was RS_MAX_XFER, 64 KiB, more than any TCP MSS:
+ * record (iWARP). It was 64 KiB, more than any TCP MSS:
  * iperf3 warns "Ignoring nonsense TCP MSS 65536". */
 #define RS_TCP_MSS 2048
 

@@ -102,7 +102,6 @@ static inline uint32_t rs_iomap_unscale(uint8_t v)
 
 #define RS_MSG_BYTES 4
 #define RS_SNDLOWAT  2048
-#define RS_MAX_XFER  65536
 /* Bytes per data transfer (one RDMA Write and its message), within the
  * granted space and the free send buffer. rdma-core starts at 2 KiB and
  * doubles up to 64 KiB within each call, so that on an RNIC the first

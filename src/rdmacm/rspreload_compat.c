@@ -39,20 +39,27 @@
 #include <time.h>
 #include <unistd.h>
 
+/* The next definition of name (libc's), looked up once into *slot. */
+static void *next_fn(void **slot, const char *name)
+{
+    void *fn = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    if (!fn) {
+        fn = dlsym(RTLD_NEXT, name);
+        __atomic_store_n(slot, fn, __ATOMIC_RELAXED);
+    }
+    return fn;
+}
+
 typedef int (*accept4_fn)(int, struct sockaddr *, socklen_t *, int);
 
 __attribute__((visibility("default"))) int accept4(int s, struct sockaddr *addr, socklen_t *len,
                                                    int flags)
 {
-    static accept4_fn next;
-    accept4_fn fn = __atomic_load_n(&next, __ATOMIC_RELAXED);
+    static void *next;
+    accept4_fn fn = (accept4_fn)next_fn(&next, "accept4");
     if (!fn) {
-        fn = (accept4_fn)dlsym(RTLD_NEXT, "accept4");
-        if (!fn) {
-            errno = ENOSYS;
-            return -1;
-        }
-        __atomic_store_n(&next, fn, __ATOMIC_RELAXED);
+        errno = ENOSYS;
+        return -1;
     }
     int fd = fn(s, addr, len, flags);
     if (fd >= 0 || errno != ENOTSOCK)
@@ -78,7 +85,7 @@ typedef int (*ioctl_fn)(int, unsigned long, ...);
 
 __attribute__((visibility("default"))) int ioctl(int fd, unsigned long req, ...)
 {
-    static ioctl_fn next;
+    static void *next;
     va_list ap;
     va_start(ap, req);
     void *arg = va_arg(ap, void *);
@@ -90,14 +97,10 @@ __attribute__((visibility("default"))) int ioctl(int fd, unsigned long req, ...)
             return -1;
         return fcntl(fd, F_SETFL, on ? fl | O_NONBLOCK : fl & ~O_NONBLOCK);
     }
-    ioctl_fn fn = __atomic_load_n(&next, __ATOMIC_RELAXED);
+    ioctl_fn fn = (ioctl_fn)next_fn(&next, "ioctl");
     if (!fn) {
-        fn = (ioctl_fn)dlsym(RTLD_NEXT, "ioctl");
-        if (!fn) {
-            errno = ENOSYS;
-            return -1;
-        }
-        __atomic_store_n(&next, fn, __ATOMIC_RELAXED);
+        errno = ENOSYS;
+        return -1;
     }
     return fn(fd, req, arg);
 }
@@ -131,16 +134,7 @@ struct emu_ep {
 
 static pthread_mutex_t emu_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct emu_ep *emu_list;
-
-static void *next_fn(void **slot, const char *name)
-{
-    void *fn = __atomic_load_n(slot, __ATOMIC_RELAXED);
-    if (!fn) {
-        fn = dlsym(RTLD_NEXT, name);
-        __atomic_store_n(slot, fn, __ATOMIC_RELAXED);
-    }
-    return fn;
-}
+#define EMU_SMALL 64 /* poll entries kept on the stack by a wait */
 
 /* librspreload answers SO_TYPE for its rsockets; a real /dev/null does not */
 static bool is_rsocket(int fd)
@@ -294,6 +288,7 @@ static uint32_t poll_to_ev(short p)
 }
 
 typedef int (*epoll_wait_fn)(int, struct epoll_event *, int, int);
+static void *next_epoll_wait;
 
 static int64_t mono_ms(void)
 {
@@ -305,8 +300,7 @@ static int64_t mono_ms(void)
 /* The wait for an instance with rsockets; -2: it has none (use the kernel's). */
 static int emu_wait(int epfd, struct epoll_event *evs, int max, int timeout)
 {
-    static void *next;
-    epoll_wait_fn kwait = (epoll_wait_fn)next_fn(&next, "epoll_wait");
+    epoll_wait_fn kwait = (epoll_wait_fn)next_fn(&next_epoll_wait, "epoll_wait");
     if (!kwait) {
         errno = ENOSYS;
         return -1;
@@ -325,14 +319,21 @@ static int emu_wait(int epfd, struct epoll_event *evs, int max, int timeout)
             pthread_mutex_unlock(&emu_lock);
             return -2;
         }
-        struct pollfd *pf = calloc((size_t)n + 1, sizeof(*pf));
-        struct emu_ep **who = calloc((size_t)n + 1, sizeof(*who));
-        if (!pf || !who) {
-            pthread_mutex_unlock(&emu_lock);
-            free(pf);
-            free(who);
-            errno = ENOMEM;
-            return -1;
+        /* an event loop's rsockets fit on the stack; more on the heap */
+        struct pollfd pf_small[EMU_SMALL];
+        struct emu_ep *who_small[EMU_SMALL];
+        struct pollfd *pf = pf_small;
+        struct emu_ep **who = who_small;
+        if (n + 1 > EMU_SMALL) {
+            pf = calloc((size_t)n + 1, sizeof(*pf));
+            who = calloc((size_t)n + 1, sizeof(*who));
+            if (!pf || !who) {
+                pthread_mutex_unlock(&emu_lock);
+                free(pf);
+                free(who);
+                errno = ENOMEM;
+                return -1;
+            }
         }
         pf[0] = (struct pollfd){.fd = epfd, .events = POLLIN};
         int k = 1;
@@ -350,8 +351,10 @@ static int emu_wait(int epfd, struct epoll_event *evs, int max, int timeout)
         int r = poll(pf, (nfds_t)k, left); /* librspreload's: rsockets and kernel fds */
         if (r < 0) {
             int e = errno;
-            free(pf);
-            free(who);
+            if (pf != pf_small) {
+                free(pf);
+                free(who);
+            }
             errno = e;
             return -1;
         }
@@ -383,8 +386,10 @@ static int emu_wait(int epfd, struct epoll_event *evs, int max, int timeout)
             if (kr > 0)
                 got += kr;
         }
-        free(pf);
-        free(who);
+        if (pf != pf_small) {
+            free(pf);
+            free(who);
+        }
         if (got || (timeout >= 0 && mono_ms() >= end))
             return got;
     }
@@ -396,9 +401,7 @@ __attribute__((visibility("default"))) int epoll_wait(int epfd, struct epoll_eve
     int r = emu_wait(epfd, evs, max, timeout);
     if (r != -2)
         return r;
-    static void *next;
-    epoll_wait_fn fn = (epoll_wait_fn)next_fn(&next, "epoll_wait");
-    return fn(epfd, evs, max, timeout);
+    return ((epoll_wait_fn)next_fn(&next_epoll_wait, "epoll_wait"))(epfd, evs, max, timeout);
 }
 
 __attribute__((visibility("default"))) int epoll_pwait(int epfd, struct epoll_event *evs, int max,

@@ -13,7 +13,8 @@
  *  - EPOLLONESHOT: one report, then none until EPOLL_CTL_MOD re-arms it;
  *  - EPOLLOUT on a connected socket; the data of each event as given;
  *  - a kernel pipe in the same set reports beside the rsockets;
- *  - DEL removes; a closed rsocket leaves the set (no more reports).
+ *  - DEL removes; a closed rsocket leaves the set (no more reports);
+ *  - a set of 70 idle rsockets and a pipe (beyond the wait's stack array).
  *
  * Its sockets must be rsockets: librspreload hands the program an open
  * /dev/null as each rsocket's fd (a plain TCP socket, after a fallback,
@@ -160,6 +161,28 @@ int main(int argc, char **argv)
     CHECK(read(p[0], buf, 1) == 1);
     CHECK(epoll_ctl(ep, EPOLL_CTL_DEL, c, NULL) == 0);
     CHECK(wait_ev(ep, out, 8, 100) == 0);
+
+    /* a set larger than the wait keeps on its stack (64): 70 idle
+     * rsockets beside the pipe; only the pipe reports */
+    {
+        int ep2 = epoll_create1(0), idle[70], ok = 1;
+        for (int i = 0; i < 70; i++) {
+            idle[i] = socket(AF_INET, SOCK_STREAM, 0);
+            ev = (struct epoll_event){.events = EPOLLIN, .data.u64 = 100u + (unsigned)i};
+            ok &= idle[i] >= 0 && epoll_ctl(ep2, EPOLL_CTL_ADD, idle[i], &ev) == 0;
+        }
+        CHECK(ok);
+        ev = (struct epoll_event){.events = EPOLLIN, .data.u64 = 7};
+        CHECK(epoll_ctl(ep2, EPOLL_CTL_ADD, p[0], &ev) == 0);
+        CHECK(wait_ev(ep2, out, 8, 50) == 0);
+        CHECK(write(p[1], "y", 1) == 1);
+        n = wait_ev(ep2, out, 8, 5000);
+        CHECK(n == 1 && out[0].data.u64 == 7);
+        CHECK(read(p[0], buf, 1) == 1);
+        for (int i = 0; i < 70; i++)
+            close(idle[i]);
+        close(ep2);
+    }
 
     /* the peer closes: the other end reports end of stream (readable) */
     close(c);
