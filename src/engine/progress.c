@@ -780,8 +780,14 @@ void uiw_cq_flush_tx(struct uiw_cq *cq)
         /* lock order qp -> cq, as in uiw_cq_drive; a busy QP's holder (or
          * the progress thread, which got the EPOLLOUT edge) transmits */
         if (pthread_mutex_trylock(&qp->lock) == 0) {
-            if (qp->tx_deferred)
+            if (qp->tx_deferred) {
                 uiw_qp_tx_progress(qp);
+                /* the stream goes on: its next post is measured from
+                 * here, not from the post before this flush (qp_tx.c
+                 * tx_defer), or a program that posts a burst, polls and
+                 * posts again sent the first posts of every burst alone */
+                qp->tx_post_ns = uiw_now_ns();
+            }
             pthread_mutex_unlock(&qp->lock);
         }
         uiw_qp_put(qp);

@@ -55,11 +55,12 @@
 #define TXB_BYTES   (1u << 20)    /* bytes per sendmsg batch */
 #define TXB_VOL_MAX (256u * 1024) /* Read Response bytes per batch (spill bound) */
 #define TXB_HELD    8
+#define TX_COPY_MAX 256u /* payload pieces copied into the arena (append_fpdu) */
 #define TXB_SPILLS  4
 #define TX_BUDGET   (16u << 20) /* bytes per call before yielding to other QPs */
 /* Coalescing (docs/ENGINE.md "Transmit"): deferred work that makes
  * ibv_post_send transmit at once */
-#define TX_DEFER_WRS   64u
+#define TX_DEFER_WRS   128u
 #define TX_DEFER_BYTES (16u * 1024)
 #define TX_KICK_US     50u  /* the progress thread's backstop */
 #define TX_KICK_MAX_US 400u /* ... after firings that found nothing to do */
@@ -319,7 +320,12 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
         const uint8_t *p = f->iov[i].iov_base;
         size_t n = f->iov[i].iov_len;
 
-        if ((uintptr_t)p >= sb && (uintptr_t)p < se) {
+        /* header bytes always, and a small payload piece while the arena
+         * has room for it and the rest of this FPDU's scratch: the batch of
+         * small messages is then one iovec, which the kernel copies faster
+         * than two per FPDU, and nothing of it points into an MR */
+        if (((uintptr_t)p >= sb && (uintptr_t)p < se) ||
+            (n <= TX_COPY_MAX && t->arena_used + n + UIW_TX_SCRATCH <= TXB_ARENA)) {
             uint8_t *d = t->b->arena + t->arena_used;
             memcpy(d, p, n);
             t->arena_used += n;
