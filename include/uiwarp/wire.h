@@ -918,6 +918,11 @@ typedef struct uiw_tx_msg {
     int sge_idx;
     size_t sge_off;
     bool started;
+    /* the first segment's header with L set, as uiw_tx_msg_init encoded it
+     * while checking it (reused by uiw_tx_next: one encoding per
+     * single-FPDU message instead of three) */
+    uint8_t hl0;
+    uint8_t hdr0[UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD];
 } uiw_tx_msg;
 
 /* Markers one FPDU can hold: a 65532-byte FPDU starting on a 4-byte

@@ -6,6 +6,7 @@
  * the length field, header, markers, pad and CRC live in uiw_fpdu.scratch.
  */
 #include <errno.h>
+#include <stddef.h>
 #include <string.h>
 
 #include "uiwarp/wire.h"
@@ -225,15 +226,20 @@ int uiw_tx_msg_init(uiw_tx_msg *msg, const uiw_hdr *hdr, const struct iovec *sgl
     {
         /* everything uiw_hdr_encode refuses (versions, QN per opcode, MO 0
          * of a header-only message, Terminate attachments, ...) is refused
-         * here rather than halfway through the message */
-        uint8_t tmp[UIW_RX_HDRBUF];
+         * here rather than halfway through the message; the bytes are the
+         * first segment's header when it is the last (uiw_tx_next) */
+        uint8_t tmp[sizeof(msg->hdr0)] = {0};
         uiw_hdr h = *hdr;
-        h.last = true;
-        if (uiw_hdr_encode(&h, tmp, sizeof(tmp)) < 2)
-            return -EINVAL;
-    }
+        int hl;
 
-    memset(msg, 0, sizeof(*msg));
+        h.last = true;
+        hl = uiw_hdr_encode(&h, tmp, sizeof(tmp));
+        if (hl < 2)
+            return -EINVAL;
+        memset(msg, 0, offsetof(uiw_tx_msg, hdr0));
+        memcpy(msg->hdr0, tmp, sizeof(tmp)); /* fixed size: no rep movs */
+        msg->hl0 = (uint8_t)hl;
+    }
     msg->hdr = *hdr;
     msg->sgl = sgl;
     msg->nsge = nsge;
@@ -263,12 +269,18 @@ int uiw_tx_next(uiw_tx *tx, uiw_tx_msg *msg, uiw_fpdu *out)
     else
         h.mo = msg->hdr.mo + (uint32_t)msg->done;
     h.last = true; /* provisional: the header length does not depend on L */
-    hl = uiw_hdr_encode(&h, out->scratch + SC_HDR + UIW_MPA_LEN_FIELD,
-                        UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD);
-    if (hl < 0)
-        return hl;
-    if (hl < 2)
-        return -EINVAL;
+    if (msg->done == 0 && msg->hl0) {
+        /* the first segment: uiw_tx_msg_init encoded exactly this */
+        hl = msg->hl0;
+        memcpy(out->scratch + SC_HDR + UIW_MPA_LEN_FIELD, msg->hdr0, sizeof(msg->hdr0));
+    } else {
+        hl = uiw_hdr_encode(&h, out->scratch + SC_HDR + UIW_MPA_LEN_FIELD,
+                            UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD);
+        if (hl < 0)
+            return hl;
+        if (hl < 2)
+            return -EINVAL;
+    }
 
     remain = msg->total - msg->done;
     m4 = tx->cfg.max_fpdu & ~3u;
@@ -299,10 +311,13 @@ int uiw_tx_next(uiw_tx *tx, uiw_tx_msg *msg, uiw_fpdu *out)
     l.pos = tx->stream_off;
     l.crc_state = UIW_CRC32C_INIT;
 
-    /* Dry run up to the payload, then check the iovec budget. */
+    /* Dry run up to the payload, then check the iovec budget: needed only
+     * with markers or a gather list long enough to come near it (without
+     * markers the header is at most 2 iovecs, each SGE piece 1, the tail
+     * TAIL_IOV) */
     lay_begin(&l);
     put(&l, out->scratch, UIW_MPA_LEN_FIELD + (size_t)hl, true);
-    if (p) {
+    if (p && (l.markers || 2 + (msg->nsge - msg->sge_idx) + TAIL_IOV > UIW_TX_MAX_IOV)) {
         uint32_t q = plan_payload(msg, l, p);
         if (q < p) {
             p = q & ~3u;
@@ -314,9 +329,9 @@ int uiw_tx_next(uiw_tx *tx, uiw_tx_msg *msg, uiw_fpdu *out)
 
     /* The real layout. */
     h.last = last; /* RFC 5041 §4.1: L on the last segment only */
-    if (uiw_hdr_encode(&h, out->scratch + SC_HDR + UIW_MPA_LEN_FIELD,
-                       UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD) != hl)
-        return -EINVAL;
+    if (!last && uiw_hdr_encode(&h, out->scratch + SC_HDR + UIW_MPA_LEN_FIELD,
+                                UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD) != hl)
+        return -EINVAL; /* (with L set the provisional bytes are final) */
     {
         /* RFC 5044 §4.1: ULPDU_Length = DDP/RDMAP header + payload. */
         unsigned ulpdu = (unsigned)hl + p;
