@@ -128,28 +128,7 @@ static inline void dp_async_drain(void)
  * are dropped. */
 static inline int dp_async_wait(struct ibv_qp *qp, unsigned ms)
 {
-    uint64_t end = dp_now_ms() + ms;
-    int fl = fcntl(dp_ctx->async_fd, F_GETFL);
-    int got = -1;
-
-    fcntl(dp_ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    while (got < 0 && dp_now_ms() < end) {
-        struct ibv_async_event ev;
-        if (ibv_get_async_event(dp_ctx, &ev) == 0) {
-            bool mine = ev.element.qp == qp && ev.event_type != IBV_EVENT_CQ_ERR &&
-                        ev.event_type != IBV_EVENT_SRQ_ERR &&
-                        ev.event_type != IBV_EVENT_SRQ_LIMIT_REACHED &&
-                        ev.event_type != IBV_EVENT_QP_LAST_WQE_REACHED;
-            if (mine)
-                got = (int)ev.event_type;
-            ibv_ack_async_event(&ev);
-        } else {
-            struct pollfd p = {.fd = dp_ctx->async_fd, .events = POLLIN};
-            poll(&p, 1, 10);
-        }
-    }
-    fcntl(dp_ctx->async_fd, F_SETFL, fl);
-    return got;
+    return eng_async_wait(dp_ctx, qp, ms);
 }
 
 static inline void dp_ep_destroy(struct dp_ep *e)

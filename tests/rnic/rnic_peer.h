@@ -471,14 +471,12 @@ static inline int rnic_connect_start(struct rnic *r, uint16_t port, const uint8_
                                      uint16_t pd_len)
 {
     struct sockaddr_in a = eng_loop4(port);
-    int one = 1;
     if (!r->req_rev)
         r->req_rev = r->p->mpa_rev;
     r->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (r->fd < 0)
         return -1;
     rnic_sockopts(r->p, r->fd); /* before connect: the SYN carries the MSS */
-    (void)one;
     if (connect(r->fd, (struct sockaddr *)&a, sizeof(a)) < 0) {
         close(r->fd);
         r->fd = -1;

@@ -226,28 +226,6 @@ static bool uw_wc(struct uw *u, struct ibv_wc *wc)
     return eng_poll_one(u->cq, wc, EV_MS) == 1;
 }
 
-/* The async event of our QP within ms: its type or -1. */
-static int uw_async(struct uw *u, int ms)
-{
-    struct ibv_context *ctx = u->id->verbs;
-    uint64_t end = eng_now_ms() + (uint64_t)ms;
-    int fl = fcntl(ctx->async_fd, F_GETFL), got = -1;
-    fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    while (got < 0 && eng_now_ms() < end) {
-        struct ibv_async_event ev;
-        if (ibv_get_async_event(ctx, &ev) == 0) {
-            if (ev.element.qp == u->id->qp)
-                got = (int)ev.event_type;
-            ibv_ack_async_event(&ev);
-        } else {
-            struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
-            poll(&p, 1, 10);
-        }
-    }
-    fcntl(ctx->async_fd, F_SETFL, fl);
-    return got;
-}
-
 static void uw_free(struct uw *u)
 {
     if (u->id && u->id->qp)
@@ -576,6 +554,15 @@ static bool connect_role(struct uw *u, struct rnic **rp, const struct rnic_pers 
     return uw_expect(u, RDMA_CM_EVENT_ESTABLISHED, EV_MS);
 }
 
+/* Everything of a case gone: uiwarp's side, the peer, its listener. */
+static void conn_free(struct uw *u, struct rnic *r, int lfd)
+{
+    rnic_free(r); /* the peer's socket first: uiwarp's QP then goes at once */
+    uw_free(u);
+    if (lfd >= 0)
+        close(lfd);
+}
+
 /* After a Terminate either way: uiwarp's QP in ERR, its receives flushed,
  * the async event `ev`, DISCONNECTED. */
 static void uw_after_term(struct uw *u, int ev)
@@ -583,7 +570,7 @@ static void uw_after_term(struct uw *u, int ev)
     struct ibv_wc wc;
     struct ibv_qp_attr qa;
     struct ibv_qp_init_attr qi;
-    CHECK_EQ(uw_async(u, EV_MS), ev);
+    CHECK_EQ(eng_async_wait(u->id->verbs, u->id->qp, EV_MS), ev);
     for (unsigned i = 0; i < NRECV; i++) {
         CHECK(uw_wc(u, &wc));
         CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
@@ -618,11 +605,7 @@ static void c_term_from_peer(const struct rnic_pers *p, bool uw_initiates)
     } else {
         CHECK(!"connected");
     }
-    rnic_close(r);
-    uw_free(&u);
-    if (lfd >= 0)
-        close(lfd);
-    rnic_free(r);
+    conn_free(&u, r, lfd);
     case_end();
 }
 
@@ -682,11 +665,7 @@ static void c_term_to_peer(const struct rnic_pers *p, bool uw_initiates, bool re
     } else {
         CHECK(!"connected");
     }
-    rnic_close(r);
-    uw_free(&u);
-    if (lfd >= 0)
-        close(lfd);
-    rnic_free(r);
+    conn_free(&u, r, lfd);
     case_end();
 }
 
@@ -717,11 +696,7 @@ static void c_cxgb4_stag0(bool uw_initiates)
     } else {
         CHECK(!"connected");
     }
-    rnic_close(r);
-    uw_free(&u);
-    if (lfd >= 0)
-        close(lfd);
-    rnic_free(r);
+    conn_free(&u, r, lfd);
     case_end();
 }
 
@@ -918,11 +893,7 @@ static void k_irdma_fpdu_mss(void)
     } else {
         CHECK(!"connected");
     }
-    rnic_close(r);
-    uw_free(&u);
-    if (lfd >= 0)
-        close(lfd);
-    rnic_free(r);
+    conn_free(&u, r, lfd);
     case_end();
 }
 
