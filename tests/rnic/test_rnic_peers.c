@@ -24,8 +24,10 @@
 #define RECV_SLOT (128u * 1024)
 #define BUF_LEN   (DATA_LEN + NRECV * RECV_SLOT)
 #define IRD_ORD   8
+#define RREAD_OFF (128u * 1024) /* the peer's Reads: above what the other operations use */
 
 static const uint32_t sizes[] = {1, 1000, 4099, 70001}; /* the last: 49 FPDUs at MSS 1448 */
+_Static_assert(1 + 1000 + 4099 + 70001 + 4 * 63 <= DATA_LEN - RREAD_OFF, "peer Read regions");
 
 /* ------------------------------------------------------------------------
  * Cases and results
@@ -353,6 +355,7 @@ static void traffic(struct uw *u, struct rnic *r)
     uint8_t *tmp = malloc(DATA_LEN);
     uiw_hdr h;
     uint32_t seed = 1;
+    size_t rread_off = 0;
 
     unsigned long failed0 = tu_failed;
     /* one size after another, stopping at the first failure */
@@ -407,10 +410,15 @@ static void traffic(struct uw *u, struct rnic *r)
         CHECK_EQ(eng_diff(u->buf + 16, n, seed), -1);
         CHECK(dp_all(u->buf, 16, 0));
 
-        /* peer RDMA Read <- uiwarp's buffer (uiwarp's Read Responses) */
-        eng_fill(u->buf + 32, n, ++seed);
+        /* peer RDMA Read <- uiwarp's buffer (uiwarp's Read Responses),
+         * from a region of its own each time: nothing on uiwarp's side
+         * completes when its progress thread has sent the Read Response,
+         * so the program never writes that memory again (for TSan) */
+        uint8_t *src = u->buf + RREAD_OFF + rread_off;
+        rread_off += (n + 63) & ~63u;
+        eng_fill(src, n, ++seed);
         memset(r->mem, 0, n + 16);
-        CHECK_EQ(rnic_read(r, u->mr->rkey, (uintptr_t)(u->buf + 32), n, 0), 0);
+        CHECK_EQ(rnic_read(r, u->mr->rkey, (uintptr_t)src, n, 0), 0);
         CHECK_EQ(rnic_serve(r, UIW_OP_READ_RESP, EV_MS, &h), 1);
         CHECK_EQ(eng_diff(r->mem, n, seed), -1);
         CHECK(dp_all(r->mem + n, 16, 0));
@@ -739,6 +747,46 @@ static void c_cxgb4_pd(uint8_t len)
     case_end();
 }
 
+/* The same limit on the Reply (notes §2.4): a uiwarp ULP accepting with
+ * 253 bytes of private data (257 with the words) makes cxgb4's initiator
+ * abort; uiwarp, waiting for the RTR, reports the connection as failed.
+ * No uiwarp setting avoids it: the ULP must keep its private data ≤ 251
+ * bytes (notes §4 item 8: at 252, PD_Length 256 passes the check but
+ * cxgb4's u8 plen truncates it to 0, which the model does not reproduce);
+ * 251 passes. */
+static void c_cxgb4_pd_accept(uint8_t len)
+{
+    struct uw u;
+    struct rnic *r = rnic_new(&RNIC_P_CXGB4, true);
+    uint8_t apd[255];
+    char name[64];
+    bool over = len + UIW_MPA_RFC6581_LEN > 256;
+    snprintf(name, sizeof(name), "accept-private-data-%u", len);
+    pd_pattern(apd, len, 4);
+    case_begin("cxgb4", "uiwarp-responder", name);
+    CHECK(uw_init(&u));
+    int rc = up_responder(&u, r, NULL, 0, apd, len);
+    if (over) {
+        CHECK_EQ(rc, RNIC_RST);
+        CHECK_EQ(r->resets, 1);
+        CHECK(uw_event(&u, EV_MS, NULL));
+        CHECK_EQ(u.ev, RDMA_CM_EVENT_CONNECT_ERROR);
+        printf("  %u bytes: the Reply's PD_Length 257 > 256, cxgb4 aborts; uiwarp reports %s "
+               "(%d)\n",
+               len, rdma_event_str(u.ev), u.status);
+    } else {
+        CHECK_EQ(rc, 0);
+        CHECK(uw_expect(&u, RDMA_CM_EVENT_ESTABLISHED, EV_MS));
+        CHECK_EQ(r->peer.ulp_pd_len, len);
+        CHECK_MEM(r->peer.ulp_pd, apd, len);
+        printf("  %u bytes: accepted\n", len);
+    }
+    if (!over)
+        uw_down(&u, r);
+    conn_free(&u, r, -1);
+    case_end();
+}
+
 /* uiwarp initiator (defaults) against cxgb4 with mpa_rev=1: the revision 2
  * Request is reset (notes §2.3), uiwarp tries revision 1 once
  * (UIWARP_MPA_REV1_FALLBACK default, docs/ENGINE.md), client-server. */
@@ -1002,6 +1050,8 @@ int main(int argc, char **argv)
     }
     c_cxgb4_pd(251);
     c_cxgb4_pd(253);
+    c_cxgb4_pd_accept(251);
+    c_cxgb4_pd_accept(253);
     c_rev1_fallback();
     c_rev1_initiator(&RNIC_P_CXGB4_REV1, "rev1-request-answered-rev1");
     for (size_t i = 0; i < sizeof(kcases) / sizeof(kcases[0]); i++)
