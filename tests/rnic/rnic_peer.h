@@ -125,10 +125,8 @@ struct rnic {
     struct rnic_viol v;
     /* the data path */
     uint8_t *mem;
-    uint32_t msn[UIW_QN_COUNT]; /* next MSN we send per queue */
-    uiw_useq rxq[UIW_QN_COUNT]; /* what we receive */
-    uiw_hdr cur;                /* the FPDU being received */
-    uint16_t cur_ulpdu;
+    uint32_t msn[UIW_QN_COUNT];                /* next MSN we send per queue */
+    uiw_useq rxq[UIW_QN_COUNT];                /* what we receive */
     bool fatal;                                /* a rule that ends the stream was broken */
     uiw_term_cause fatal_cause;                /* what to terminate with */
     uint8_t fatal_img[UIW_TERM_HDR_IMAGE_MAX]; /* the offending headers */
@@ -136,7 +134,6 @@ struct rnic {
     bool term_sent, term_got;
     uiw_term_cause sent_cause;
     uiw_hdr term; /* the Terminate received */
-    unsigned rresp_pending;
 };
 
 /* ------------------------------------------------------------------------
@@ -233,7 +230,8 @@ static inline int rnic_read_some(struct rnic *r, int ms)
     return (int)n;
 }
 
-/* Read the other side's MPA frame as the personality does. 1: a frame in
+/* Read the other side's MPA frame (RFC 5044 §7.1: 20 bytes, then
+ * PD_Length ≤ 512 bytes of private data) as the personality does. 1: a frame in
  * r->peer; RNIC_RST: reset (rule broken); -ETIMEDOUT; -ECONNRESET (reset
  * by the other side); -1 EOF. */
 static inline int rnic_read_frame(struct rnic *r, unsigned kind, int ms)
@@ -678,7 +676,6 @@ static inline int rnic_send_rtr(struct rnic *r)
             h.u.rreq.sink_stag = IRDMA_RTR_SINK_STAG;
             h.u.rreq.src_stag = IRDMA_RTR_SRC_STAG;
         }
-        r->rresp_pending++;
         return rnic_send_hdr(r, &h, NULL, 0);
     }
     return 0;
@@ -710,8 +707,6 @@ static void rnic_on_fpdu(void *arg, const uiw_rx_event *ev)
 {
     struct rnic *r = arg;
     if (ev->kind == UIW_RX_HDR) {
-        r->cur = *ev->hdr;
-        r->cur_ulpdu = ev->ulpdu_len;
         if (ev->hdr->tagged && ev->hdr->stag == 0 && r->p->kind == RNIC_CXGB4) {
             /* "the HW will fail an ingress tagged DDP message with an stag
              * of 0 regardless of the payload length" (notes §2.5,
@@ -777,7 +772,8 @@ static inline long rnic_mem_off(uint32_t stag, uint64_t to, uint64_t len)
 /* Receive and handle messages until one with opcode `want` (-1: any
  * Send, -2: any message) arrives: Writes and Read Responses are placed in our region (a
  * zero-length one, an RTR or the answer to ours, is not checked: RFC 5040
- * §5.1), Read Requests answered from it. 1: got it (*h, payload in
+ * §5.1 allows it, and §5.2.1 forbids validating a zero-length Read), Read
+ * Requests answered from it. 1: got it (*h, payload in
  * r->raw.pay); 0: timeout; -1: EOF; -2: the stream broke a rule and we sent
  * a Terminate; -3: a Terminate arrived (r->term) when another was wanted. */
 static inline int rnic_serve(struct rnic *r, int want, int ms, uiw_hdr *h)
@@ -807,7 +803,8 @@ static inline int rnic_serve(struct rnic *r, int want, int ms, uiw_hdr *h)
         bool first = !r->rtr_seen;
         r->rtr_seen = true;
         if (first && !r->initiator && r->p2p) {
-            /* the negotiated RTR must come first (RFC 6581 §9.2) */
+            /* the negotiated RTR comes first: the initiator sends no
+             * FULPDU before it (RFC 6581 §5, §9.2) */
             bool w = h->tagged && h->opcode == UIW_OP_WRITE && r->raw.pay_len == 0;
             bool rd = !h->tagged && h->opcode == UIW_OP_READ_REQ && h->u.rreq.read_size == 0;
             /* cxgb4 replied Read but negotiated Write (§2.3): either is taken */
@@ -817,8 +814,6 @@ static inline int rnic_serve(struct rnic *r, int want, int ms, uiw_hdr *h)
         }
         if (h->tagged) {
             size_t len = r->raw.pay_len;
-            if (h->opcode == UIW_OP_READ_RESP && r->rresp_pending)
-                r->rresp_pending--;
             if (len) {
                 long off = rnic_mem_off(h->stag, h->to, len);
                 if (off < 0) {
@@ -837,6 +832,8 @@ static inline int rnic_serve(struct rnic *r, int want, int ms, uiw_hdr *h)
             const uiw_rreq *q = &h->u.rreq;
             uiw_hdr o;
             long off = 0;
+            /* RFC 5040 §5.2.1: a zero-length Read's source STag and TO
+             * are not validated; it gets a zero-length Read Response */
             if (q->read_size) {
                 off = rnic_mem_off(q->src_stag, q->src_to, q->read_size);
                 if (off < 0) { /* RFC 5040 §7.4.1 Remote Protection */
@@ -898,7 +895,6 @@ static inline int rnic_read(struct rnic *r, uint32_t stag, uint64_t to, uint32_t
     h.u.rreq.read_size = len;
     h.u.rreq.src_stag = stag;
     h.u.rreq.src_to = to;
-    r->rresp_pending++;
     return rnic_send_hdr(r, &h, NULL, 0);
 }
 
