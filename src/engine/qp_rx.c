@@ -1077,12 +1077,19 @@ static void on_end(struct uiw_qp *qp, struct dp_rx *r)
     }
     if (!r->got_first) {
         bool rtr_write = qp->mpa.p2p && qp->mpa.await_rtr && r->kind == SEG_WRITE;
+        bool term = r->kind == SEG_CTRL && r->hdr.opcode == UIW_OP_TERMINATE;
 
         r->got_first = true;
         if (qp->mpa.await_rtr) {
             /* RFC 5044 §7.1.2 rule 4: we may send from now on */
             dp_tx_release_await(qp);
-            if (qp->conn)
+            /* A Terminate in place of the RTR (RFC 6581 §9.2: the
+             * initiator found no matching RTR type, code 7; cxgb4's "RTR
+             * mismatch", notes/rnic-mpa.md §2.4) ends a connection that
+             * never was established: end_term reports it as a connect
+             * error (uiw_cm_llp_closed in WAIT_RTR), not ESTABLISHED then
+             * DISCONNECTED. */
+            if (qp->conn && !term)
                 uiw_cm_first_fpdu(qp->conn);
         }
         if (rtr_write)

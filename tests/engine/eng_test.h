@@ -132,6 +132,35 @@ static inline int eng_async_drain(struct ibv_context *ctx, struct ibv_async_even
     return n;
 }
 
+/* Wait up to ms for an async event about qp (not a CQ, SRQ or last-WQE
+ * event) on ctx, the descriptor made non-blocking meanwhile; returns its
+ * type or -1. Other events are dropped. */
+static inline int eng_async_wait(struct ibv_context *ctx, struct ibv_qp *qp, unsigned ms)
+{
+    uint64_t end = eng_now_ms() + ms;
+    int fl = fcntl(ctx->async_fd, F_GETFL);
+    int got = -1;
+
+    fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
+    while (got < 0 && eng_now_ms() < end) {
+        struct ibv_async_event ev;
+        if (ibv_get_async_event(ctx, &ev) == 0) {
+            bool mine = ev.element.qp == qp && ev.event_type != IBV_EVENT_CQ_ERR &&
+                        ev.event_type != IBV_EVENT_SRQ_ERR &&
+                        ev.event_type != IBV_EVENT_SRQ_LIMIT_REACHED &&
+                        ev.event_type != IBV_EVENT_QP_LAST_WQE_REACHED;
+            if (mine)
+                got = (int)ev.event_type;
+            ibv_ack_async_event(&ev);
+        } else {
+            struct pollfd p = {.fd = ctx->async_fd, .events = POLLIN};
+            poll(&p, 1, 10);
+        }
+    }
+    fcntl(ctx->async_fd, F_SETFL, fl);
+    return got;
+}
+
 /* A PD, a 64-entry CQ and an RC QP on it (16 WRs, 1 SGE each way, moved to
  * INIT with the given access flags): what the CM tests connect. */
 struct eng_tqp {

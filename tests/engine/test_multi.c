@@ -220,31 +220,6 @@ static bool wait_state(struct ibv_qp *qp, enum ibv_qp_state want, unsigned ms)
     return true;
 }
 
-/* Wait for an async event about qp on ctx; returns its type or -1. */
-static int async_wait(struct ibv_context *ctx, struct ibv_qp *qp, unsigned ms)
-{
-    uint64_t end = eng_now_ms() + ms;
-    int fl = fcntl(ctx->async_fd, F_GETFL);
-    int got = -1;
-
-    fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK);
-    while (got < 0 && eng_now_ms() < end) {
-        struct ibv_async_event ev;
-        if (ibv_get_async_event(ctx, &ev) == 0) {
-            if (ev.element.qp == qp &&
-                (ev.event_type == IBV_EVENT_QP_FATAL || ev.event_type == IBV_EVENT_QP_ACCESS_ERR ||
-                 ev.event_type == IBV_EVENT_QP_REQ_ERR))
-                got = (int)ev.event_type;
-            ibv_ack_async_event(&ev);
-        } else {
-            struct pollfd pf = {.fd = ctx->async_fd, .events = POLLIN};
-            poll(&pf, 1, 20);
-        }
-    }
-    fcntl(ctx->async_fd, F_SETFL, fl);
-    return got;
-}
-
 static void async_drain(struct ibv_context *ctx)
 {
     struct ibv_async_event ev;
@@ -912,7 +887,7 @@ static void test_dereg_streaming(void)
         changed += target[i] != 0x5A;
     CHECK_EQ(changed, 0);
     /* the target QP detected the invalid STag, the writer failed */
-    CHECK_EQ(async_wait(B.ctx, p.b.qp, WAIT_MS), IBV_EVENT_QP_ACCESS_ERR);
+    CHECK_EQ(eng_async_wait(B.ctx, p.b.qp, WAIT_MS), IBV_EVENT_QP_ACCESS_ERR);
     CHECK(wait_state(p.b.qp, IBV_QPS_ERR, WAIT_MS));
     CHECK(wait_state(p.a.qp, IBV_QPS_ERR, WAIT_MS));
     pthread_join(th, NULL);
