@@ -966,6 +966,14 @@ int uiw_tx_msg_init(uiw_tx_msg *msg, const uiw_hdr *hdr, const struct iovec *sgl
  * on the wire before building the next FPDU of any message on this tx
  * (markers depend on the stream offset, which advances by out->bytes). */
 int uiw_tx_next(uiw_tx *tx, uiw_tx_msg *msg, uiw_fpdu *out);
+/* The fast path for small messages: the whole message as one FPDU, laid
+ * out contiguously in out (ULPDU_Length, header, the payload copied from
+ * the gather list, pad, CRC; RFC 5044 §4.1), exactly the bytes uiw_tx_next
+ * would describe. msg must come from uiw_tx_msg_init and not be started;
+ * afterwards it is done, as after its last uiw_tx_next. Returns the FPDU's
+ * length; 0 (nothing done) when the message does not qualify: markers on
+ * (RFC 5044 §4.3), more than one FPDU needed, or more than cap bytes. */
+int uiw_tx_whole(uiw_tx *tx, uiw_tx_msg *msg, uint8_t *out, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -345,6 +345,33 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
     t->nfp++;
 }
 
+/* An FPDU uiw_tx_whole laid out in the arena (n bytes at arena_used). */
+static void append_whole(struct dp_tx *t, size_t n, uint8_t kind, unsigned arg)
+{
+    uint8_t *d = t->b->arena + t->arena_used;
+
+    if (t->nfp == 0 && t->wire_base == 0) { /* RFC 5044 §4.1: pad to 4, CRC */
+        unsigned ulpdu = (unsigned)d[0] << 8 | d[1];
+        t->first_tail = (uint8_t)(4u + (4u - (2u + ulpdu) % 4u) % 4u);
+    }
+    t->arena_used += n;
+    push_iov(t, d, n, VOL_NONE);
+    t->total += n;
+    t->b->fp[t->nfp].end = t->total;
+    t->b->fp[t->nfp].kind = kind;
+    t->b->fp[t->nfp].arg = arg;
+    t->nfp++;
+}
+
+/* The FPDU just built: whole (its length) or in t->b->fpdu. */
+static void add_fpdu(struct dp_tx *t, int whole, uint8_t kind, unsigned arg, uint8_t vol)
+{
+    if (whole > 0)
+        append_whole(t, (size_t)whole, kind, arg);
+    else
+        append_fpdu(t, kind, arg, vol);
+}
+
 /* Does unsent iovec i point into what `sel` selects: kind `vol`, and when
  * lo < hi, overlapping [lo, hi)? */
 static bool vol_match(const struct dp_tx *t, int i, uint8_t vol, uintptr_t lo, uintptr_t hi)
@@ -985,14 +1012,14 @@ static int pick_next(struct uiw_qp *qp, struct dp_tx *t)
 }
 
 /* Live counters (include/uiwarp/stat.h): the FPDU just built. */
-static void count_fpdu(struct uiw_qp *qp, const struct dp_tx *t)
+static void count_fpdu(struct uiw_qp *qp, const struct dp_tx *t, uint32_t payload, bool last)
 {
     struct uiw_stat_dir_counters *c = &qp->st->tx;
     unsigned op = t->msg.hdr.opcode & (UIW_STAT_NOPS - 1);
 
     c->fpdus++;
-    c->bytes[op] += t->b->fpdu.payload;
-    if (t->b->fpdu.last)
+    c->bytes[op] += payload;
+    if (last)
         c->msgs[op]++;
 }
 
@@ -1008,7 +1035,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
         uint8_t kind = MK_NONE;
         unsigned arg = 0;
         uint8_t vol;
-        int r;
+        int r, whole;
 
         if (t->src == SRC_NONE) {
             if (pick_next(qp, t) <= 0)
@@ -1032,18 +1059,29 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
             vol = VOL_SQ;
         else
             vol = VOL_NONE;
-        r = uiw_tx_next(&qp->tx, &t->msg, &t->b->fpdu);
-        if (r <= 0) {
-            uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
-            uiw_log("qp %u: segmentation failed: %d", qp->ibqp.qp_num, r);
-            t->src = SRC_NONE;
-            uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
-            return;
+        /* a small message whole, copied into the arena beside the
+         * headers (docs/ENGINE.md "Transmit"): one piece, no iovec into
+         * an MR, and a fraction of the general segmenter's work */
+        whole = 0;
+        if (t->msg.total <= TX_COPY_MAX && !t->msg.started)
+            whole = uiw_tx_whole(&qp->tx, &t->msg, t->b->arena + t->arena_used,
+                                 TXB_ARENA - t->arena_used);
+        if (whole > 0) {
+            count_fpdu(qp, t, (uint32_t)t->msg.total, true);
+        } else {
+            r = uiw_tx_next(&qp->tx, &t->msg, &t->b->fpdu);
+            if (r <= 0) {
+                uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_CATASTROPHIC, 0};
+                uiw_log("qp %u: segmentation failed: %d", qp->ibqp.qp_num, r);
+                t->src = SRC_NONE;
+                uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
+                return;
+            }
+            count_fpdu(qp, t, t->b->fpdu.payload, t->b->fpdu.last);
         }
-        count_fpdu(qp, t);
         if (t->src == SRC_IRQ && t->irq_read)
             qp->irq[t->irq_pos].sent = t->msg.done;
-        if (!t->b->fpdu.last) {
+        if (whole <= 0 && !t->b->fpdu.last) {
             append_fpdu(t, MK_NONE, 0, vol);
             continue;
         }
@@ -1054,7 +1092,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
             bool imm = e->opcode == IBV_WR_RDMA_WRITE_WITH_IMM && t->phase == 0;
             if (t->phase == 2) {
                 /* the attached Immediate Data is out: now the Send */
-                append_fpdu(t, MK_NONE, 0, vol);
+                add_fpdu(t, whole, MK_NONE, 0, vol);
                 (void)uiw_tx_msg_init(&t->msg, &t->next_hdr, t->sgl, t->next_nsgl, e->length);
                 t->phase = 0;
                 continue;
@@ -1063,7 +1101,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
                 kind = MK_SQE;
                 arg = t->sq_idx;
             }
-            append_fpdu(t, kind, arg, vol);
+            add_fpdu(t, whole, kind, arg, vol);
             if (imm)
                 start_imm(qp, t, e);
             else
@@ -1076,7 +1114,7 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
         default:
             break;
         }
-        append_fpdu(t, kind, arg, vol);
+        add_fpdu(t, whole, kind, arg, vol);
         t->src = SRC_NONE;
     }
 }
@@ -1146,7 +1184,7 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
         uiw_log("qp %u: cannot build the Terminate: %d", qp->ibqp.qp_num, r);
         return;
     }
-    count_fpdu(qp, t);
+    count_fpdu(qp, t, t->b->fpdu.payload, t->b->fpdu.last);
     qp->st->term_sent++;
     append_fpdu(t, MK_TERM, 0, VOL_NONE);
 }

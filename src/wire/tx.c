@@ -400,3 +400,45 @@ int uiw_tx_next(uiw_tx *tx, uiw_tx_msg *msg, uiw_fpdu *out)
     tx->stream_off += out->bytes;
     return 1;
 }
+
+int uiw_tx_whole(uiw_tx *tx, uiw_tx_msg *msg, uint8_t *out, size_t cap)
+{
+    unsigned hl = msg->hl0, ulpdu, pad;
+    size_t bytes;
+    uint8_t *p;
+    uint32_t crc = 0;
+
+    if (msg->started || !hl || tx->cfg.markers || msg->total > tx->cfg.max_fpdu)
+        return 0;
+    /* uiw_tx_next's single-FPDU condition: length field, header, payload
+     * and CRC within max_fpdu & ~3 (the pad then fits too: the sum is
+     * rounded up to a multiple of 4, and so is the limit) */
+    ulpdu = hl + (unsigned)msg->total;
+    pad = uiw_mpa_pad(ulpdu);
+    bytes = UIW_MPA_LEN_FIELD + (size_t)ulpdu + pad + UIW_MPA_CRC_LEN;
+    if (bytes > (tx->cfg.max_fpdu & ~3u) || bytes > cap)
+        return 0;
+    out[0] = (uint8_t)(ulpdu >> 8);
+    out[1] = (uint8_t)ulpdu;
+    memcpy(out + UIW_MPA_LEN_FIELD, msg->hdr0, hl);
+    p = out + UIW_MPA_LEN_FIELD + hl;
+    for (int i = 0; i < msg->nsge; i++) {
+        if (msg->sgl[i].iov_len)
+            memcpy(p, msg->sgl[i].iov_base, msg->sgl[i].iov_len);
+        p += msg->sgl[i].iov_len;
+    }
+    for (unsigned i = 0; i < pad; i++)
+        *p++ = 0;
+    /* RFC 5044 §4.4: the CRC covers everything before it (the field is
+     * present, zero, when CRC is off) */
+    if (tx->cfg.crc)
+        crc = uiw_crc32c_final(uiw_crc32c_update(UIW_CRC32C_INIT, out, bytes - UIW_MPA_CRC_LEN));
+    uiw_crc32c_put(p, crc);
+
+    msg->done = msg->total;
+    msg->started = true;
+    msg->sge_idx = msg->nsge;
+    msg->sge_off = 0;
+    tx->stream_off += bytes;
+    return (int)bytes;
+}
