@@ -215,8 +215,10 @@ typedef struct dstats {
     uint64_t pad_nonzero, markers;
     /* FPDU/TCP segment alignment (RFC 5044 §8): FPDUs judged, those whose
      * first byte is the first payload byte of a segment, and FPDUs left out
-     * because the segment carrying their first byte is a retransmission */
-    uint64_t seg_fpdus, seg_aligned, seg_retx;
+     * because the segment carrying their first byte is a retransmission;
+     * seg_whole: FPDUs that lie wholly in a segment that starts with an
+     * FPDU (Appendix A.1: packed small FPDUs count) */
+    uint64_t seg_fpdus, seg_aligned, seg_retx, seg_whole;
 } dstats;
 
 static void vstats_add(vstats *a, const vstats *b)
@@ -250,6 +252,7 @@ static void dstats_add(dstats *a, const dstats *b)
     a->seg_fpdus += b->seg_fpdus;
     a->seg_aligned += b->seg_aligned;
     a->seg_retx += b->seg_retx;
+    a->seg_whole += b->seg_whole;
 }
 
 static uint64_t vsum(const vstats *s)
@@ -366,6 +369,8 @@ typedef struct iw_dir {
     bool lost; /* decoding stopped or resynchronised: messages may be missing */
     dstats st;
     FILE *sfp;
+    uint64_t lead_frame; /* the last segment seen to start with an FPDU (seg_align) */
+    bool lead_valid;
 } iw_dir;
 
 typedef struct iw_conn {
@@ -1357,9 +1362,16 @@ static void seg_align(uiw_dump *d, iw_conn *ic, int dir, uint64_t begin, uint32_
         return;
     }
     D->st.seg_fpdus++;
-    if (m->seg_off == begin)
+    if (m->seg_off == begin) {
         D->st.seg_aligned++;
+        D->lead_frame = m->frame;
+        D->lead_valid = true;
+    }
     uint64_t seg_end = m->seg_off + m->seg_len;
+    /* Appendix A.1: "Multiple FPDUs may be packed into a single TCP segment
+     * as long as they are entirely contained in the TCP segment" */
+    if (begin + bytes <= seg_end && D->lead_valid && D->lead_frame == m->frame)
+        D->st.seg_whole++;
     uint32_t mss = ic->tcp->half[dir].st.max_seg;
     if (begin + bytes > seg_end && bytes <= mss)
         warning(d, ic, W_FPDU_SPLIT,
@@ -2005,6 +2017,10 @@ static void print_align(uiw_dump *d, const char *lead, const dstats *s, uint32_t
         fprintf(d->out, " (%" PRIu64 " FPDUs first carried by a retransmission not counted)",
                 s->seg_retx);
     fputc('\n', d->out);
+    fprintf(d->out,
+            "%ssegment packing: %" PRIu64 " of %" PRIu64
+            " FPDUs lie whole in a TCP segment that starts with an FPDU (RFC 5044 Appendix A.1)\n",
+            lead, s->seg_whole, s->seg_fpdus);
 }
 
 static void print_crc(uiw_dump *d, const char *indent, const dstats *s)
@@ -2246,6 +2262,8 @@ uint64_t uiw_dump_count(const uiw_dump *d, const char *name)
         return d->all.st.seg_fpdus;
     if (strcmp(name, "segment-aligned") == 0)
         return d->all.st.seg_aligned;
+    if (strcmp(name, "segment-whole") == 0)
+        return d->all.st.seg_whole;
     if (strcmp(name, "segment-retransmitted") == 0)
         return d->all.st.seg_retx;
     if (strcmp(name, "iwarp-connections") == 0)

@@ -65,7 +65,9 @@ uint64_t uiw_dump_fpdus(const uiw_dump *d);
  * class ("fpdu-split"), or one of "iwarp-connections", "undecodable",
  * "crc-good", "crc-bad", "segment-fpdus" (FPDUs judged for segment
  * alignment), "segment-aligned" (of those, FPDUs that start a TCP
- * segment), "segment-retransmitted" (FPDUs left out: first carried by a
+ * segment), "segment-whole" (of those, FPDUs that lie wholly in a TCP
+ * segment that starts with an FPDU, RFC 5044 Appendix A.1: packed ones
+ * count), "segment-retransmitted" (FPDUs left out: first carried by a
  * retransmission); 0 for unknown names. */
 uint64_t uiw_dump_count(const uiw_dump *d, const char *name);
 void uiw_dump_free(uiw_dump *d);
