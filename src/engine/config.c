@@ -13,6 +13,9 @@
  *   UIWARP_MPA_TIMEOUT_MS  1 .. 3600000                       default 10000
  *   UIWARP_MAX_FPDU        0 (from the MSS) | 64 .. 65535     default 0
  *   UIWARP_ZCOPY_MIN       0 .. 2^30 bytes                    default 4096
+ *   UIWARP_FPDU_ALIGN      0 | 1                              default 1
+ *                          (FPDUs aligned with TCP segments on links whose
+ *                          MSS is at most 16384: not loopback; qp_tx.c)
  *   UIWARP_DEBUG           0 .. 3                             default 0
  *   UIWARP_PROGRESS_NICE   -20 .. 19, or off                  default off
  *   UIWARP_PROGRESS_SPIN_US 0 .. 100000                       default 200
@@ -227,6 +230,7 @@ static void config_load(void)
     cfg.mpa_timeout_ms = 10000;
     cfg.max_fpdu = 0;
     cfg.zcopy_min = DEF_ZCOPY_MIN;
+    cfg.fpdu_align = true; /* docs/ENGINE.md "Transmit" */
     cfg.debug = 0;
     cfg.first_fpdu_hold_ms = DEF_FIRST_FPDU_HOLD_MS; /* docs/INTEROP.md §1 */
     cfg.progress_spin_us = 200;
@@ -266,6 +270,7 @@ static void config_load(void)
         }
     }
     env_uint("UIWARP_ZCOPY_MIN", 0, 1ul << 30, &cfg.zcopy_min);
+    env_bool("UIWARP_FPDU_ALIGN", &cfg.fpdu_align);
     env_uint("UIWARP_FIRST_FPDU_HOLD_MS", 0, 10000, &cfg.first_fpdu_hold_ms);
     env_nice();
     env_uint("UIWARP_PROGRESS_SPIN_US", 0, 100000, &cfg.progress_spin_us);

@@ -24,8 +24,13 @@ enum dp_sqe_state {
  * Length (the ULPDU_Length it came with), the 14/18-byte DDP header and,
  * for a Read Request, the 28-byte RDMA header (RFC 5040 §4.8). */
 #define DP_MAX_FPDU_8 65528u /* 65535 rounded down to a multiple of 8 */
+/* FPDUs are kept aligned with TCP segments (UIWARP_FPDU_ALIGN, qp_tx.c) on
+ * links whose MSS is at most this: Ethernet, jumbo frames included, not
+ * loopback (MSS 65483), where nothing places FPDUs from segments */
+#define DP_ALIGN_MAX_MSS 16384u
 
 /* qp_dp.c: shared by both directions */
+unsigned dp_align_seg(int fd);
 enum ibv_wc_opcode dp_wc_opcode(enum ibv_wr_opcode op);
 uint8_t dp_prot_code(enum uiw_mem_err err);
 /* qp.c: a send WR's opcode and SGE list are usable */
@@ -68,7 +73,7 @@ static inline unsigned dp_sq_pos(const struct uiw_qp *qp, const struct uiw_sqe *
 }
 
 /* qp_tx.c */
-int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu);
+int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu, unsigned seg);
 void dp_tx_free(struct uiw_qp *qp);
 /* Complete finished SQEs from the head, in order (RFC 5040 §5.5 rule 15). */
 void dp_sq_complete(struct uiw_qp *qp);

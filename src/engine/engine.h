@@ -73,6 +73,8 @@ struct uiw_config {
     uint8_t rtr;             /* UIWARP_RTR: write|read|send bits to offer (default write|read) */
     unsigned mpa_timeout_ms; /* UIWARP_MPA_TIMEOUT_MS (default 10000) */
     unsigned max_fpdu;       /* UIWARP_MAX_FPDU: 0 = derive from MSS (default) */
+    bool fpdu_align;         /* UIWARP_FPDU_ALIGN: every TCP segment starts with an FPDU on
+                              * links that are not loopback (qp_tx.c; default 1) */
     unsigned zcopy_min;      /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
     int debug;               /* UIWARP_DEBUG: 0..3 */
     unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: an initiator sends the

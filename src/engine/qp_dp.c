@@ -335,17 +335,36 @@ void uiw_qp_dp_free(struct uiw_qp *qp)
     dp_rx_free(qp);
 }
 
-static unsigned pick_max_fpdu(int fd)
+/* The TCP segment size FPDUs are aligned with (0: none; qp_tx.c
+ * seg_room): the connected socket's MSS (TCP_MAXSEG: the peer's MSS option
+ * and the path MTU, less TCP options such as timestamps) on a link that is
+ * not loopback, with UIWARP_FPDU_ALIGN. */
+unsigned dp_align_seg(int fd)
+{
+    int mss = 0;
+    socklen_t l = sizeof(mss);
+
+    if (!uiw_config()->fpdu_align || getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) < 0 ||
+        mss <= 0)
+        return 0; /* off, or not TCP (tests on socket pairs) */
+    return (unsigned)mss <= DP_ALIGN_MAX_MSS ? (unsigned)mss : 0;
+}
+
+static unsigned pick_max_fpdu(int fd, unsigned *seg)
 {
     unsigned mf = uiw_config()->max_fpdu;
 
+    *seg = dp_align_seg(fd);
     if (!mf) {
-        /* like siw (docs/PEERS.md §7): one FPDU per TCP segment, MSS rounded
-         * down to a multiple of 8 */
+        /* one FPDU per TCP segment, like siw (docs/PEERS.md §7): the MSS
+         * rounded down to a multiple of 8; when FPDUs are aligned with
+         * segments, to 4 (FPDUs are multiples of 4, RFC 5044 §4.1), so that
+         * full FPDUs tile the segments exactly (RFC 5044 §4.5: MULPDU =
+         * EMSS - 6 - EMSS mod 4) */
         int mss = 0;
         socklen_t l = sizeof(mss);
         if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) == 0 && mss > 0)
-            mf = (unsigned)mss & ~7u;
+            mf = (unsigned)mss & (*seg ? ~3u : ~7u);
         else
             mf = DP_MAX_FPDU_8; /* not TCP (tests on socketpairs) */
     }
@@ -353,6 +372,8 @@ static unsigned pick_max_fpdu(int fd)
         mf = DP_MAX_FPDU_8;
     if (mf < UIW_TX_MIN_FPDU)
         mf = UIW_TX_MIN_FPDU;
+    if (mf > *seg)
+        *seg = 0; /* UIWARP_MAX_FPDU above the MSS: FPDUs cross segments anyway */
     return mf;
 }
 
@@ -372,7 +393,7 @@ int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *m
                               unsigned hold_ms)
 {
     struct ibv_qp_attr attr;
-    unsigned max_fpdu;
+    unsigned max_fpdu, seg;
     int one = 1, fl, r;
 
     if (!qp || fd < 0 || !mpa)
@@ -381,7 +402,7 @@ int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *m
     if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
         return -errno;
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
-    max_fpdu = pick_max_fpdu(fd);
+    max_fpdu = pick_max_fpdu(fd, &seg);
 
     pthread_mutex_lock(&qp->lock);
     if (qp->fd >= 0) {
@@ -401,7 +422,7 @@ int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *m
     qp->irq_head = qp->irq_count = 0;
     qp->term_sent = qp->term_received = false;
     qp->want_write = false;
-    r = dp_tx_attach(qp, max_fpdu);
+    r = dp_tx_attach(qp, max_fpdu, seg);
     if (!r)
         r = dp_rx_attach(qp);
     if (!r && !qp->rnr_timers) {

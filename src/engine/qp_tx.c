@@ -57,7 +57,13 @@
 #define TXB_HELD    8
 #define TX_COPY_MAX 256u /* payload pieces copied into the arena (append_fpdu) */
 #define TXB_SPILLS  4
-#define TX_BUDGET   (16u << 20) /* bytes per call before yielding to other QPs */
+#define TXB_MM      64 /* sendmmsg messages per call (aligned sender) */
+/* RFC 5044 §4.5: MPA does not offer a MULPDU below 128 octets when FPDUs
+ * are already packed into the segment; the room a split FPDU needs then is
+ * 128 + 6 (length field and CRC), rounded up to 4 */
+#define SEG_MIN_ROOM 136u
+#define SEG_REFRESH  64u         /* batches between TCP_MAXSEG reads */
+#define TX_BUDGET    (16u << 20) /* bytes per call before yielding to other QPs */
 /* Coalescing (docs/ENGINE.md "Transmit"): deferred work that makes
  * ibv_post_send transmit at once */
 #define TX_DEFER_WRS   128u
@@ -92,6 +98,12 @@ struct dp_txb {
     struct dp_fp fp[TXB_FPDUS];
     uint8_t arena[TXB_ARENA];
     uiw_fpdu fpdu; /* the FPDU being built (fill_batch, queue_terminate) */
+    /* FPDU/segment alignment (seg_room): batch offsets at which a TCP
+     * segment ends early (a sendmsg with MSG_EOR ends there), and the
+     * iovec that starts at each */
+    size_t cut_end[TXB_FPDUS];
+    int cut_iov[TXB_FPDUS];
+    struct mmsghdr mm[TXB_MM];
 };
 
 struct dp_tx {
@@ -100,6 +112,14 @@ struct dp_tx {
     int niov, cur; /* cur: first iovec not completely sent */
     size_t total, sent;
     int nfp, fp_cur; /* fp_cur: first FPDU not completely sent */
+    /* FPDU/segment alignment (seg_room; 0: off) */
+    unsigned seg;      /* the TCP segment size (the MSS) */
+    unsigned fpdu_max; /* the FPDU size otherwise (max_fpdu of dp_tx_attach) */
+    unsigned refresh;  /* batches until TCP_MAXSEG is read again */
+    bool fixed_fpdu;   /* UIWARP_MAX_FPDU: fpdu_max does not follow the MSS */
+    bool nomerge;      /* the next iovec starts after a cut */
+    size_t grid;       /* batch offset where the current segment grid starts */
+    int ncut, cut_cur; /* cut_cur: first cut past `sent` */
     size_t arena_used;
     size_t vol_bytes;
     uint64_t wire_base; /* stream offset of the batch's first byte */
@@ -274,6 +294,9 @@ static void batch_reset(struct uiw_qp *qp, struct dp_tx *t)
     t->niov = t->cur = 0;
     t->total = t->sent = 0;
     t->nfp = t->fp_cur = 0;
+    t->grid = 0;
+    t->ncut = t->cut_cur = 0;
+    t->nomerge = false;
     t->arena_used = 0;
     t->vol_bytes = 0;
     t->wire_base = qp->tx.stream_off;
@@ -298,7 +321,7 @@ static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, uint8_t vol)
 {
     if (!n)
         return;
-    if (t->niov > 0 && t->b->vol[t->niov - 1] == vol &&
+    if (t->niov > 0 && !t->nomerge && t->b->vol[t->niov - 1] == vol &&
         (const uint8_t *)t->b->iov[t->niov - 1].iov_base + t->b->iov[t->niov - 1].iov_len == p) {
         t->b->iov[t->niov - 1].iov_len += n;
         return;
@@ -307,6 +330,7 @@ static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, uint8_t vol)
     t->b->iov[t->niov].iov_len = n;
     t->b->vol[t->niov] = vol;
     t->niov++;
+    t->nomerge = false;
 }
 
 /* Move t->b->fpdu into the batch: scratch bytes (length, header, markers, pad,
@@ -471,63 +495,204 @@ static size_t hold_allow(const struct dp_tx *t)
     return t->sent < stop ? stop - t->sent : 0;
 }
 
+/*
+ * FPDU/TCP segment alignment (RFC 5044 Appendix A.1: every TCP segment
+ * starts with an FPDU, several FPDUs may share a segment if each lies
+ * wholly inside it; what RNICs place at line rate: docs/ENGINE.md
+ * "Transmit"). On a link that is not loopback (seg = the connected
+ * socket's MSS, dp_align_seg), the batch is laid out on a grid of
+ * seg-byte segments, and TCP made to cut its segments on that grid:
+ *   - Linux cuts the bytes of a sendmsg into MSS-sized segments (and GSO/TSO
+ *     super-segments into MSS-sized ones) from where they start, and appends
+ *     a sendmsg's bytes to the last unsent segment unless that one ended a
+ *     sendmsg with MSG_EOR. So every sendmsg here ends with MSG_EOR, and
+ *     the grid restarts at each sendmsg's first byte.
+ *   - An FPDU is at most the room left in its segment (RFC 5044 §4.5:
+ *     "MULPDU MAY be reduced accordingly"): full-size FPDUs (the MSS rounded
+ *     down to 4) fill one segment each, and after a message's short last
+ *     FPDU the next message's first FPDU fills the rest of that segment, so
+ *     a bulk transfer is one grid and one sendmsg per batch, as before.
+ *   - When less than SEG_MIN_ROOM is left (§4.5: no MULPDU below 128) the
+ *     next FPDU is built full-size; if it does not fit it starts the next
+ *     segment: a cut, where a sendmsg ends early and the grid restarts.
+ *     Small messages (packed several per segment) end a segment this way.
+ *     The sendmsgs of one batch go in one sendmmsg call (each with
+ *     MSG_EOR in its own msg_flags), so a batch stays one system call.
+ * A partial write (socket full) that stopped inside a segment is resumed
+ * up to that segment's end alone, with MSG_EOR: appended to the unsent
+ * tail it completes the segment; if TCP had sent the tail meanwhile, one
+ * segment is short and the grid is back at the next.
+ */
+
+/* The room left in the current segment, and the next FPDU's size limit
+ * (qp->tx.cfg.max_fpdu, which the wire core reads per FPDU) from it.
+ * SIZE_MAX: no FPDU is packed in the segment yet. */
+static size_t seg_room(struct uiw_qp *qp, struct dp_tx *t)
+{
+    size_t fill = (t->total - t->grid) % t->seg, room = t->seg - fill;
+    unsigned m = t->fpdu_max;
+
+    if (fill && room >= SEG_MIN_ROOM && room < m)
+        m = (unsigned)room;
+    qp->tx.cfg.max_fpdu = (uint16_t)m;
+    return fill ? room : SIZE_MAX;
+}
+
+/* The FPDU just built does not fit in the room left: the segment ends
+ * before it (its sendmsg ends there with MSG_EOR), the grid restarts. */
+static void seg_cut(struct dp_tx *t)
+{
+    t->b->cut_end[t->ncut] = t->total;
+    t->b->cut_iov[t->ncut] = t->niov;
+    t->ncut++;
+    t->grid = t->total;
+    t->nomerge = true;
+}
+
+/* The MSS can change (path MTU discovery, RFC 5044 §4.5 "If the TCP
+ * implementation needs to adjust EMSS ..."): read again now and then. */
+static void seg_refresh(struct uiw_qp *qp, struct dp_tx *t)
+{
+    unsigned mss;
+
+    if (!t->seg || t->refresh--)
+        return;
+    t->refresh = SEG_REFRESH;
+    mss = dp_align_seg(qp->fd);
+    if (!mss || mss == t->seg)
+        return;
+    if (!t->fixed_fpdu)
+        t->fpdu_max = (mss & ~3u) < UIW_TX_MIN_FPDU ? UIW_TX_MIN_FPDU : mss & ~3u;
+    if (t->fpdu_max > mss)
+        return; /* keep the old grid: FPDUs larger than the MSS cross segments anyway */
+    t->seg = mss;
+}
+
+/* n bytes of the batch went to TCP (iov: what was handed over, for the
+ * capture) */
+static void sent_bytes(struct uiw_qp *qp, struct dp_tx *t, const struct iovec *iov, int iovcnt,
+                       size_t n)
+{
+    if (n && iov && qp->pcap)
+        uiw_cap_data(qp->pcap, true, iov, iovcnt, n);
+    t->sent += n;
+    while (n > 0) {
+        struct iovec *v = &t->b->iov[t->cur];
+        if (n >= v->iov_len) {
+            n -= v->iov_len;
+            t->cur++;
+        } else {
+            v->iov_base = (uint8_t *)v->iov_base + n;
+            v->iov_len -= n;
+            n = 0;
+        }
+    }
+    while (t->fp_cur < t->nfp && t->b->fp[t->fp_cur].end <= t->sent)
+        fire(qp, t, &t->b->fp[t->fp_cur++]);
+}
+
+/* One sendmsg of the unsent bytes, at most `allow` of them (SIZE_MAX: all).
+ * 1: sent something, or -errno. */
+static int send_one(struct uiw_qp *qp, struct dp_tx *t, size_t allow, int flags)
+{
+    struct msghdr mh;
+    ssize_t n;
+    size_t cut_len = 0;
+    int cut = -1;
+
+    memset(&mh, 0, sizeof(mh));
+    mh.msg_iov = &t->b->iov[t->cur];
+    mh.msg_iovlen = (size_t)(t->niov - t->cur);
+    if (allow != SIZE_MAX) {
+        /* send no further than `allow` bytes: shorten one iovec for this
+         * call */
+        size_t acc = 0;
+        for (int i = t->cur; i < t->niov; i++) {
+            if (acc + t->b->iov[i].iov_len >= allow) {
+                cut = i;
+                cut_len = t->b->iov[i].iov_len;
+                t->b->iov[i].iov_len = allow - acc;
+                mh.msg_iovlen = (size_t)(i - t->cur + 1);
+                break;
+            }
+            acc += t->b->iov[i].iov_len;
+        }
+    }
+    do
+        n = sendmsg(qp->fd, &mh, flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (n < 0 && errno == EINTR);
+    if (n > 0 && qp->pcap)
+        uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
+    if (cut >= 0)
+        t->b->iov[cut].iov_len = cut_len;
+    if (n < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    qp->st->tx_sends++;
+    sent_bytes(qp, t, NULL, 0, (size_t)n);
+    return 1;
+}
+
+/* The aligned sender: the unsent bytes up to the batch's end as one
+ * sendmsg per cut (seg_cut), each ending with MSG_EOR, in one sendmmsg.
+ * 1: sent something, or -errno. */
+static int seg_send(struct uiw_qp *qp, struct dp_tx *t)
+{
+    size_t base, next, off;
+    int k = 0, c, first, r;
+
+    while (t->cut_cur < t->ncut && t->b->cut_end[t->cut_cur] <= t->sent)
+        t->cut_cur++;
+    base = t->cut_cur ? t->b->cut_end[t->cut_cur - 1] : 0;
+    next = t->cut_cur < t->ncut ? t->b->cut_end[t->cut_cur] : t->total;
+    off = (t->sent - base) % t->seg;
+    if (off && t->sent + (t->seg - off) < next) /* a partial write's segment */
+        return send_one(qp, t, t->seg - off, MSG_EOR);
+    first = t->cur;
+    for (c = t->cut_cur; k < TXB_MM && first < t->niov; c++, k++) {
+        int end = c < t->ncut ? t->b->cut_iov[c] : t->niov;
+        struct msghdr *mh = &t->b->mm[k].msg_hdr;
+
+        memset(mh, 0, sizeof(*mh));
+        mh->msg_iov = &t->b->iov[first];
+        mh->msg_iovlen = (size_t)(end - first);
+        mh->msg_flags = MSG_EOR; /* per message (Linux >= 4.11) */
+        first = end;
+    }
+    do
+        r = sendmmsg(qp->fd, t->b->mm, (unsigned)k, MSG_DONTWAIT | MSG_NOSIGNAL);
+    while (r < 0 && errno == EINTR);
+    if (r < 0)
+        return errno == EWOULDBLOCK ? -EAGAIN : -errno;
+    qp->st->tx_sends++;
+    for (int i = 0; i < r; i++) {
+        struct msghdr *mh = &t->b->mm[i].msg_hdr;
+        size_t len = 0, n = t->b->mm[i].msg_len;
+
+        for (size_t j = 0; j < mh->msg_iovlen; j++)
+            len += mh->msg_iov[j].iov_len;
+        sent_bytes(qp, t, mh->msg_iov, (int)mh->msg_iovlen, n);
+        if (n < len)
+            break; /* the socket is full: sendmmsg stopped here */
+    }
+    return 1;
+}
+
 /* sendmsg until the batch is out (0), the rest is held (1: first-FPDU
  * hold), the socket is full (-EAGAIN) or broken (-errno). */
 static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
 {
     while (t->cur < t->niov) {
-        struct msghdr mh;
-        ssize_t n;
-        size_t allow = hold_allow(t), cut_len = 0;
-        int cut = -1;
+        size_t allow = hold_allow(t);
+        int r;
 
         if (allow == 0)
             return 1;
-        memset(&mh, 0, sizeof(mh));
-        mh.msg_iov = &t->b->iov[t->cur];
-        mh.msg_iovlen = (size_t)(t->niov - t->cur);
-        if (allow != SIZE_MAX) {
-            /* send no further than `allow` bytes: shorten one iovec for
-             * this call */
-            size_t acc = 0;
-            for (int i = t->cur; i < t->niov; i++) {
-                if (acc + t->b->iov[i].iov_len >= allow) {
-                    cut = i;
-                    cut_len = t->b->iov[i].iov_len;
-                    t->b->iov[i].iov_len = allow - acc;
-                    mh.msg_iovlen = (size_t)(i - t->cur + 1);
-                    break;
-                }
-                acc += t->b->iov[i].iov_len;
-            }
-        }
-        n = sendmsg(qp->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-        if (n > 0 && qp->pcap)
-            uiw_cap_data(qp->pcap, true, mh.msg_iov, (int)mh.msg_iovlen, (size_t)n);
-        if (cut >= 0)
-            t->b->iov[cut].iov_len = cut_len;
-        if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return -EAGAIN;
-            return -errno;
-        }
-        qp->st->tx_sends++;
-        t->sent += (size_t)n;
-        while (n > 0) {
-            struct iovec *v = &t->b->iov[t->cur];
-            if ((size_t)n >= v->iov_len) {
-                n -= (ssize_t)v->iov_len;
-                t->cur++;
-            } else {
-                v->iov_base = (uint8_t *)v->iov_base + n;
-                v->iov_len -= (size_t)n;
-                n = 0;
-            }
-        }
-        while (t->fp_cur < t->nfp && t->b->fp[t->fp_cur].end <= t->sent)
-            fire(qp, t, &t->b->fp[t->fp_cur++]);
+        if (t->seg && allow == SIZE_MAX)
+            r = seg_send(qp, t);
+        else
+            r = send_one(qp, t, allow, 0);
+        if (r < 0)
+            return r;
     }
     return 0;
 }
@@ -1031,10 +1196,12 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
         uiw_qp_terminate_locked(qp, c, NULL, 0, IBV_EVENT_QP_FATAL);
         return;
     }
+    seg_refresh(qp, t);
     while (batch_room(t)) {
         uint8_t kind = MK_NONE;
         unsigned arg = 0;
         uint8_t vol;
+        size_t room = SIZE_MAX;
         int r, whole;
 
         if (t->src == SRC_NONE) {
@@ -1059,6 +1226,8 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
             vol = VOL_SQ;
         else
             vol = VOL_NONE;
+        if (t->seg)
+            room = seg_room(qp, t); /* uiw_tx_whole and uiw_tx_next keep to it */
         /* a small message whole, copied into the arena beside the
          * headers (docs/ENGINE.md "Transmit"): one piece, no iovec into
          * an MR, and a fraction of the general segmenter's work */
@@ -1079,6 +1248,8 @@ static void fill_batch(struct uiw_qp *qp, struct dp_tx *t)
             }
             count_fpdu(qp, t, t->b->fpdu.payload, t->b->fpdu.last);
         }
+        if ((whole > 0 ? (size_t)whole : t->b->fpdu.bytes) > room)
+            seg_cut(t); /* it starts the next segment */
         if (t->src == SRC_IRQ && t->irq_read)
             qp->irq[t->irq_pos].sent = t->msg.done;
         if (whole <= 0 && !t->b->fpdu.last) {
@@ -1734,7 +1905,7 @@ int uiw_qp_post_send_locked(struct uiw_qp *qp, struct ibv_send_wr *wr, struct ib
  * Attach / free
  * ---------------------------------------------------------------------- */
 
-int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu)
+int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu, unsigned seg)
 {
     struct dp_tx *t = TX(qp);
     uiw_tx_cfg cfg;
@@ -1764,6 +1935,10 @@ int dp_tx_attach(struct uiw_qp *qp, unsigned max_fpdu)
         return -ENOMEM; /* start_rtr's Read Request */
     t->await = qp->mpa.await_rtr;
     t->wire_base = 0;
+    t->seg = seg;
+    t->fpdu_max = max_fpdu;
+    t->fixed_fpdu = uiw_config()->max_fpdu != 0;
+    t->refresh = SEG_REFRESH;
     return 0;
 }
 
