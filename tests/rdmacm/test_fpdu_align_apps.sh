@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+#
+# FPDU/TCP segment alignment on a real link (issue 18; docs/ENGINE.md
+# "Transmit"; RFC 5044 §4.5 and Appendix A.1): two network namespaces joined
+# by a veth pair, `gso_max_segs 1` on both ends so that the capture sees the
+# segments a NIC would send. Three links:
+#   ts0   MTU 1500, TCP timestamps off (as RNICs run: MSS 1460)
+#   ts1   MTU 1500, timestamps on (MSS 1448)
+#   j9000 MTU 9000, timestamps off (MSS 8960)
+# On each, with the default settings: Debian's perftest over uiwarp
+# (ib_write_bw -R 64 KiB and 1 MiB, ib_send_bw -R 200 B and 4 KiB,
+# ib_read_bw -R 64 KiB) and rping -V (RDMA Writes and Reads of 60000 bytes,
+# every byte verified), captured on the veth with dumpcap and checked by
+# `uiwarp dump`, per program (both directions):
+#   - the programs exit 0, the capture has no violation;
+#   - at least 99% of the FPDUs lie whole in a segment that starts with an
+#     FPDU ("segment packing", RFC 5044 Appendix A.1: small FPDUs packed
+#     behind the first count); "segment alignment" (FPDUs that start a
+#     segment) is printed beside it.
+# Needs root, ip, dumpcap and perftest (exit 77 without). About 30 s.
+set -u
+
+here=$(cd "$(dirname "$0")" && pwd)
+BUILD=${UIWARP_BUILD:-$here/../../build}
+LIB=$BUILD/lib
+# shellcheck source=../lib.sh
+. "$here/../lib.sh"
+
+if [ "$(id -u)" -ne 0 ] || ! have ip || ! have dumpcap || ! have ib_write_bw || ! have rping; then
+    echo "SKIP: needs root, ip, dumpcap (tshark), perftest and rping"
+    exit 77
+fi
+if [ ! -e "$LIB/libibverbs.so.1" ]; then
+    echo "SKIP: uiwarp's libibverbs.so.1 not found in $LIB"
+    exit 77
+fi
+if grep -Eq 'lib(asan|tsan|ubsan)' <<<"$(ldd "$LIB/libibverbs.so.1" 2>/dev/null)"; then
+    echo "SKIP: $LIB holds sanitizer builds, which the distribution's programs cannot load"
+    exit 77
+fi
+
+tag=$$
+na=uiwfa$tag nb=uiwfb$tag va=uvfa$tag vb=uvfb$tag
+tmp=$(mktemp -d)
+cap=
+cleanup() {
+    [ -n "$cap" ] && kill -INT "$cap" 2>/dev/null
+    ip netns del "$na" 2>/dev/null
+    ip netns del "$nb" 2>/dev/null
+    if [ -n "${UIWARP_KEEP:-}" ]; then echo "kept: $tmp"; else rm -rf "$tmp"; fi
+}
+trap cleanup EXIT
+
+# link MTU TIMESTAMPS: (re)make the namespaces and the veth pair
+link() {
+    ip netns del "$na" 2>/dev/null
+    ip netns del "$nb" 2>/dev/null
+    ip netns add "$na" && ip netns add "$nb" &&
+        ip link add "$va" type veth peer name "$vb" &&
+        ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" &&
+        ip -n "$na" addr add 10.231.0.1/24 dev "$va" && ip -n "$nb" addr add 10.231.0.2/24 dev "$vb" &&
+        ip -n "$na" link set "$va" mtu "$1" gso_max_segs 1 up &&
+        ip -n "$nb" link set "$vb" mtu "$1" gso_max_segs 1 up &&
+        ip -n "$na" link set lo up && ip -n "$nb" link set lo up &&
+        ip netns exec "$na" sysctl -qw net.ipv4.tcp_timestamps="$2" &&
+        ip netns exec "$nb" sysctl -qw net.ipv4.tcp_timestamps="$2"
+}
+
+# run NAME PORT PROGRAM ARGS...: server in A, client in B (perftest -R)
+run() {
+    local name=$1 port=$2 prog=$3
+    shift 3
+    ip netns exec "$na" env LD_LIBRARY_PATH="$LIB" timeout 30 \
+        "$prog" -R -p "$port" "$@" >"$tmp/$name.s" 2>&1 &
+    local sp=$! crc src
+    sleep 0.3
+    ip netns exec "$nb" env LD_LIBRARY_PATH="$LIB" timeout 30 \
+        "$prog" -R -p "$port" "$@" 10.231.0.1 >"$tmp/$name.c" 2>&1
+    crc=$?
+    wait $sp
+    src=$?
+    if [ "$crc" = 0 ] && [ "$src" = 0 ]; then ok "$name: exit 0"; else
+        bad "$name: exit 0 (client $crc, server $src)"
+        tail -5 "$tmp/$name.c" "$tmp/$name.s"
+    fi
+}
+
+run_rping() {
+    local name=$1 port=$2 crc src
+    ip netns exec "$na" env LD_LIBRARY_PATH="$LIB" timeout 30 \
+        rping -s -a 10.231.0.1 -p "$port" -C 20 -V -S 60000 >"$tmp/$name.s" 2>&1 &
+    local sp=$!
+    sleep 0.3
+    ip netns exec "$nb" env LD_LIBRARY_PATH="$LIB" timeout 30 \
+        rping -c -a 10.231.0.1 -p "$port" -C 20 -V -S 60000 >"$tmp/$name.c" 2>&1
+    crc=$?
+    wait $sp
+    src=$?
+    if [ "$crc" = 0 ] && [ "$src" = 0 ]; then ok "$name: exit 0, data verified"; else
+        bad "$name: exit 0, data verified (client $crc, server $src)"
+        tail -5 "$tmp/$name.c" "$tmp/$name.s"
+    fi
+}
+
+# judge NAME PORT DUMP: the connection on PORT in the dump's summaries
+judge() {
+    local name=$1 port=$2 out=$3 sect w a n
+    sect=$(awk -v p=":$port " '/^== c[0-9]+ /{on = index($0, p) > 0} on' "$out")
+    if [ -z "$sect" ]; then
+        bad "$name: connection on port $port in the capture"
+        return
+    fi
+    w=$(sed -n 's/.*segment packing: \([0-9]*\) of \([0-9]*\) FPDUs.*/\1 \2/p' <<<"$sect" |
+        awk '{w += $1; n += $2} END {print w + 0, n + 0}')
+    a=$(sed -n 's/.*segment alignment: \([0-9]*\) of \([0-9]*\) FPDUs.*/\1/p' <<<"$sect" |
+        awk '{a += $1} END {print a + 0}')
+    n=${w#* }
+    w=${w% *}
+    if [ "$n" -gt 0 ] && [ $((w * 100)) -ge $((n * 99)) ]; then
+        ok "$name: $w of $n FPDUs whole in a segment that starts with one (>= 99%); $a start a segment"
+    else
+        bad "$name: $w of $n FPDUs whole in a segment that starts with one (>= 99%); $a start a segment"
+        echo "$sect"
+    fi
+    if grep -q '^   violations: 0\b\|violations: none' <<<"$sect" || ! grep -qi 'violation' <<<"$sect"; then
+        ok "$name: no violation"
+    else
+        bad "$name: no violation"
+        grep -i 'violation' <<<"$sect" | head -5
+    fi
+}
+
+cases=(
+    "write64k ib_write_bw -s 65536 -n 200"
+    "write1m ib_write_bw -s 1048576 -n 20"
+    "send200 ib_send_bw -s 200 -n 5000"
+    "send4k ib_send_bw -s 4096 -n 2000"
+    "read64k ib_read_bw -s 65536 -n 200"
+)
+for l in "ts0 1500 0" "ts1 1500 1" "j9000 9000 0"; do
+    # shellcheck disable=SC2086
+    set -- $l
+    ln=$1
+    if ! link "$2" "$3"; then
+        echo "SKIP: cannot make the namespaces and the veth pair"
+        exit 77
+    fi
+    pcap=$tmp/$ln.pcapng
+    ip netns exec "$na" dumpcap -q -B 64 -i "$va" -w "$pcap" >"$tmp/$ln.cap" 2>&1 &
+    cap=$!
+    for _ in $(seq 50); do
+        [ -s "$pcap" ] && break
+        sleep 0.1
+    done
+    port=18515
+    for c in "${cases[@]}"; do
+        # shellcheck disable=SC2086
+        set -- $c
+        name=$1
+        shift
+        run "$ln-$name" $port "$@"
+        port=$((port + 1))
+    done
+    run_rping "$ln-rping" $port
+    sleep 0.3
+    kill -INT "$cap" 2>/dev/null
+    wait "$cap" 2>/dev/null
+    cap=
+    "$BUILD/bin/uiwarp" dump -q "$pcap" >"$tmp/$ln.dump" 2>&1
+    port=18515
+    for c in "${cases[@]}" rping; do
+        judge "$ln-${c%% *}" $port "$tmp/$ln.dump"
+        port=$((port + 1))
+    done
+done
+echo "$checks checks, $failed failed"
+[ "$failed" -eq 0 ]
