@@ -68,8 +68,13 @@
  * ibv_post_send transmit at once */
 #define TX_DEFER_WRS   128u
 #define TX_DEFER_BYTES (16u * 1024)
-#define TX_KICK_US     50u  /* the progress thread's backstop */
-#define TX_KICK_MAX_US 400u /* ... after firings that found nothing to do */
+/* ... with FPDUs aligned with segments (seg_room), where a batch ends
+ * with MSG_EOR and TCP's next buffer starts with the next batch: a batch
+ * as large as a GSO/TSO buffer (ib_send_bw -R -s 4096 over a veth pair:
+ * 0.85 of the batched sender with 16 KiB, 1.15 with 64 KiB) */
+#define TX_DEFER_BYTES_SEG (64u * 1024)
+#define TX_KICK_US         50u  /* the progress thread's backstop */
+#define TX_KICK_MAX_US     400u /* ... after firings that found nothing to do */
 /* posts that follow each other within the window and still go out at
  * once: a Write and the Send that announces it, a short burst */
 #define TX_STREAK 3u
@@ -1514,7 +1519,8 @@ static bool tx_defer(struct uiw_qp *qp, unsigned wrs, uint64_t bytes, uint64_t *
         qp->tx_streak++;
     if (gap >= win || qp->tx_streak < TX_STREAK)
         return false;
-    if (qp->tx_defer_wrs >= TX_DEFER_WRS || qp->tx_defer_bytes >= TX_DEFER_BYTES)
+    if (qp->tx_defer_wrs >= TX_DEFER_WRS ||
+        qp->tx_defer_bytes >= (TX(qp)->seg ? TX_DEFER_BYTES_SEG : TX_DEFER_BYTES))
         return false;
     pthread_once(&bs.once, bs_init);
     if (bs.tfd < 0)
