@@ -69,10 +69,12 @@
 #define TX_DEFER_WRS   128u
 #define TX_DEFER_BYTES (16u * 1024)
 /* ... with FPDUs aligned with segments (seg_room), where a batch ends
- * with MSG_EOR and TCP's next buffer starts with the next batch: a batch
- * as large as a GSO/TSO buffer (ib_send_bw -R -s 4096 over a veth pair:
- * 0.85 of the batched sender with 16 KiB, 1.15 with 64 KiB) */
-#define TX_DEFER_BYTES_SEG (64u * 1024)
+ * with MSG_EOR, so that TCP's next buffer starts with the next batch: a
+ * whole batch (1 MiB), or each batch end costs a buffer (over a veth pair,
+ * ib_send_bw -R -s 4096 against the batched sender: 0.85 with 16 KiB,
+ * 1.15 with 64 KiB, 1.45 with 1 MiB; ib_write_bw -R -s 65536 0.88 with
+ * 64 KiB, whose WRs then each went alone, 0.92-1.0 with 1 MiB) */
+#define TX_DEFER_BYTES_SEG TXB_BYTES
 #define TX_KICK_US         50u  /* the progress thread's backstop */
 #define TX_KICK_MAX_US     400u /* ... after firings that found nothing to do */
 /* posts that follow each other within the window and still go out at
