@@ -34,6 +34,8 @@ set -u
 here=$(cd "$(dirname "$0")" && pwd)
 BUILD=${UIWARP_BUILD:-$here/../build}
 LIB=$BUILD/lib
+# shellcheck source=../tests/lib.sh
+. "$here/../tests/lib.sh"
 rounds=3
 dur=2
 links="ts0 ts1 j9000"
@@ -74,19 +76,10 @@ cleanup() {
 trap cleanup EXIT
 
 link() { # MTU TIMESTAMPS
-    ip netns del "$na" 2>/dev/null
-    ip netns del "$nb" 2>/dev/null
-    ip netns add "$na" && ip netns add "$nb" &&
-        ip link add "$va" type veth peer name "$vb" &&
-        ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" &&
-        ip -n "$na" addr add 10.232.0.1/24 dev "$va" && ip -n "$nb" addr add 10.232.0.2/24 dev "$vb" &&
-        ip -n "$na" link set "$va" mtu "$1" up && ip -n "$nb" link set "$vb" mtu "$1" up &&
-        ip -n "$na" link set lo up && ip -n "$nb" link set lo up &&
-        ip netns exec "$na" sysctl -qw net.ipv4.tcp_timestamps="$2" &&
-        ip netns exec "$nb" sysctl -qw net.ipv4.tcp_timestamps="$2"
+    veth_link "$na" "$nb" "$va" "$vb" 10.232.0 "$1" "$2"
 }
 gso() { # N
-    ip -n "$na" link set "$va" gso_max_segs "$1" && ip -n "$nb" link set "$vb" gso_max_segs "$1"
+    veth_gso "$na" "$nb" "$va" "$vb" "$1"
 }
 
 port=20000

@@ -91,3 +91,27 @@ wait_listen() {
     done
     return 1
 }
+
+# ---------------------------------------------------------------- links
+# veth_link NA NB VA VB NET MTU TIMESTAMPS: (re)make the network namespaces
+# NA and NB joined by the veth pair VA (NET.1, in NA) and VB (NET.2, in NB)
+# with that MTU and net.ipv4.tcp_timestamps (as RNICs run: 0) in both.
+veth_link() {
+    local na=$1 nb=$2 va=$3 vb=$4 net=$5 mtu=$6 ts=$7
+    ip netns del "$na" 2>/dev/null
+    ip netns del "$nb" 2>/dev/null
+    ip netns add "$na" && ip netns add "$nb" &&
+        ip link add "$va" type veth peer name "$vb" &&
+        ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" &&
+        ip -n "$na" addr add "$net.1/24" dev "$va" && ip -n "$nb" addr add "$net.2/24" dev "$vb" &&
+        ip -n "$na" link set "$va" mtu "$mtu" up && ip -n "$nb" link set "$vb" mtu "$mtu" up &&
+        ip -n "$na" link set lo up && ip -n "$nb" link set lo up &&
+        ip netns exec "$na" sysctl -qw net.ipv4.tcp_timestamps="$ts" &&
+        ip netns exec "$nb" sysctl -qw net.ipv4.tcp_timestamps="$ts"
+}
+
+# veth_gso NA NB VA VB N: gso_max_segs N on both ends (1: the segments a
+# capture on the pair sees are the ones a NIC would send)
+veth_gso() {
+    ip -n "$1" link set "$3" gso_max_segs "$5" && ip -n "$2" link set "$4" gso_max_segs "$5"
+}

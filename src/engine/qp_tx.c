@@ -340,6 +340,18 @@ static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, uint8_t vol)
     t->nomerge = false;
 }
 
+/* The FPDU of `bytes` just appended ends here in the batch. */
+static void mark_fpdu(struct dp_tx *t, size_t bytes, unsigned ulpdu_len, uint8_t kind, unsigned arg)
+{
+    if (t->nfp == 0 && t->wire_base == 0) /* RFC 5044 §4.1: pad to 4, CRC */
+        t->first_tail = (uint8_t)(uiw_mpa_pad(ulpdu_len) + UIW_MPA_CRC_LEN);
+    t->total += bytes;
+    t->b->fp[t->nfp].end = t->total;
+    t->b->fp[t->nfp].kind = kind;
+    t->b->fp[t->nfp].arg = arg;
+    t->nfp++;
+}
+
 /* Move t->b->fpdu into the batch: scratch bytes (length, header, markers, pad,
  * CRC) are copied into the arena, payload iovecs are kept. */
 static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol)
@@ -367,13 +379,7 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
                 t->vol_bytes += n;
         }
     }
-    if (t->nfp == 0 && t->wire_base == 0) /* RFC 5044 §4.1: pad to 4, CRC */
-        t->first_tail = (uint8_t)(4u + (4u - (2u + f->ulpdu_len) % 4u) % 4u);
-    t->total += f->bytes;
-    t->b->fp[t->nfp].end = t->total;
-    t->b->fp[t->nfp].kind = kind;
-    t->b->fp[t->nfp].arg = arg;
-    t->nfp++;
+    mark_fpdu(t, f->bytes, f->ulpdu_len, kind, arg);
 }
 
 /* An FPDU uiw_tx_whole laid out in the arena (n bytes at arena_used). */
@@ -381,17 +387,9 @@ static void append_whole(struct dp_tx *t, size_t n, uint8_t kind, unsigned arg)
 {
     uint8_t *d = t->b->arena + t->arena_used;
 
-    if (t->nfp == 0 && t->wire_base == 0) { /* RFC 5044 §4.1: pad to 4, CRC */
-        unsigned ulpdu = (unsigned)d[0] << 8 | d[1];
-        t->first_tail = (uint8_t)(4u + (4u - (2u + ulpdu) % 4u) % 4u);
-    }
     t->arena_used += n;
     push_iov(t, d, n, VOL_NONE);
-    t->total += n;
-    t->b->fp[t->nfp].end = t->total;
-    t->b->fp[t->nfp].kind = kind;
-    t->b->fp[t->nfp].arg = arg;
-    t->nfp++;
+    mark_fpdu(t, n, (unsigned)d[0] << 8 | d[1], kind, arg);
 }
 
 /* The FPDU just built: whole (its length) or in t->b->fpdu. */

@@ -408,6 +408,7 @@ int uiw_tx_whole(uiw_tx *tx, uiw_tx_msg *msg, uint8_t *out, size_t cap)
     uint8_t *p;
     uint32_t crc = 0;
 
+    /* (the total check first: it keeps hl + total below 2^16, no wrap) */
     if (msg->started || !hl || tx->cfg.markers || msg->total > tx->cfg.max_fpdu)
         return 0;
     /* uiw_tx_next's single-FPDU condition: length field, header, payload
