@@ -1140,6 +1140,16 @@ static bool sq_startable(struct uiw_qp *qp, struct dp_tx *t)
            qp->sq[(qp->sq_head + t->sq_started) % qp->sq_cap].state == SQE_NEW;
 }
 
+/* Whether pick_next() could start anything (no side effects). */
+static bool tx_startable(struct uiw_qp *qp, struct dp_tx *t)
+{
+    if (t->term_queued)
+        return false;
+    if (t->rtr)
+        return true;
+    return !t->await && (qp->irq_count > t->irq_started || sq_startable(qp, t));
+}
+
 /* Set up the next message. 1: something to segment (or a local operation
  * done), 0: nothing now, -1: error (QP in ERR). */
 static int pick_next(struct uiw_qp *qp, struct dp_tx *t)
@@ -1706,6 +1716,10 @@ int uiw_qp_tx_progress(struct uiw_qp *qp)
         }
         budget -= t->total;
         release_held(t);
+        /* nothing to start (a poll's flush, a call after a receive): leave
+         * the staging cache and its lock alone */
+        if (t->src == SRC_NONE && !tx_startable(qp, t))
+            break;
         batch_reset(qp, t);
         fill_batch(qp, t);
         if (!t->niov)
