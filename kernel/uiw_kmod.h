@@ -15,6 +15,10 @@
 #define uiw_st_zalloc(n) kzalloc((n), GFP_KERNEL)
 #define uiw_st_free(p)   kfree(p)
 #define uiw_st_err(...)  pr_err(__VA_ARGS__)
+
+/* uiw_dev.c: the ib_device behind `rdma link add NAME type uiwarp` */
+void uiw_dev_init(void);
+void uiw_dev_exit(void);
 #else
 #include <stdio.h>
 #include <stdlib.h>

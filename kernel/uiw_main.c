@@ -8,6 +8,7 @@
  *   uiwarp: wire self-test: PASS (N checks)
  *   uiwarp: wire self-test: FAIL (N of M checks failed)
  * A failed self-test refuses the load (-EPROTO). selftest=0 skips it.
+ * Then the "uiwarp" RDMA link type is registered (uiw_dev.c).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -35,12 +36,14 @@ static int __init uiw_init(void)
         }
         pr_info("wire self-test: PASS (%u checks)\n", r.passed);
     }
-    pr_info("loaded\n");
+    uiw_dev_init();
+    pr_info("loaded: rdma link add NAME type uiwarp netdev IFACE\n");
     return 0;
 }
 
 static void __exit uiw_exit(void)
 {
+    uiw_dev_exit();
     pr_info("unloaded\n");
 }
 

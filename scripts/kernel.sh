@@ -7,8 +7,11 @@
 #   bash scripts/kernel.sh test [--loops N]
 #                                  build, then boot the rig's VM: insmod (the
 #                                  wire self-test's PASS line in dmesg), rmmod,
-#                                  selftest=0, N more load/unload rounds
-#                                  (default 20), no kernel warnings
+#                                  selftest=0, the device (rdma link add/
+#                                  show/delete uiw0 on eth0, rmmod with it),
+#                                  N more load/unload rounds (default 20; a
+#                                  device on every other one), no kernel
+#                                  warnings
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
 # SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
@@ -47,7 +50,7 @@ rig_build() { # run the rig's idempotent builder (headers, VM images)
     [ "$(id -u)" = 0 ] || die "$1 missing and siw-vm-build needs root: run '$SIW_PEER/siw-vm-build' as root"
     local log=${TMPDIR:-/tmp}/uiwarp-kernel-siw-vm-build.log
     say "$1 missing: running $SIW_PEER/siw-vm-build (log: $log)"
-    "$SIW_PEER/siw-vm-build" >"$log" 2>&1 || {
+    SIW_RIG_CACHE=$CACHE SIW_RIG_OUT=$OUT SIW_RIG_KABI=$KABI "$SIW_PEER/siw-vm-build" >"$log" 2>&1 || {
         tail -20 "$log" >&2
         die "siw-vm-build failed"
     }
@@ -125,13 +128,31 @@ grep -q '^uiwarp ' /proc/modules && bad "still loaded after rmmod" || ok "unload
 dmesg -c >/dev/null
 insmod /x/uiwarp.ko selftest=0 && rmmod uiwarp
 dmesg | grep -q 'uiwarp: wire self-test: skipped' && ok "selftest=0 skips" || bad "selftest=0: no 'skipped' line"
+# the device: rdma link add, shown by rdma link / rdma dev and sysfs, one
+# per interface, rdma link delete, and a device left at rmmod
+if insmod /x/uiwarp.ko selftest=0; then ok "insmod selftest=0"; else bad "insmod selftest=0"; fi
+if rdma link add uiw0 type uiwarp netdev eth0; then ok "rdma link add"; else bad "rdma link add"; fi
+rdma link show uiw0/1
+rdma link show uiw0/1 | grep -q 'state ACTIVE.*netdev eth0' && ok "rdma link: uiw0/1 ACTIVE on eth0" || bad "rdma link: no ACTIVE uiw0/1 on eth0"
+rdma dev show uiw0
+rdma dev show uiw0 | grep -q 'node_type rnic' && ok "rdma dev: uiw0 is an RNIC" || bad "rdma dev: uiw0 is not an rnic"
+cat /sys/class/infiniband/uiw0/ports/1/link_layer /sys/class/infiniband/uiw0/ports/1/gids/0 2>&1
+grep -qi ethernet /sys/class/infiniband/uiw0/ports/1/link_layer && ok "sysfs: Ethernet link layer" || bad "sysfs: link_layer"
+rdma link add uiw1 type uiwarp netdev eth0 2>/dev/null && bad "a second device on eth0 was accepted" || ok "a second device on eth0 is refused"
+if rdma link delete uiw0; then ok "rdma link delete"; else bad "rdma link delete"; fi
+rdma link show 2>/dev/null | grep -q uiw0 && bad "uiw0 still shown after delete" || ok "uiw0 gone after delete"
+rdma link add uiw0 type uiwarp netdev eth0 && rmmod uiwarp && ok "rmmod with a device" || bad "rmmod with a device"
+[ -e /sys/class/infiniband/uiw0 ] && bad "uiw0 still in sysfs after rmmod" || ok "uiw0 gone after rmmod"
+# load/unload rounds, with a device on every other one
 i=0 lf=0
 while [ \$i -lt \$loops ]; do
-  insmod /x/uiwarp.ko && rmmod uiwarp || lf=\$((lf + 1))
+  insmod /x/uiwarp.ko || lf=\$((lf + 1))
+  if [ \$((i % 2)) = 1 ]; then rdma link add uiw0 type uiwarp netdev eth0 || lf=\$((lf + 1)); fi
+  rmmod uiwarp || lf=\$((lf + 1))
   i=\$((i + 1))
 done
 n=\$(dmesg | grep -c 'uiwarp: wire self-test: PASS')
-[ \$lf -eq 0 ] && [ \$n -eq \$loops ] && ok "\$loops load/unload rounds" || bad "load/unload: \$lf of \$loops failed, \$n PASS lines"
+[ \$lf -eq 0 ] && [ \$n -eq \$loops ] && ok "\$loops load/unload rounds" || bad "load/unload: \$lf failures in \$loops rounds, \$n PASS lines"
 if dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount_t'; then bad "kernel warnings"; else ok "no kernel warnings"; fi
 echo "KTEST: \$pass passed, \$fail failed"
 [ \$fail -eq 0 ]
