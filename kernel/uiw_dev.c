@@ -3,14 +3,14 @@
  * The iWARP ib_device, attached to a network interface the way siw is:
  *   rdma link add uiw0 type uiwarp netdev eth0
  *   rdma link delete uiw0
- * (rdma_link_ops, "rdma-link-uiwarp"). Phase 1 (docs/KERNEL.md): the
+ * (rdma_link_ops, "rdma-link-uiwarp"); removed too when the interface goes
+ * away. Phase 1 (docs/KERNEL.md): the
  * device, its one port and its queries exist; every verb that would create
  * an object or move data fails with -EOPNOTSUPP, so no PD, CQ, QP or MR can
  * exist yet and their destroy verbs are never reached.
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
-#include <linux/delay.h>
 #include <linux/module.h>
 #include <linux/mutex.h>
 #include <linux/netdevice.h>
@@ -205,15 +205,15 @@ static int uiw_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
     return 0;
 }
 
-/* Called by the core when the device is unregistered, whoever asked
- * (rdma link delete, module unload); the core frees it afterwards. */
+/* Called by the core from ib_dealloc_device: after an unregistration,
+ * whoever asked for it (rdma link delete, the interface going away, module
+ * unload), and when newlink gives up; the core frees the struct after. */
 static void uiw_dealloc_driver(struct ib_device *ibdev)
 {
     struct uiw_dev *d = to_udev(ibdev);
 
-    pr_info("%s: removed from %s\n", dev_name(&ibdev->dev), d->netdev->name);
     mutex_lock(&uiw_devs_lock);
-    list_del(&d->list);
+    list_del_init(&d->list); /* on the list or not (newlink's errors) */
     mutex_unlock(&uiw_devs_lock);
 }
 
@@ -264,6 +264,7 @@ static int uiw_newlink(const char *name, struct net_device *nd)
     if (!d)
         return -ENOMEM;
     d->netdev = nd;
+    INIT_LIST_HEAD(&d->list);
     ib_set_device_ops(&d->ibdev, &uiw_dev_ops);
     d->ibdev.node_type = RDMA_NODE_RNIC;
     d->ibdev.phys_port_cnt = 1;
@@ -282,17 +283,13 @@ static int uiw_newlink(const char *name, struct net_device *nd)
     /* NULL DMA device: the core uses kernel virtual addresses, as for the
      * other software devices */
     rc = ib_register_device(&d->ibdev, name, NULL);
-    if (rc) {
-        mutex_lock(&uiw_devs_lock);
-        list_del(&d->list);
-        mutex_unlock(&uiw_devs_lock);
+    if (rc)
         goto err;
-    }
     pr_info("%s: iWARP device on %s\n", dev_name(&d->ibdev.dev), nd->name);
     return 0;
 err:
     pr_err("rdma link add %s on %s: %d\n", name, nd->name, rc);
-    ib_dealloc_device(&d->ibdev);
+    ib_dealloc_device(&d->ibdev); /* calls uiw_dealloc_driver */
     return rc;
 }
 
@@ -301,34 +298,62 @@ static struct rdma_link_ops uiw_link_ops = {
     .newlink = uiw_newlink,
 };
 
-void uiw_dev_init(void)
+/* The interface under a device goes away: remove the device first (the
+ * core holds the interface until then; ib_device_set_netdev). From the
+ * notifier the removal is queued. */
+static int uiw_netdev_event(struct notifier_block *nb, unsigned long event, void *ptr)
 {
-    rdma_link_register(&uiw_link_ops);
+    struct net_device *nd = netdev_notifier_info_to_dev(ptr);
+    struct ib_device *ib;
+
+    if (event != NETDEV_UNREGISTER)
+        return NOTIFY_DONE;
+    ib = ib_device_get_by_netdev(nd, RDMA_DRIVER_UNKNOWN);
+    if (!ib)
+        return NOTIFY_DONE;
+    if (ib->ops.dealloc_driver == uiw_dealloc_driver) {
+        pr_info("%s: %s is going away\n", dev_name(&ib->dev), nd->name);
+        ib_unregister_device_queued(ib);
+    }
+    ib_device_put(ib);
+    return NOTIFY_OK;
 }
 
-/* Unregister every device left (module unload). The reference comes from
- * the core by the device's (unique) name, taken while the device is on the
- * list, so it cannot be freed meanwhile; one being removed by someone else
- * (rdma link delete) is not found and is waited for: its dealloc_driver
- * takes it off the list. */
+static struct notifier_block uiw_netdev_nb = {
+    .notifier_call = uiw_netdev_event,
+};
+
+int uiw_dev_init(void)
+{
+    int rc = register_netdevice_notifier(&uiw_netdev_nb);
+
+    if (rc)
+        return rc;
+    rdma_link_register(&uiw_link_ops);
+    return 0;
+}
+
+/* Unregister every device left (module unload), after no new one can come
+ * (rdma_link_unregister waits for a newlink in progress). The device's
+ * struct is pinned while it is on the list; ib_unregister_device on one
+ * that someone else is removing (rdma link delete, the notifier's queued
+ * work) waits for that removal, dealloc_driver included. */
 void uiw_dev_exit(void)
 {
     rdma_link_unregister(&uiw_link_ops);
+    unregister_netdevice_notifier(&uiw_netdev_nb);
     for (;;) {
-        struct ib_device *ib = NULL;
         struct uiw_dev *d;
 
         mutex_lock(&uiw_devs_lock);
         d = list_first_entry_or_null(&uiw_devs, struct uiw_dev, list);
         if (d)
-            ib = ib_device_get_by_name(dev_name(&d->ibdev.dev), RDMA_DRIVER_UNKNOWN);
+            get_device(&d->ibdev.dev);
         mutex_unlock(&uiw_devs_lock);
         if (!d)
             break;
-        if (ib)
-            ib_unregister_device_and_put(ib);
-        else
-            msleep(10);
+        ib_unregister_device(&d->ibdev);
+        put_device(&d->ibdev.dev);
     }
 }
 

@@ -17,7 +17,7 @@
 #define uiw_st_err(...)  pr_err(__VA_ARGS__)
 
 /* uiw_dev.c: the ib_device behind `rdma link add NAME type uiwarp` */
-void uiw_dev_init(void);
+int uiw_dev_init(void);
 void uiw_dev_exit(void);
 #else
 #include <stdio.h>

@@ -24,6 +24,7 @@ MODULE_PARM_DESC(selftest, "run the wire core self-test at load (default 1)");
 static int __init uiw_init(void)
 {
     struct uiw_selftest_result r;
+    int rc;
 
     if (!selftest) {
         pr_info("wire self-test: skipped (selftest=0)\n");
@@ -36,7 +37,9 @@ static int __init uiw_init(void)
         }
         pr_info("wire self-test: PASS (%u checks)\n", r.passed);
     }
-    uiw_dev_init();
+    rc = uiw_dev_init();
+    if (rc)
+        return rc;
     pr_info("loaded: rdma link add NAME type uiwarp netdev IFACE\n");
     return 0;
 }

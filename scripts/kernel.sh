@@ -10,7 +10,8 @@
 #                                  selftest=0, the device (rdma link add/
 #                                  show/delete uiw0 on eth0, rmmod with it),
 #                                  N more load/unload rounds (default 20; a
-#                                  device on every other one), no kernel
+#                                  device on every other one), an interface
+#                                  removed under a device, no kernel
 #                                  warnings
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
@@ -109,6 +110,23 @@ build() {
     say "built $B/uiwarp.ko ($(stat -c %s "$B/uiwarp.ko") bytes, vermagic $vm) in $((SECONDS - t0)) s"
 }
 
+# dummy.ko from the rig's cached linux-image .deb (the VM's initramfs holds
+# only what siw needs): an interface the test can remove. Extracted once
+# into build/kernel/mods (about 30 s); without the .deb that check is
+# skipped.
+guest_modules() {
+    local deb
+    deb=$(ls "$CACHE/debs/linux-image-${KABI}_"*.deb 2>/dev/null | sort -V | tail -1 || true)
+    mkdir -p "$B/mods"
+    if [ -f "$B/mods/dummy.ko" ] || [ -z "$deb" ]; then
+        return 0
+    fi
+    say "extracting dummy.ko from $(basename "$deb")"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./lib/modules/$KABI/kernel/drivers/net/dummy.ko" \
+        >"$B/mods/dummy.ko.tmp" || die "cannot extract dummy.ko from $deb"
+    mv "$B/mods/dummy.ko.tmp" "$B/mods/dummy.ko"
+}
+
 # The guest side of the test: busybox sh in the rig's VM, the module in /x.
 guest_script() {
     cat <<EOF
@@ -143,6 +161,19 @@ if rdma link delete uiw0; then ok "rdma link delete"; else bad "rdma link delete
 rdma link show 2>/dev/null | grep -q uiw0 && bad "uiw0 still shown after delete" || ok "uiw0 gone after delete"
 rdma link add uiw0 type uiwarp netdev eth0 && rmmod uiwarp && ok "rmmod with a device" || bad "rmmod with a device"
 [ -e /sys/class/infiniband/uiw0 ] && bad "uiw0 still in sysfs after rmmod" || ok "uiw0 gone after rmmod"
+# the interface going away takes its device along (a hang here ends in
+# siw-vm-run's timeout)
+if [ -f /x/dummy.ko ]; then
+  insmod /x/dummy.ko && insmod /x/uiwarp.ko selftest=0 && ip link add d0 type dummy && ip link set d0 up &&
+    rdma link add uiwd type uiwarp netdev d0 && [ -e /sys/class/infiniband/uiwd ] && ip link del d0 &&
+    ok "interface removed under a device" || bad "interface removed under a device"
+  i=0
+  while [ -e /sys/class/infiniband/uiwd ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  [ -e /sys/class/infiniband/uiwd ] && bad "uiwd still there after its interface" || ok "uiwd gone with its interface"
+  rmmod uiwarp && rmmod dummy || bad "rmmod after the interface test"
+else
+  echo "KTEST skip interface removal (no dummy.ko)"
+fi
 # load/unload rounds, with a device on every other one
 i=0 lf=0
 while [ \$i -lt \$loops ]; do
@@ -168,7 +199,9 @@ test_vm() {
     [ "$vmabi" = "$KABI" ] || die "the rig's VM boots '$vmabi', the module is built for $KABI"
     x=$(mktemp -d "${TMPDIR:-/tmp}/uiwarp-kernel.XXXXXX") # global: the trap needs it
     trap 'rm -rf "$x"' EXIT
+    guest_modules
     cp "$B/uiwarp.ko" "$x/"
+    [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
     guest_script "$loops" >"$x/guest.sh"
     local log=$B/test.log rc=0
     # -v none: siw is not needed; 300 s is far above a TCG boot (about 10 s)
