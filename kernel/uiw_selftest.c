@@ -127,13 +127,18 @@ static void test_mpa_frames(struct st *st, uiw_mpa_frame *f, uiw_mpa_frame *g)
     CHECK(st, uiw_mpa_decode(out, 24, 0, g) == -EPROTO);
 }
 
+struct neg_bufs { /* off the stack: kernel stacks are small */
+    uiw_mpa_neg ini, rsp;
+    uint8_t req[UIW_MPA_MAX_FRAME], rep[UIW_MPA_MAX_FRAME];
+};
+
 /* Initiator and responder with the given CRC policies; returns the
  * initiator's result.crc, or -1 when the exchange did not complete. */
-static int negotiate(struct st *st, uiw_mpa_neg *ini, uiw_mpa_neg *rsp, unsigned ini_crc,
-                     unsigned rsp_crc)
+static int negotiate(struct st *st, struct neg_bufs *nb, unsigned ini_crc, unsigned rsp_crc)
 {
+    uiw_mpa_neg *ini = &nb->ini, *rsp = &nb->rsp;
+    uint8_t *req = nb->req, *rep = nb->rep;
     uiw_mpa_policy pi, pr;
-    uint8_t req[UIW_MPA_MAX_FRAME], rep[UIW_MPA_MAX_FRAME];
     size_t rep_len = 0, i;
     int n, used;
 
@@ -143,15 +148,15 @@ static int negotiate(struct st *st, uiw_mpa_neg *ini, uiw_mpa_neg *rsp, unsigned
     pr.crc = (uint8_t)rsp_crc;
     pi.ird = 1;
     pi.ord = 1;
-    n = uiw_mpa_neg_start_initiator(ini, &pi, req, sizeof(req));
+    n = uiw_mpa_neg_start_initiator(ini, &pi, req, UIW_MPA_MAX_FRAME);
     CHECK(st, n == 24);
     if (n != 24)
         return -1;
     uiw_mpa_neg_start_responder(rsp, &pr);
     /* the Request in two pieces, the Reply byte by byte */
-    used = uiw_mpa_neg_feed(rsp, req, 10, rep, sizeof(rep), &rep_len);
+    used = uiw_mpa_neg_feed(rsp, req, 10, rep, UIW_MPA_MAX_FRAME, &rep_len);
     CHECK(st, used == 10 && rsp->state == UIW_MPA_S_WAIT_REQ);
-    used = uiw_mpa_neg_feed(rsp, req + 10, (size_t)n - 10, rep, sizeof(rep), &rep_len);
+    used = uiw_mpa_neg_feed(rsp, req + 10, (size_t)n - 10, rep, UIW_MPA_MAX_FRAME, &rep_len);
     CHECK(st, used == n - 10 && rsp->state == UIW_MPA_S_DONE && rep_len == 24);
     for (i = 0; i < rep_len; i++) {
         size_t none = 0;
@@ -175,21 +180,19 @@ static void test_mpa(struct st *st)
 {
     uiw_mpa_frame *f = uiw_st_zalloc(sizeof(*f));
     uiw_mpa_frame *g = uiw_st_zalloc(sizeof(*g));
-    uiw_mpa_neg *ini = uiw_st_zalloc(sizeof(*ini));
-    uiw_mpa_neg *rsp = uiw_st_zalloc(sizeof(*rsp));
+    struct neg_bufs *nb = uiw_st_zalloc(sizeof(*nb));
 
-    CHECK(st, f && g && ini && rsp);
-    if (f && g && ini && rsp) {
+    CHECK(st, f && g && nb);
+    if (f && g && nb) {
         test_mpa_frames(st, f, g);
         /* RFC 5044 §7.1.1 C: C=1 from either side turns CRC on */
-        CHECK(st, negotiate(st, ini, rsp, UIW_CRC_OPTIONAL, UIW_CRC_OPTIONAL) == 0);
-        CHECK(st, negotiate(st, ini, rsp, UIW_CRC_REQUIRED, UIW_CRC_OPTIONAL) == 1);
-        CHECK(st, negotiate(st, ini, rsp, UIW_CRC_OFF, UIW_CRC_REQUIRED) == 1);
+        CHECK(st, negotiate(st, nb, UIW_CRC_OPTIONAL, UIW_CRC_OPTIONAL) == 0);
+        CHECK(st, negotiate(st, nb, UIW_CRC_REQUIRED, UIW_CRC_OPTIONAL) == 1);
+        CHECK(st, negotiate(st, nb, UIW_CRC_OFF, UIW_CRC_REQUIRED) == 1);
     }
     uiw_st_free(f);
     uiw_st_free(g);
-    uiw_st_free(ini);
-    uiw_st_free(rsp);
+    uiw_st_free(nb);
 }
 
 /* ------------------------------------------------------------------------
