@@ -8,7 +8,7 @@
  * object is a plain struct the caller owns.
  *
  * One header for the whole core; one source file per concern under src/wire:
- *   crc.c      CRC32C (ISA-L)
+ *   crc.c      CRC32C (ISA-L; the kernel's crc32c in the module)
  *   hdr.c      DDP/RDMAP header encode/decode, Terminate control word
  *   names.c    names of opcodes, layers, error types and codes
  *   mpa.c      MPA Request/Reply/Reject frames, RFC 6581 words
@@ -25,10 +25,15 @@
 #ifndef UIWARP_WIRE_H
 #define UIWARP_WIRE_H
 
+#ifdef __KERNEL__ /* the module (kernel/): the same types from the kernel */
+#include <linux/types.h>
+#include <linux/uio.h>
+#else
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * CRC32C for MPA FPDUs (RFC 5044 §4.4), computed by ISA-L.
+ * CRC32C for MPA FPDUs (RFC 5044 §4.4), computed by ISA-L in userspace and
+ * by the kernel's crc32c library in the module (uiw_port_crc32c, uiw_port.h).
  *
  * RFC 5044 §4.4 uses the iSCSI CRC (RFC 3720 §12.1, polynomial 0x1EDC6F41)
  * over the whole FPDU up to the CRC field. Conventions, checked against the
@@ -11,30 +12,25 @@
  *    So the running state is the register itself: start at 0xFFFFFFFF
  *    (UIW_CRC32C_INIT), feed pieces through crc32_iscsi, and invert once at
  *    the end (uiw_crc32c_final). Any split of the input gives the same
- *    register value, which makes the update incremental.
+ *    register value, which makes the update incremental. The kernel's
+ *    crc32c(crc, p, len) follows the same convention (iSCSI seeds ~0 and
+ *    inverts the result itself).
  *  - The final value goes on the wire as its little-endian byte image: the
  *    RFC 3720 B.4 "CRC" bytes, e.g. aa 36 91 8a for 32 zero bytes
  *    (0x8A9136AA).
  */
-#include <isa-l/crc.h>
-#include <limits.h>
-#include <stdint.h>
-
+#include "uiw_port.h"
 #include "uiwarp/wire.h"
-
-/* crc32_iscsi takes an int length: feed at most 1 GiB per call. */
-#define UIW_CRC_CHUNK ((size_t)1 << 30)
-_Static_assert(UIW_CRC_CHUNK <= INT_MAX, "chunk must fit crc32_iscsi's int length");
 
 uint32_t uiw_crc32c_update(uint32_t state, const void *buf, size_t len)
 {
-    /* crc32_iscsi's buffer parameter is not const-qualified but the
-     * function only reads it. */
-    unsigned char *p = (unsigned char *)(uintptr_t)buf;
+    const unsigned char *p = buf;
 
+    /* Both backends take a narrower length than size_t: at most
+     * UIW_PORT_CRC_MAX_CHUNK (1 GiB) per call. */
     while (len > 0) {
-        size_t n = len < UIW_CRC_CHUNK ? len : UIW_CRC_CHUNK;
-        state = crc32_iscsi(p, (int)n, state);
+        size_t n = len < UIW_PORT_CRC_MAX_CHUNK ? len : UIW_PORT_CRC_MAX_CHUNK;
+        state = uiw_port_crc32c(state, p, n);
         p += n;
         len -= n;
     }

@@ -8,9 +8,7 @@
  * reads byte by byte, so input needs no alignment, and it never touches
  * in[len] or beyond.
  */
-#include <errno.h>
-#include <string.h>
-
+#include "uiw_port.h"
 #include "uiw_be.h"
 #include "uiwarp/wire.h"
 

@@ -11,9 +11,7 @@
  *
  * Pure codec: no state, no allocation, never reads past the given length.
  */
-#include <errno.h>
-#include <string.h>
-
+#include "uiw_port.h"
 #include "uiw_be.h"
 #include "uiwarp/wire.h"
 

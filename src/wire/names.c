@@ -6,12 +6,14 @@
  * RFC 6580 registries, shortened and lower-cased so that callers can join
  * them: "DDP" / "untagged buffer" / "invalid MSN - no buffer available".
  */
-#include <stdio.h>
-
+#include "uiw_port.h"
 #include "uiwarp/wire.h"
 
 /* Undefined values: "unknown(0xNN)" in a small per-thread ring, so that a
- * few of them can appear in one printf. */
+ * few of them can appear in one printf. The kernel has no thread-local
+ * storage, and a shared ring could be rewritten by another CPU while a
+ * caller reads it: there the value is left out (callers print it). */
+#ifdef UIW_PORT_HAVE_TLS
 #define NAME_RING 8
 #define NAME_LEN  24
 
@@ -24,6 +26,13 @@ static const char *unknown(unsigned v)
     snprintf(buf, NAME_LEN, "unknown(0x%02x)", v);
     return buf;
 }
+#else
+static const char *unknown(unsigned v)
+{
+    (void)v;
+    return "unknown";
+}
+#endif
 
 #define NELEM(a) (sizeof(a) / sizeof((a)[0]))
 

@@ -67,9 +67,7 @@
  *   receive one FPDU before sending any (await_rtr, set on every accept);
  *   a peer-to-peer initiator sends the RTR before anything else (send_rtr).
  */
-#include <errno.h>
-#include <string.h>
-
+#include "uiw_port.h"
 #include "uiwarp/wire.h"
 
 #define AUTO    UIW_MPA_IRD_ORD_AUTO

@@ -12,9 +12,7 @@
  * UIW_RX_HDRBUF bytes) are buffered; payload is reported as slices of the
  * caller's input.
  */
-#include <errno.h>
-#include <string.h>
-
+#include "uiw_port.h"
 #include "uiw_be.h"
 #include "uiwarp/wire.h"
 

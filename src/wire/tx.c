@@ -5,10 +5,7 @@
  * an iovec list. Payload is only referenced (and read once for the CRC);
  * the length field, header, markers, pad and CRC live in uiw_fpdu.scratch.
  */
-#include <errno.h>
-#include <stddef.h>
-#include <string.h>
-
+#include "uiw_port.h"
 #include "uiwarp/wire.h"
 
 /* scratch layout */

@@ -8,7 +8,11 @@
 #ifndef UIWARP_UIW_BE_H
 #define UIWARP_UIW_BE_H
 
+#ifdef __KERNEL__
+#include <linux/types.h>
+#else
 #include <stdint.h>
+#endif
 
 static inline uint16_t uiw_get_be16(const uint8_t *p)
 {

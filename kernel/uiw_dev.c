@@ -1,0 +1,360 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The iWARP ib_device, attached to a network interface the way siw is:
+ *   rdma link add uiw0 type uiwarp netdev eth0
+ *   rdma link delete uiw0
+ * (rdma_link_ops, "rdma-link-uiwarp"); removed too when the interface goes
+ * away. Phase 1 (docs/KERNEL.md): the
+ * device, its one port and its queries exist; every verb that would create
+ * an object or move data fails with -EOPNOTSUPP, so no PD, CQ, QP or MR can
+ * exist yet and their destroy verbs are never reached.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/module.h>
+#include <linux/mutex.h>
+#include <linux/netdevice.h>
+#include <net/addrconf.h>
+#include <rdma/ib_verbs.h>
+#include <rdma/iw_cm.h>
+#include <rdma/rdma_netlink.h>
+
+#include "uiw_kmod.h"
+#include "uiwarp/wire.h"
+
+struct uiw_dev {
+    struct ib_device ibdev;
+    struct net_device *netdev;
+    struct list_head list; /* uiw_devs */
+};
+
+/* The core allocates the verbs objects with the driver's sizes
+ * (INIT_RDMA_OBJ_SIZE); these will grow the driver's state. */
+struct uiw_pd {
+    struct ib_pd base;
+};
+struct uiw_cq {
+    struct ib_cq base;
+};
+struct uiw_qp {
+    struct ib_qp base;
+};
+
+static LIST_HEAD(uiw_devs);
+static DEFINE_MUTEX(uiw_devs_lock);
+
+static struct uiw_dev *to_udev(struct ib_device *ibdev)
+{
+    return container_of(ibdev, struct uiw_dev, ibdev);
+}
+
+static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
+                            struct ib_udata *udata)
+{
+    struct uiw_dev *d = to_udev(ibdev);
+
+    if (udata && (udata->inlen || udata->outlen))
+        return -EINVAL;
+    memset(a, 0, sizeof(*a));
+    /* What the device will offer; nothing can be created yet. */
+    a->max_mr_size = ~0ull;
+    a->page_size_cap = PAGE_SIZE;
+    a->vendor_id = 0;
+    a->max_qp = 1024;
+    a->max_qp_wr = 1024;
+    a->max_send_sge = 6;
+    a->max_recv_sge = 6;
+    a->max_sge_rd = 6;
+    a->max_cq = 1024;
+    a->max_cqe = 4096;
+    a->max_mr = 4096;
+    a->max_pd = 1024;
+    /* RFC 6581 §9.1 IRD/ORD, the wire core's defaults (siw's limit 128) */
+    a->max_qp_rd_atom = UIW_MPA_DEFAULT_IRD;
+    a->max_qp_init_rd_atom = UIW_MPA_DEFAULT_ORD;
+    a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
+    a->max_fast_reg_page_list_len = 256;
+    a->max_pkeys = 1;
+    /* rdma link delete may remove it (the core refuses otherwise) */
+    a->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
+    addrconf_addr_eui48((u8 *)&a->sys_image_guid, d->netdev->dev_addr);
+    return 0;
+}
+
+static int uiw_query_port(struct ib_device *ibdev, u32 port, struct ib_port_attr *a)
+{
+    struct net_device *nd = to_udev(ibdev)->netdev;
+    bool up = netif_running(nd) && netif_carrier_ok(nd);
+    int rc;
+
+    memset(a, 0, sizeof(*a));
+    rc = ib_get_eth_speed(ibdev, port, &a->active_speed, &a->active_width);
+    if (rc)
+        return rc;
+    a->state = up ? IB_PORT_ACTIVE : IB_PORT_DOWN;
+    a->phys_state = up ? IB_PORT_PHYS_STATE_LINK_UP : IB_PORT_PHYS_STATE_DISABLED;
+    a->max_mtu = ib_mtu_int_to_enum(nd->mtu);
+    a->active_mtu = a->max_mtu;
+    a->gid_tbl_len = 1;
+    a->pkey_tbl_len = 1;
+    /* RFC 5041 §5.2: a message's length fits 32 bits */
+    a->max_msg_sz = 0x80000000u;
+    a->port_cap_flags = IB_PORT_CM_SUP | IB_PORT_DEVICE_MGMT_SUP;
+    return 0;
+}
+
+static int uiw_get_port_immutable(struct ib_device *ibdev, u32 port, struct ib_port_immutable *im)
+{
+    im->core_cap_flags = RDMA_CORE_PORT_IWARP;
+    im->gid_tbl_len = 1;
+    im->pkey_tbl_len = 1;
+    return 0;
+}
+
+/* iWARP has no GID table: the one GID is the interface's MAC address. */
+static int uiw_query_gid(struct ib_device *ibdev, u32 port, int idx, union ib_gid *gid)
+{
+    struct net_device *nd = to_udev(ibdev)->netdev;
+
+    memset(gid, 0, sizeof(*gid));
+    memcpy(gid->raw, nd->dev_addr, min_t(unsigned int, nd->addr_len, sizeof(gid->raw)));
+    return 0;
+}
+
+static int uiw_query_pkey(struct ib_device *ibdev, u32 port, u16 idx, u16 *pkey)
+{
+    *pkey = 0xffff; /* the default partition; iWARP has none */
+    return 0;
+}
+
+/* Phase 1: no objects, no data path. */
+static int uiw_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
+{
+    return -EOPNOTSUPP;
+}
+
+static int uiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
+{
+    return 0;
+}
+
+static int uiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
+                         struct ib_udata *udata)
+{
+    return -EOPNOTSUPP;
+}
+
+static int uiw_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
+{
+    return 0;
+}
+
+static int uiw_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc)
+{
+    return -EOPNOTSUPP;
+}
+
+static int uiw_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
+{
+    return -EOPNOTSUPP;
+}
+
+static int uiw_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr, struct ib_udata *udata)
+{
+    return -EOPNOTSUPP;
+}
+
+static int uiw_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask,
+                         struct ib_udata *udata)
+{
+    return -EOPNOTSUPP;
+}
+
+static int uiw_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
+{
+    return 0;
+}
+
+static int uiw_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
+                         const struct ib_send_wr **bad)
+{
+    *bad = wr;
+    return -EOPNOTSUPP;
+}
+
+static int uiw_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
+                         const struct ib_recv_wr **bad)
+{
+    *bad = wr;
+    return -EOPNOTSUPP;
+}
+
+static struct ib_mr *uiw_get_dma_mr(struct ib_pd *pd, int access)
+{
+    return ERR_PTR(-EOPNOTSUPP);
+}
+
+static struct ib_mr *uiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len, u64 virt, int access,
+                                     struct ib_udata *udata)
+{
+    return ERR_PTR(-EOPNOTSUPP);
+}
+
+static int uiw_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
+{
+    return 0;
+}
+
+/* Called by the core from ib_dealloc_device: after an unregistration,
+ * whoever asked for it (rdma link delete, the interface going away, module
+ * unload), and when newlink gives up; the core frees the struct after. */
+static void uiw_dealloc_driver(struct ib_device *ibdev)
+{
+    struct uiw_dev *d = to_udev(ibdev);
+
+    mutex_lock(&uiw_devs_lock);
+    list_del_init(&d->list); /* on the list or not (newlink's errors) */
+    mutex_unlock(&uiw_devs_lock);
+}
+
+static const struct ib_device_ops uiw_dev_ops = {
+    .owner = THIS_MODULE,
+    .driver_id = RDMA_DRIVER_UNKNOWN,
+    .uverbs_abi_ver = 0,
+    .dealloc_driver = uiw_dealloc_driver,
+    .query_device = uiw_query_device,
+    .query_port = uiw_query_port,
+    .get_port_immutable = uiw_get_port_immutable,
+    .query_gid = uiw_query_gid,
+    .query_pkey = uiw_query_pkey,
+    .alloc_pd = uiw_alloc_pd,
+    .dealloc_pd = uiw_dealloc_pd,
+    .create_cq = uiw_create_cq,
+    .destroy_cq = uiw_destroy_cq,
+    .poll_cq = uiw_poll_cq,
+    .req_notify_cq = uiw_req_notify_cq,
+    .create_qp = uiw_create_qp,
+    .modify_qp = uiw_modify_qp,
+    .destroy_qp = uiw_destroy_qp,
+    .post_send = uiw_post_send,
+    .post_recv = uiw_post_recv,
+    .get_dma_mr = uiw_get_dma_mr,
+    .reg_user_mr = uiw_reg_user_mr,
+    .dereg_mr = uiw_dereg_mr,
+    INIT_RDMA_OBJ_SIZE(ib_pd, uiw_pd, base),
+    INIT_RDMA_OBJ_SIZE(ib_cq, uiw_cq, base),
+    INIT_RDMA_OBJ_SIZE(ib_qp, uiw_qp, base),
+};
+
+static int uiw_newlink(const char *name, struct net_device *nd)
+{
+    struct ib_device *other;
+    struct uiw_dev *d;
+    int rc;
+
+    other = ib_device_get_by_netdev(nd, RDMA_DRIVER_UNKNOWN);
+    if (other) {
+        bool ours = other->ops.dealloc_driver == uiw_dealloc_driver;
+
+        ib_device_put(other);
+        if (ours)
+            return -EEXIST;
+    }
+    d = ib_alloc_device(uiw_dev, ibdev);
+    if (!d)
+        return -ENOMEM;
+    d->netdev = nd;
+    INIT_LIST_HEAD(&d->list);
+    ib_set_device_ops(&d->ibdev, &uiw_dev_ops);
+    d->ibdev.node_type = RDMA_NODE_RNIC;
+    d->ibdev.phys_port_cnt = 1;
+    d->ibdev.num_comp_vectors = 1;
+    strscpy(d->ibdev.node_desc, "uiwarp", sizeof(d->ibdev.node_desc));
+    addrconf_addr_eui48((u8 *)&d->ibdev.node_guid, nd->dev_addr);
+    /* iw_cm: the interface's name; no iwpmd port mapping */
+    memcpy(d->ibdev.iw_ifname, nd->name, sizeof(d->ibdev.iw_ifname));
+    d->ibdev.iw_driver_flags = IW_F_NO_PORT_MAP;
+    rc = ib_device_set_netdev(&d->ibdev, nd, 1);
+    if (rc)
+        goto err;
+    mutex_lock(&uiw_devs_lock);
+    list_add_tail(&d->list, &uiw_devs);
+    mutex_unlock(&uiw_devs_lock);
+    /* NULL DMA device: the core uses kernel virtual addresses, as for the
+     * other software devices */
+    rc = ib_register_device(&d->ibdev, name, NULL);
+    if (rc)
+        goto err;
+    pr_info("%s: iWARP device on %s\n", dev_name(&d->ibdev.dev), nd->name);
+    return 0;
+err:
+    pr_err("rdma link add %s on %s: %d\n", name, nd->name, rc);
+    ib_dealloc_device(&d->ibdev); /* calls uiw_dealloc_driver */
+    return rc;
+}
+
+static struct rdma_link_ops uiw_link_ops = {
+    .type = "uiwarp",
+    .newlink = uiw_newlink,
+};
+
+/* The interface under a device goes away: remove the device first (the
+ * core holds the interface until then; ib_device_set_netdev). From the
+ * notifier the removal is queued. */
+static int uiw_netdev_event(struct notifier_block *nb, unsigned long event, void *ptr)
+{
+    struct net_device *nd = netdev_notifier_info_to_dev(ptr);
+    struct ib_device *ib;
+
+    if (event != NETDEV_UNREGISTER)
+        return NOTIFY_DONE;
+    ib = ib_device_get_by_netdev(nd, RDMA_DRIVER_UNKNOWN);
+    if (!ib)
+        return NOTIFY_DONE;
+    if (ib->ops.dealloc_driver == uiw_dealloc_driver) {
+        pr_info("%s: %s is going away\n", dev_name(&ib->dev), nd->name);
+        ib_unregister_device_queued(ib);
+    }
+    ib_device_put(ib);
+    return NOTIFY_OK;
+}
+
+static struct notifier_block uiw_netdev_nb = {
+    .notifier_call = uiw_netdev_event,
+};
+
+int uiw_dev_init(void)
+{
+    int rc = register_netdevice_notifier(&uiw_netdev_nb);
+
+    if (rc)
+        return rc;
+    rdma_link_register(&uiw_link_ops);
+    return 0;
+}
+
+/* Unregister every device left (module unload), after no new one can come
+ * (rdma_link_unregister waits for a newlink in progress). The device's
+ * struct is pinned while it is on the list; ib_unregister_device on one
+ * that someone else is removing (rdma link delete, the notifier's queued
+ * work) waits for that removal, dealloc_driver included. */
+void uiw_dev_exit(void)
+{
+    rdma_link_unregister(&uiw_link_ops);
+    unregister_netdevice_notifier(&uiw_netdev_nb);
+    for (;;) {
+        struct uiw_dev *d;
+
+        mutex_lock(&uiw_devs_lock);
+        d = list_first_entry_or_null(&uiw_devs, struct uiw_dev, list);
+        if (d)
+            get_device(&d->ibdev.dev);
+        mutex_unlock(&uiw_devs_lock);
+        if (!d)
+            break;
+        ib_unregister_device(&d->ibdev);
+        put_device(&d->ibdev.dev);
+    }
+}
+
+MODULE_ALIAS_RDMA_LINK("uiwarp");

@@ -1,0 +1,242 @@
+#!/usr/bin/env bash
+# The kernel module (docs/KERNEL.md):
+#   bash scripts/kernel.sh build   build/kernel/uiwarp.ko, an out-of-tree
+#                                  module for the siw rig's kernel (Debian 12,
+#                                  6.1.0-56-amd64), against that kernel's
+#                                  headers as the rig extracted them
+#   bash scripts/kernel.sh test [--loops N]
+#                                  build, then boot the rig's VM: insmod (the
+#                                  wire self-test's PASS line in dmesg), rmmod,
+#                                  selftest=0, the device (rdma link add/
+#                                  show/delete uiw0 on eth0, rmmod with it),
+#                                  N more load/unload rounds (default 20; a
+#                                  device on every other one), an interface
+#                                  removed under a device, no kernel
+#                                  warnings
+#   bash scripts/kernel.sh clean   remove build/kernel
+# Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
+# SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
+# UIWARP_KABI (the kernel ABI; default: the one the rig's VM boots).
+# Headers: the rig's siw-vm-build extracts linux-headers-<abi> and
+# linux-kbuild into $SIW_RIG_CACHE/kbuild/<abi>; when they are missing this
+# script runs siw-vm-build once (root; it downloads Debian's packages).
+# Exit status 0 on success; 1 with an "kernel.sh: error: ..." line otherwise.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+
+die() {
+    echo "kernel.sh: error: $*" >&2
+    exit 1
+}
+say() { echo "kernel.sh: $*"; }
+
+SHARED=${UIWARP_SHARED:-$(cd "$repo/.." && pwd)/shared}
+SIW_PEER=${SIW_PEER:-}
+for d in "$SIW_PEER" "$SHARED/siw-peer" /work/shared/siw-peer; do
+    if [ -n "$d" ] && [ -x "$d/siw-vm-run" ]; then
+        SIW_PEER=$(cd "$d" && pwd)
+        break
+    fi
+done
+CACHE=${SIW_RIG_CACHE:-/var/cache/siw-peer/cache}
+OUT=${SIW_RIG_OUT:-/var/cache/siw-peer/out}
+KABI=${UIWARP_KABI:-$(cat "$OUT/kabi" 2>/dev/null || echo 6.1.0-56-amd64)}
+KB=$CACHE/kbuild/$KABI
+KDIR=$KB/usr/src/linux-headers-$KABI
+B=$repo/build/kernel
+
+rig_build() { # run the rig's idempotent builder (headers, VM images)
+    [ -n "$SIW_PEER" ] || die "the siw peer rig (\$UIWARP_SHARED/siw-peer) is not there; set SIW_PEER"
+    [ "$(id -u)" = 0 ] || die "$1 missing and siw-vm-build needs root: run '$SIW_PEER/siw-vm-build' as root"
+    local log=${TMPDIR:-/tmp}/uiwarp-kernel-siw-vm-build.log
+    say "$1 missing: running $SIW_PEER/siw-vm-build (log: $log)"
+    SIW_RIG_CACHE=$CACHE SIW_RIG_OUT=$OUT SIW_RIG_KABI=$KABI "$SIW_PEER/siw-vm-build" >"$log" 2>&1 || {
+        tail -20 "$log" >&2
+        die "siw-vm-build failed"
+    }
+}
+
+# Link the sources into build/kernel: the kernel's make writes its objects
+# beside them, and none may land in src/.
+stage_sources() {
+    mkdir -p "$B/wire" "$B/include/uiwarp"
+    find "$B" -type l -delete
+    ln -s "$repo/kernel/Kbuild" "$B/Kbuild"
+    local f
+    for f in "$repo"/kernel/*.c "$repo"/kernel/*.h; do
+        ln -s "$f" "$B/$(basename "$f")"
+    done
+    for f in "$repo"/src/wire/*.c "$repo"/src/wire/*.h; do
+        ln -s "$f" "$B/wire/$(basename "$f")"
+    done
+    ln -s "$repo/include/uiwarp/wire.h" "$B/include/uiwarp/wire.h"
+}
+
+# Every symbol the module leaves undefined must be exported by the kernel
+# or one of its modules (Module.symvers): no libc call may remain.
+check_symbols() {
+    local ko=$1 missing=() s
+    while read -r s; do
+        grep -qP "^0x[0-9a-f]+\t\Q$s\E\t" "$KDIR/Module.symvers" || missing+=("$s")
+    done < <(nm -u "$ko" | awk '{print $2}')
+    [ ${#missing[@]} -eq 0 ] || die "$ko: undefined symbols the kernel does not export: ${missing[*]}"
+    say "undefined symbols, all exported by $KABI: $(nm -u "$ko" | awk '{print $2}' | grep -v '^__' | tr '\n' ' ')"
+}
+
+build() {
+    local t0=$SECONDS
+    [ -e "$KB/.done" ] && [ -f "$KDIR/Makefile" ] || rig_build "kernel headers for $KABI ($KB)"
+    [ -f "$KDIR/Makefile" ] || die "no kernel build tree at $KDIR after siw-vm-build"
+    [ -f "$KDIR/Module.symvers" ] || die "$KDIR/Module.symvers missing"
+    local t
+    for t in make gcc nm; do
+        command -v $t >/dev/null || die "$t missing (apt-get install make gcc binutils)"
+    done
+    stage_sources
+    local log=$B/build.log
+    if ! make -C "$KDIR" M="$B" -j"$(nproc)" modules >"$log" 2>&1; then
+        cat "$log" >&2
+        die "module build failed (log: $log)"
+    fi
+    if grep -E 'warning:|WARNING:' "$log" >&2; then
+        die "the module build gave warnings (log: $log)"
+    fi
+    [ -f "$B/uiwarp.ko" ] || die "make succeeded but $B/uiwarp.ko is missing"
+    check_symbols "$B/uiwarp.ko"
+    local vm
+    vm=$(modinfo -F vermagic "$B/uiwarp.ko" 2>/dev/null || true)
+    case $vm in "$KABI "*) ;; *) die "uiwarp.ko has vermagic '$vm', not $KABI" ;; esac
+    say "built $B/uiwarp.ko ($(stat -c %s "$B/uiwarp.ko") bytes, vermagic $vm) in $((SECONDS - t0)) s"
+}
+
+# dummy.ko from the rig's cached linux-image .deb (the VM's initramfs holds
+# only what siw needs): an interface the test can remove. Extracted once
+# into build/kernel/mods (about 30 s); without the .deb that check is
+# skipped.
+guest_modules() {
+    local deb
+    deb=$(ls "$CACHE/debs/linux-image-${KABI}_"*.deb 2>/dev/null | sort -V | tail -1 || true)
+    mkdir -p "$B/mods"
+    if [ -f "$B/mods/dummy.ko" ] || [ -z "$deb" ]; then
+        return 0
+    fi
+    say "extracting dummy.ko from $(basename "$deb")"
+    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./lib/modules/$KABI/kernel/drivers/net/dummy.ko" \
+        >"$B/mods/dummy.ko.tmp" || die "cannot extract dummy.ko from $deb"
+    mv "$B/mods/dummy.ko.tmp" "$B/mods/dummy.ko"
+}
+
+# The guest side of the test: busybox sh in the rig's VM, the module in /x.
+guest_script() {
+    cat <<EOF
+loops=$1
+pass=0 fail=0
+ok() { echo "KTEST ok   \$*"; pass=\$((pass + 1)); }
+bad() { echo "KTEST FAIL \$*"; fail=\$((fail + 1)); }
+modprobe libcrc32c || bad "modprobe libcrc32c"
+dmesg -c >/dev/null
+if insmod /x/uiwarp.ko; then ok "insmod"; else bad "insmod (\$?)"; fi
+line=\$(dmesg | grep 'uiwarp: wire self-test:' | tail -1)
+echo "dmesg: \$line"
+case "\$line" in *"wire self-test: PASS"*) ok "self-test";; *) bad "self-test: \${line:-no summary line}";; esac
+grep -q '^uiwarp ' /proc/modules && ok "loaded" || bad "not in /proc/modules"
+if rmmod uiwarp; then ok "rmmod"; else bad "rmmod (\$?)"; fi
+grep -q '^uiwarp ' /proc/modules && bad "still loaded after rmmod" || ok "unloaded"
+dmesg -c >/dev/null
+insmod /x/uiwarp.ko selftest=0 && rmmod uiwarp
+dmesg | grep -q 'uiwarp: wire self-test: skipped' && ok "selftest=0 skips" || bad "selftest=0: no 'skipped' line"
+# the device: rdma link add, shown by rdma link / rdma dev and sysfs, one
+# per interface, rdma link delete, and a device left at rmmod
+if insmod /x/uiwarp.ko selftest=0; then ok "insmod selftest=0"; else bad "insmod selftest=0"; fi
+if rdma link add uiw0 type uiwarp netdev eth0; then ok "rdma link add"; else bad "rdma link add"; fi
+rdma link show uiw0/1
+rdma link show uiw0/1 | grep -q 'state ACTIVE.*netdev eth0' && ok "rdma link: uiw0/1 ACTIVE on eth0" || bad "rdma link: no ACTIVE uiw0/1 on eth0"
+rdma dev show uiw0
+rdma dev show uiw0 | grep -q 'node_type rnic' && ok "rdma dev: uiw0 is an RNIC" || bad "rdma dev: uiw0 is not an rnic"
+cat /sys/class/infiniband/uiw0/ports/1/link_layer /sys/class/infiniband/uiw0/ports/1/gids/0 2>&1
+grep -qi ethernet /sys/class/infiniband/uiw0/ports/1/link_layer && ok "sysfs: Ethernet link layer" || bad "sysfs: link_layer"
+rdma link add uiw1 type uiwarp netdev eth0 2>/dev/null && bad "a second device on eth0 was accepted" || ok "a second device on eth0 is refused"
+if rdma link delete uiw0; then ok "rdma link delete"; else bad "rdma link delete"; fi
+rdma link show 2>/dev/null | grep -q uiw0 && bad "uiw0 still shown after delete" || ok "uiw0 gone after delete"
+rdma link add uiw0 type uiwarp netdev eth0 && rmmod uiwarp && ok "rmmod with a device" || bad "rmmod with a device"
+[ -e /sys/class/infiniband/uiw0 ] && bad "uiw0 still in sysfs after rmmod" || ok "uiw0 gone after rmmod"
+# the interface going away takes its device along (a hang here ends in
+# siw-vm-run's timeout)
+if [ -f /x/dummy.ko ]; then
+  insmod /x/dummy.ko && insmod /x/uiwarp.ko selftest=0 && ip link add d0 type dummy && ip link set d0 up &&
+    rdma link add uiwd type uiwarp netdev d0 && [ -e /sys/class/infiniband/uiwd ] && ip link del d0 &&
+    ok "interface removed under a device" || bad "interface removed under a device"
+  i=0
+  while [ -e /sys/class/infiniband/uiwd ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  [ -e /sys/class/infiniband/uiwd ] && bad "uiwd still there after its interface" || ok "uiwd gone with its interface"
+  rmmod uiwarp && rmmod dummy || bad "rmmod after the interface test"
+else
+  echo "KTEST skip interface removal (no dummy.ko)"
+fi
+# load/unload rounds, with a device on every other one
+i=0 lf=0
+while [ \$i -lt \$loops ]; do
+  insmod /x/uiwarp.ko || lf=\$((lf + 1))
+  if [ \$((i % 2)) = 1 ]; then rdma link add uiw0 type uiwarp netdev eth0 || lf=\$((lf + 1)); fi
+  rmmod uiwarp || lf=\$((lf + 1))
+  i=\$((i + 1))
+done
+n=\$(dmesg | grep -c 'uiwarp: wire self-test: PASS')
+[ \$lf -eq 0 ] && [ \$n -eq \$loops ] && ok "\$loops load/unload rounds" || bad "load/unload: \$lf failures in \$loops rounds, \$n PASS lines"
+if dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount_t'; then bad "kernel warnings"; else ok "no kernel warnings"; fi
+echo "KTEST: \$pass passed, \$fail failed"
+[ \$fail -eq 0 ]
+EOF
+}
+
+test_vm() {
+    local loops=$1 t0=$SECONDS
+    [ -n "$SIW_PEER" ] || die "the siw peer rig (\$UIWARP_SHARED/siw-peer) is not there; set SIW_PEER"
+    [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initramfs.cpio.gz" ] || rig_build "the VM images ($OUT)"
+    local vmabi
+    vmabi=$(cat "$OUT/kabi" 2>/dev/null || true)
+    [ "$vmabi" = "$KABI" ] || die "the rig's VM boots '$vmabi', the module is built for $KABI"
+    x=$(mktemp -d "${TMPDIR:-/tmp}/uiwarp-kernel.XXXXXX") # global: the trap needs it
+    trap 'rm -rf "$x"' EXIT
+    guest_modules
+    cp "$B/uiwarp.ko" "$x/"
+    [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
+    guest_script "$loops" >"$x/guest.sh"
+    local log=$B/test.log rc=0
+    # -v none: siw is not needed; 300 s is far above a TCG boot (about 10 s)
+    "$SIW_PEER/siw-vm-run" -v none -t 300 -x "$x" 'sh /x/guest.sh' 2>&1 | tee "$log" || rc=$?
+    local summary
+    summary=$(grep '^KTEST: ' "$log" | tail -1 || true)
+    [ -n "$summary" ] || die "no result from the VM (siw-vm-run rc=$rc; log: $log)"
+    [ "$rc" = 0 ] || die "$summary (siw-vm-run rc=$rc; log: $log)"
+    say "$summary; VM test in $((SECONDS - t0)) s"
+}
+
+cmd=${1:-}
+[ $# -gt 0 ] && shift
+case $cmd in
+build) build ;;
+test)
+    loops=20
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --loops)
+            [ $# -ge 2 ] || die "--loops needs a number"
+            loops=$2
+            shift
+            ;;
+        *) die "unknown option $1" ;;
+        esac
+        shift
+    done
+    case $loops in '' | *[!0-9]*) die "--loops wants a number, not '$loops'" ;; esac
+    build
+    test_vm "$loops"
+    ;;
+clean) rm -rf "$B" && say "removed $B" ;;
+*)
+    sed -n '2,20p' "$0" >&2
+    exit 2
+    ;;
+esac
