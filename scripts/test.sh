@@ -10,6 +10,8 @@
 #      reference captures;
 #   5. the Linux siw interop matrix, CI part (tests/siw/interop.sh --ci:
 #      boots the ../shared/siw-peer VM; UIWARP_SIW=0 skips it);
+#   6. the kernel module: scripts/kernel.sh test (builds uiwarp.ko, boots
+#      the rig's VM; UIWARP_KERNEL=0 skips it);
 #   and the benchmark's quick mode (bench/bench_apps.sh --quick), to prove
 #   it runs.
 # Exits non-zero when anything fails; the last line sums it up.
@@ -150,6 +152,22 @@ if [ "${UIWARP_SIW:-1}" != 0 ]; then
     done < <(grep -E '^\| .* \| FAIL \|' "$siw_out/results.md" 2>/dev/null)
     if [ $rc != 0 ] && [ "${f:-0}" = 0 ]; then
         fail "siw interop: exit $rc"
+    fi
+fi
+
+if [ "${UIWARP_KERNEL:-1}" != 0 ]; then
+    stage "kernel module (scripts/kernel.sh test: build, then the rig's VM)"
+    klog=build/kernel-test.log
+    mkdir -p build
+    bash scripts/kernel.sh test >"$klog" 2>&1
+    rc=$?
+    tail -3 "$klog"
+    # every check in the VM is one result
+    read -r kp kf < <(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$klog" | tail -1)
+    passed=$((passed + ${kp:-0}))
+    if [ $rc != 0 ]; then
+        fail "kernel module: exit $rc, ${kf:-?} checks failed (log: $klog)"
+        [ "${kf:-0}" -gt 1 ] && failed=$((failed + kf - 1)) # fail counted one
     fi
 fi
 
