@@ -657,7 +657,8 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
 /* Connection established (cm.c, after MPA): attach the socket and the
  * negotiated parameters, move to RTS, start progress. */
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
-/* The same, for an initiator that holds its first FPDU (cm.c): everything
+/* The same for cm.c's own sockets (already non-blocking, with TCP_NODELAY:
+ * not set again), and for an initiator that holds its first FPDU: everything
  * but that FPDU's trailer (pad, CRC) goes out as usual, the trailer (and what
  * follows it) not before hold_ms after the attach; 0: no hold. */
 int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
