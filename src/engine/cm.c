@@ -636,6 +636,7 @@ static void active_done(struct uiw_conn *c)
         uiw_progress_del(fd); /* our own callback: returns at once */
         c->fd_reg = false;
     }
+    struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
     /* The data path holds the trailer (pad, CRC) of our first FPDU (RTR or ULP
@@ -643,7 +644,8 @@ static void active_done(struct uiw_conn *c)
      * installs the callback that reads FPDUs, and data arriving in between
      * is not noticed until more data comes (docs/INTEROP.md §1).
      * ESTABLISHED is not delayed. */
-    int rc = uiw_qp_attach_socket_hold(qp, fd, &res, uiw_config()->first_fpdu_hold_ms);
+    int rc =
+        uiw_qp_attach_socket_hold(qp, fd, &res, uiw_config()->first_fpdu_hold_ms, &local, &peer);
     pthread_mutex_lock(&c->lock);
     busy_leave(c);
     if (rc == 0) {
@@ -801,12 +803,13 @@ static void active_connected(struct uiw_conn *c)
     }
     c->state = UIW_CS_WAIT_REP;
     timer_arm(c, c->timeout_ms); /* RFC 5044 §7.1.2 rule 10 */
+    /* Level-triggered: a Reply already there is reported at once, so no
+     * read here (it found nothing nearly always: one recv per connection). */
     rc = uiw_progress_mod(c->fd, EPOLLIN, conn_io_cb, c);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
         return;
     }
-    active_read(c);
 }
 
 /* ------------------------------------------------------------------------
@@ -905,8 +908,8 @@ static bool passive_read(struct uiw_conn *c)
             return passive_drop(c, "peer closed before its MPA Request");
         c->rhave = (uint16_t)(c->rhave + n);
         size_t want = frame_want(c);
-        int rc = uiw_mpa_decode(c->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST,
-                                &c->req);
+        int rc =
+            uiw_mpa_decode(c->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST, &c->req);
         if (rc == -EAGAIN) {
             if (c->rhave == sizeof(c->rbuf))
                 return passive_drop(c, "malformed MPA Request");
@@ -1652,10 +1655,12 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     }
     int fd = c->fd;
     uiw_mpa_result res = c->neg.result;
+    struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
 
-    rc = uiw_qp_attach_socket_hold(qp, fd, &res, 0); /* our socket: non-blocking, NODELAY */
+    /* our socket: non-blocking, TCP_NODELAY; its addresses known */
+    rc = uiw_qp_attach_socket_hold(qp, fd, &res, 0, &local, &peer);
 
     pthread_mutex_lock(&c->lock);
     if (rc < 0)

@@ -395,24 +395,27 @@ static unsigned depth(uint16_t negotiated, unsigned current, unsigned max)
 }
 
 static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned hold_ms,
-                  bool cm_socket);
+                  bool cm_socket, const struct sockaddr_storage *local,
+                  const struct sockaddr_storage *peer);
 
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
 {
-    return attach(qp, fd, mpa, 0, false);
+    return attach(qp, fd, mpa, 0, false, NULL, NULL);
 }
 
 int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
-                              unsigned hold_ms)
+                              unsigned hold_ms, const struct sockaddr_storage *local,
+                              const struct sockaddr_storage *peer)
 {
-    return attach(qp, fd, mpa, hold_ms, true);
+    return attach(qp, fd, mpa, hold_ms, true, local, peer);
 }
 
 /* cm_socket: cm.c's own socket, non-blocking with TCP_NODELAY from its
  * creation (or the listener's), so neither is set again: two system calls
  * less per connection and side. */
 static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned hold_ms,
-                  bool cm_socket)
+                  bool cm_socket, const struct sockaddr_storage *local,
+                  const struct sockaddr_storage *peer)
 {
     struct ibv_qp_attr attr;
     unsigned max_fpdu, seg;
@@ -494,7 +497,8 @@ static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned
     uiw_cq_drive_add(qp->scq, qp);
     if (qp->rcq != qp->scq)
         uiw_cq_drive_add(qp->rcq, qp);
-    uiw_stat_connected(qp, !mpa->await_rtr); /* a responder always awaits the first FPDU */
+    uiw_stat_connected(qp, !mpa->await_rtr, local,
+                       peer); /* a responder always awaits the first FPDU */
     uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
             qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
             qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
