@@ -176,7 +176,7 @@ fi
 
 # Beyond rdma-core's ABI, exactly the engine's narrow interface
 # (src/engine/iface/uiw_cm.h), versioned apart as UIWARP_PRIVATE_1.
-want_private="uiw_cm_accept uiw_cm_channel_create uiw_cm_channel_destroy uiw_cm_channel_fd
+want_private="uiw_cm_accept uiw_cm_channel_create uiw_cm_channel_destroy uiw_cm_channel_fd uiw_cm_channel_set_sink
 uiw_cm_conn_destroy uiw_cm_conn_unpolled uiw_cm_connect uiw_cm_disconnect uiw_cm_get_event
 uiw_cm_listen uiw_cm_listen_af uiw_cm_listener_addr uiw_cm_listener_destroy uiw_cm_qp_by_num uiw_cm_qp_hold
 uiw_cm_qp_release

@@ -297,14 +297,13 @@ static size_t frame_want(const struct uiw_conn *c)
     return uiw_mpa_frame_want(c->rbuf, c->rhave);
 }
 
-/* Read more of the peer's MPA frame, never past it (the bytes after it
- * are the QP's). Returns the count read (> 0, captured), 0 when the peer
- * closed, -EAGAIN when nothing is there yet, or another negative errno.
- * c->lock held. */
-static ssize_t frame_recv(struct uiw_conn *c)
+/* Read at most room bytes of the peer into c->rbuf. Returns the count read
+ * (> 0, captured), 0 when the peer closed, -EAGAIN when nothing is there
+ * yet, or another negative errno. c->lock held. */
+static ssize_t rbuf_recv(struct uiw_conn *c, size_t room)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->rbuf + c->rhave, frame_want(c) - c->rhave, 0);
+        ssize_t n = recv(c->fd, c->rbuf + c->rhave, room, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
@@ -313,6 +312,13 @@ static ssize_t frame_recv(struct uiw_conn *c)
             uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
         return n;
     }
+}
+
+/* Read more of the peer's MPA frame, never past it (the bytes after it
+ * are the QP's). As rbuf_recv. c->lock held. */
+static ssize_t frame_recv(struct uiw_conn *c)
+{
+    return rbuf_recv(c, frame_want(c) - c->rhave);
 }
 
 /* ------------------------------------------------------------------------
@@ -630,6 +636,7 @@ static void active_done(struct uiw_conn *c)
         uiw_progress_del(fd); /* our own callback: returns at once */
         c->fd_reg = false;
     }
+    struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
     /* The data path holds the trailer (pad, CRC) of our first FPDU (RTR or ULP
@@ -637,7 +644,8 @@ static void active_done(struct uiw_conn *c)
      * installs the callback that reads FPDUs, and data arriving in between
      * is not noticed until more data comes (docs/INTEROP.md §1).
      * ESTABLISHED is not delayed. */
-    int rc = uiw_qp_attach_socket_hold(qp, fd, &res, uiw_config()->first_fpdu_hold_ms);
+    int rc =
+        uiw_qp_attach_socket_hold(qp, fd, &res, uiw_config()->first_fpdu_hold_ms, &local, &peer);
     pthread_mutex_lock(&c->lock);
     busy_leave(c);
     if (rc == 0) {
@@ -782,11 +790,12 @@ static void active_connected(struct uiw_conn *c)
         active_fail(c, UIW_CM_UNREACHABLE, -err, false);
         return;
     }
-    struct sockaddr_storage ss;
-    l = sizeof(ss);
-    if (getpeername(c->fd, (struct sockaddr *)&ss, &l) < 0)
+    /* getpeername (in fill_addrs) fails while still connecting */
+    l = sizeof(c->peer);
+    if (getpeername(c->fd, (struct sockaddr *)&c->peer, &l) < 0)
         return; /* still connecting */
-    fill_addrs(c);
+    l = sizeof(c->local);
+    (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
     int rc = conn_send(c, c->txframe, c->txframe_len);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
@@ -794,12 +803,13 @@ static void active_connected(struct uiw_conn *c)
     }
     c->state = UIW_CS_WAIT_REP;
     timer_arm(c, c->timeout_ms); /* RFC 5044 §7.1.2 rule 10 */
+    /* Level-triggered: a Reply already there is reported at once, so no
+     * read here (it found nothing nearly always: one recv per connection). */
     rc = uiw_progress_mod(c->fd, EPOLLIN, conn_io_cb, c);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
         return;
     }
-    active_read(c);
 }
 
 /* ------------------------------------------------------------------------
@@ -834,13 +844,15 @@ static bool passive_drop(struct uiw_conn *c, const char *why)
     return passive_drop_how(c, why, false);
 }
 
-/* The Request is complete. c->lock held, progress thread. */
-static bool passive_request(struct uiw_conn *c)
+/* The Request is complete; drained: the read that completed it left the
+ * socket's receive queue empty. c->lock held, progress thread. */
+static bool passive_request(struct uiw_conn *c, bool drained)
 {
     char b;
     /* siw's strict check: the initiator sends nothing after its Request
-     * until our Reply (RFC 5044 §7.1.2). */
-    if (recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
+     * until our Reply (RFC 5044 §7.1.2). Bytes read with the Request were
+     * refused by passive_read; later ones by uiw_cm_accept's peek. */
+    if (!drained && recv(c->fd, &b, 1, MSG_PEEK | MSG_DONTWAIT) > 0)
         return passive_drop(c, "bytes after the MPA Request");
     /* Trial negotiation: MPA-level refusals (markers, no RTR type) are
      * answered with a Reject without the ULP; malformed Requests close. */
@@ -879,11 +891,15 @@ static bool passive_request(struct uiw_conn *c)
     return false;
 }
 
-/* Read the Request exactly. c->lock held. Returns as passive_drop. */
+/* Read the Request. Nothing may follow it before our Reply, so this reads
+ * as much as the buffer holds (one recv for the whole Request instead of
+ * the header, the rest and a peek) and refuses whatever lies past the
+ * frame. c->lock held. Returns as passive_drop. */
 static bool passive_read(struct uiw_conn *c)
 {
     for (;;) {
-        ssize_t n = frame_recv(c);
+        size_t room = sizeof(c->rbuf) - c->rhave;
+        ssize_t n = rbuf_recv(c, room);
         if (n == -EAGAIN)
             return false;
         if (n < 0)
@@ -891,12 +907,20 @@ static bool passive_read(struct uiw_conn *c)
         if (n == 0)
             return passive_drop(c, "peer closed before its MPA Request");
         c->rhave = (uint16_t)(c->rhave + n);
-        int rc = uiw_mpa_decode(c->rbuf, c->rhave, UIW_MPA_REQUEST, &c->req);
-        if (rc == -EAGAIN)
+        size_t want = frame_want(c);
+        int rc =
+            uiw_mpa_decode(c->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST, &c->req);
+        if (rc == -EAGAIN) {
+            if (c->rhave == sizeof(c->rbuf))
+                return passive_drop(c, "malformed MPA Request");
             continue;
+        }
         if (rc < 0)
             return passive_drop(c, "malformed MPA Request");
-        return passive_request(c);
+        if (c->rhave > want)
+            return passive_drop(c, "bytes after the MPA Request");
+        /* a TCP recv that did not fill its buffer took all there was */
+        return passive_request(c, (size_t)n < room);
     }
 }
 
@@ -1631,10 +1655,12 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     }
     int fd = c->fd;
     uiw_mpa_result res = c->neg.result;
+    struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
 
-    rc = uiw_qp_attach_socket(qp, fd, &res);
+    /* our socket: non-blocking, TCP_NODELAY; its addresses known */
+    rc = uiw_qp_attach_socket_hold(qp, fd, &res, 0, &local, &peer);
 
     pthread_mutex_lock(&c->lock);
     if (rc < 0)

@@ -70,21 +70,40 @@ static void wake_clear(struct uiw_cm_channel *ch)
         ;
 }
 
+UIW_EXPORT void uiw_cm_channel_set_sink(struct uiw_cm_channel *ch, uiw_cm_sink_fn fn, void *arg)
+{
+    if (!ch)
+        return;
+    pthread_mutex_lock(&ch->lock);
+    ch->sink = fn;
+    ch->sink_arg = arg;
+    pthread_mutex_unlock(&ch->lock);
+}
+
 int uiw_cm_queue(struct uiw_cm_channel *ch, const struct uiw_cm_event *ev)
 {
-    struct uiw_cm_ev_node *n = malloc(sizeof(*n));
+    struct uiw_cm_ev_node *n;
+
+    pthread_mutex_lock(&ch->lock);
+    if (ev->conn && ev->conn->ev_dead) {
+        pthread_mutex_unlock(&ch->lock);
+        return 0; /* being destroyed: nobody wants it */
+    }
+    /* An empty queue: nothing queued can be overtaken by the sink. */
+    if (!ch->head && ch->sink && ch->sink(ev, ch->sink_arg)) {
+        if (ev->type == UIW_CM_CONNECT_REQUEST && ev->conn)
+            ev->conn->popped = true; /* as uiw_cm_get_event */
+        pthread_mutex_unlock(&ch->lock);
+        return 0;
+    }
+    n = malloc(sizeof(*n));
     if (!n) {
+        pthread_mutex_unlock(&ch->lock);
         uiw_log("cm: out of memory, event %d lost", (int)ev->type);
         return -ENOMEM;
     }
     n->ev = *ev;
     n->next = NULL;
-    pthread_mutex_lock(&ch->lock);
-    if (ev->conn && ev->conn->ev_dead) {
-        pthread_mutex_unlock(&ch->lock);
-        free(n);
-        return 0; /* being destroyed: nobody wants it */
-    }
     if (ch->tail)
         ch->tail->next = n;
     else {

@@ -32,6 +32,8 @@ struct uiw_cm_channel {
     pthread_mutex_t lock;
     int rd, wr; /* pipe: one byte in it exactly while the queue is non-empty */
     struct uiw_cm_ev_node *head, *tail;
+    uiw_cm_sink_fn sink; /* uiw_cm_channel_set_sink */
+    void *sink_arg;
 };
 
 struct uiw_listener {

@@ -585,7 +585,10 @@ struct uiw_stat_qp *uiw_stat_alloc(pid_t *owner);
 void uiw_stat_publish(struct uiw_stat_qp *s);
 void uiw_stat_free(struct uiw_stat_qp *s, pid_t owner);
 /* Fill the connection fields of qp->st (addresses, negotiated MPA). */
-void uiw_stat_connected(struct uiw_qp *qp, bool active);
+/* local, peer: the socket's addresses when the caller knows them (cm.c),
+ * else NULL (then asked of the socket). */
+void uiw_stat_connected(struct uiw_qp *qp, bool active, const struct sockaddr_storage *local,
+                        const struct sockaddr_storage *peer);
 
 /* Call fn for every QP of the process (created and not yet destroyed),
  * holding the list lock: fn may take qp->lock (lock order: QP list ->
@@ -657,11 +660,14 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
 /* Connection established (cm.c, after MPA): attach the socket and the
  * negotiated parameters, move to RTS, start progress. */
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
-/* The same, for an initiator that holds its first FPDU (cm.c): everything
+/* The same for cm.c's own sockets (already non-blocking, with TCP_NODELAY:
+ * not set again), and for an initiator that holds its first FPDU: everything
  * but that FPDU's trailer (pad, CRC) goes out as usual, the trailer (and what
- * follows it) not before hold_ms after the attach; 0: no hold. */
+ * follows it) not before hold_ms after the attach; 0: no hold. local, peer:
+ * the socket's addresses as cm.c knows them (for uiwarp stat), or NULL. */
 int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
-                              unsigned hold_ms);
+                              unsigned hold_ms, const struct sockaddr_storage *local,
+                              const struct sockaddr_storage *peer);
 /* Send a held trailer now (an orderly disconnect, before our FIN).
  * qp->lock held. */
 void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp);

@@ -339,32 +339,42 @@ void uiw_qp_dp_free(struct uiw_qp *qp)
  * seg_room): the connected socket's MSS (TCP_MAXSEG: the peer's MSS option
  * and the path MTU, less TCP options such as timestamps) on a link that is
  * not loopback, with UIWARP_FPDU_ALIGN. */
-unsigned dp_align_seg(int fd)
+/* The socket's MSS, 0 when it has none (not TCP: tests on socket pairs). */
+static unsigned sock_mss(int fd)
 {
     int mss = 0;
     socklen_t l = sizeof(mss);
 
-    if (!uiw_config()->fpdu_align || getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) < 0 ||
-        mss <= 0)
-        return 0; /* off, or not TCP (tests on socket pairs) */
-    return (unsigned)mss <= DP_ALIGN_MAX_MSS ? (unsigned)mss : 0;
+    if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) < 0 || mss <= 0)
+        return 0;
+    return (unsigned)mss;
+}
+
+static unsigned align_seg_of(unsigned mss)
+{
+    if (!uiw_config()->fpdu_align || !mss)
+        return 0; /* off, or not TCP */
+    return mss <= DP_ALIGN_MAX_MSS ? mss : 0;
+}
+
+unsigned dp_align_seg(int fd)
+{
+    return uiw_config()->fpdu_align ? align_seg_of(sock_mss(fd)) : 0;
 }
 
 static unsigned pick_max_fpdu(int fd, unsigned *seg)
 {
-    unsigned mf = uiw_config()->max_fpdu;
+    unsigned mf = uiw_config()->max_fpdu, mss = sock_mss(fd); /* one getsockopt */
 
-    *seg = dp_align_seg(fd);
+    *seg = align_seg_of(mss);
     if (!mf) {
         /* one FPDU per TCP segment, like siw (docs/PEERS.md §7): the MSS
          * rounded down to a multiple of 8; when FPDUs are aligned with
          * segments, to 4 (FPDUs are multiples of 4, RFC 5044 §4.1), so that
          * full FPDUs tile the segments exactly (RFC 5044 §4.5: MULPDU =
          * EMSS - 6 - EMSS mod 4) */
-        int mss = 0;
-        socklen_t l = sizeof(mss);
-        if (getsockopt(fd, IPPROTO_TCP, TCP_MAXSEG, &mss, &l) == 0 && mss > 0)
-            mf = (unsigned)mss & (*seg ? ~3u : ~7u);
+        if (mss)
+            mf = mss & (*seg ? ~3u : ~7u);
         else
             mf = DP_MAX_FPDU_8; /* not TCP (tests on socketpairs) */
     }
@@ -384,13 +394,28 @@ static unsigned depth(uint16_t negotiated, unsigned current, unsigned max)
     return v > max ? max : v;
 }
 
+static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned hold_ms,
+                  bool cm_socket, const struct sockaddr_storage *local,
+                  const struct sockaddr_storage *peer);
+
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa)
 {
-    return uiw_qp_attach_socket_hold(qp, fd, mpa, 0);
+    return attach(qp, fd, mpa, 0, false, NULL, NULL);
 }
 
 int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
-                              unsigned hold_ms)
+                              unsigned hold_ms, const struct sockaddr_storage *local,
+                              const struct sockaddr_storage *peer)
+{
+    return attach(qp, fd, mpa, hold_ms, true, local, peer);
+}
+
+/* cm_socket: cm.c's own socket, non-blocking with TCP_NODELAY from its
+ * creation (or the listener's), so neither is set again: two system calls
+ * less per connection and side. */
+static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned hold_ms,
+                  bool cm_socket, const struct sockaddr_storage *local,
+                  const struct sockaddr_storage *peer)
 {
     struct ibv_qp_attr attr;
     unsigned max_fpdu, seg;
@@ -398,10 +423,12 @@ int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *m
 
     if (!qp || fd < 0 || !mpa)
         return -EINVAL;
-    fl = fcntl(fd, F_GETFL);
-    if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
-        return -errno;
-    (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
+    if (!cm_socket) {
+        fl = fcntl(fd, F_GETFL);
+        if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0))
+            return -errno;
+        (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)); /* siw: no Nagle */
+    }
     max_fpdu = pick_max_fpdu(fd, &seg);
 
     pthread_mutex_lock(&qp->lock);
@@ -470,7 +497,8 @@ int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *m
     uiw_cq_drive_add(qp->scq, qp);
     if (qp->rcq != qp->scq)
         uiw_cq_drive_add(qp->rcq, qp);
-    uiw_stat_connected(qp, !mpa->await_rtr); /* a responder always awaits the first FPDU */
+    uiw_stat_connected(qp, !mpa->await_rtr, local,
+                       peer); /* a responder always awaits the first FPDU */
     uiw_dbg(1, "qp %u: attached fd %d crc %d markers %d/%d max_fpdu %u ird %u ord %u%s%s",
             qp->ibqp.qp_num, fd, mpa->crc, mpa->markers_rx, mpa->markers_tx, max_fpdu, qp->ird,
             qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");

@@ -236,15 +236,19 @@ static void st_addr(const struct sockaddr_storage *ss, uint8_t *family, uint8_t 
     }
 }
 
-void uiw_stat_connected(struct uiw_qp *qp, bool active)
+void uiw_stat_connected(struct uiw_qp *qp, bool active, const struct sockaddr_storage *local,
+                        const struct sockaddr_storage *peer)
 {
     struct uiw_stat_qp *s = qp->st;
     struct sockaddr_storage a, b;
     socklen_t la = sizeof(a), lb = sizeof(b);
     uint8_t fam = 0;
 
-    if (getsockname(qp->fd, (struct sockaddr *)&a, &la) == 0 &&
-        getpeername(qp->fd, (struct sockaddr *)&b, &lb) == 0) {
+    if (local && peer && local->ss_family && peer->ss_family) {
+        st_addr(local, &fam, s->local_addr, &s->local_port);
+        st_addr(peer, &s->family, s->peer_addr, &s->peer_port);
+    } else if (getsockname(qp->fd, (struct sockaddr *)&a, &la) == 0 &&
+               getpeername(qp->fd, (struct sockaddr *)&b, &lb) == 0) {
         st_addr(&a, &fam, s->local_addr, &s->local_port);
         st_addr(&b, &s->family, s->peer_addr, &s->peer_port);
     }

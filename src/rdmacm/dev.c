@@ -102,12 +102,75 @@ void rcm_sa_set_port(struct sockaddr *sa, uint16_t port_be)
         ((struct sockaddr_in6 *)sa)->sin6_port = port_be;
 }
 
+/* The last few answers of rcm_route_src, each used for ROUTE_FRESH_MS (as
+ * the device cache below): a client opening thousands of connections to
+ * one server asks the same question each time, and the UDP socket, its
+ * connect (the route lookup), getsockname and close were 4 of the ~20
+ * system calls of the client's thread per connection (docs/PERFORMANCE.md,
+ * 2026-11-27 (setup)). A route that changes is seen within that time.
+ * Under route_cache_lock. */
+#define ROUTE_CACHE    8
+#define ROUTE_FRESH_MS 1000
+static pthread_mutex_t route_cache_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    struct sockaddr_storage dst, src; /* ports zeroed; dst.ss_family 0: empty */
+    uint64_t at_ms;
+} route_cache[ROUTE_CACHE];
+static unsigned route_cache_next;
+
+static void sa_key(const struct sockaddr *sa, struct sockaddr_storage *k)
+{
+    memset(k, 0, sizeof(*k));
+    socklen_t len = rcm_sa_len(sa);
+    if (len && len <= sizeof(*k))
+        memcpy(k, sa, len);
+    if (k->ss_family == AF_INET)
+        ((struct sockaddr_in *)k)->sin_port = 0;
+    else if (k->ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)k)->sin6_port = 0;
+}
+
+static bool route_cached(const struct sockaddr_storage *k, uint64_t now,
+                         struct sockaddr_storage *src)
+{
+    bool hit = false;
+    pthread_mutex_lock(&route_cache_lock);
+    for (unsigned i = 0; i < ROUTE_CACHE && !hit; i++) {
+        if (route_cache[i].dst.ss_family && now - route_cache[i].at_ms <= ROUTE_FRESH_MS &&
+            memcmp(&route_cache[i].dst, k, sizeof(*k)) == 0) {
+            *src = route_cache[i].src;
+            hit = true;
+        }
+    }
+    pthread_mutex_unlock(&route_cache_lock);
+    return hit;
+}
+
+static void route_remember(const struct sockaddr_storage *k, uint64_t now,
+                           const struct sockaddr_storage *src)
+{
+    pthread_mutex_lock(&route_cache_lock);
+    unsigned i = 0;
+    while (i < ROUTE_CACHE && memcmp(&route_cache[i].dst, k, sizeof(*k)) != 0)
+        i++;
+    if (i == ROUTE_CACHE)
+        i = route_cache_next++ % ROUTE_CACHE;
+    route_cache[i].dst = *k;
+    route_cache[i].src = *src;
+    route_cache[i].at_ms = now;
+    pthread_mutex_unlock(&route_cache_lock);
+}
+
 int rcm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
 {
-    struct sockaddr_storage d;
+    struct sockaddr_storage d, k;
     socklen_t len = rcm_sa_copy(&d, dst);
+    uint64_t now = rcm_now_ms();
     if (!len)
         return -EAFNOSUPPORT;
+    sa_key(dst, &k);
+    if (route_cached(&k, now, src))
+        return 0;
     /* A UDP connect only looks the route up; the port does not matter but
      * must not be 0 for every kernel. */
     if (!rcm_sa_port((struct sockaddr *)&d))
@@ -122,8 +185,10 @@ int rcm_route_src(const struct sockaddr *dst, struct sockaddr_storage *src)
         getsockname(fd, (struct sockaddr *)src, &sl) < 0)
         rc = -errno;
     close(fd);
-    if (rc == 0)
+    if (rc == 0) {
         rcm_sa_set_port((struct sockaddr *)src, 0);
+        route_remember(&k, now, src);
+    }
     return rc;
 }
 
@@ -287,14 +352,7 @@ static uint64_t loopback_at_ms;
 
 static void addr_key(const struct sockaddr *sa, struct sockaddr_storage *k)
 {
-    memset(k, 0, sizeof(*k));
-    socklen_t len = rcm_sa_len(sa);
-    if (len && len <= sizeof(*k))
-        memcpy(k, sa, len);
-    if (k->ss_family == AF_INET)
-        ((struct sockaddr_in *)k)->sin_port = 0;
-    else if (k->ss_family == AF_INET6)
-        ((struct sockaddr_in6 *)k)->sin6_port = 0;
+    sa_key(sa, k);
 }
 
 static bool resource_err(int rc)

@@ -549,6 +549,57 @@ static void route(struct rcm_qev *q)
     pthread_mutex_unlock(&ch->lock);
 }
 
+/* The engine channel's sink (uiw_cm_channel_set_sink): the connection
+ * setup events (CONNECT_REQUEST, ESTABLISHED, REJECTED) go straight from
+ * the thread that raises them to the id's channel, as route() would put
+ * them there, instead of waking the router, which wakes the application:
+ * one thread hand-off per event instead of two (docs/PERFORMANCE.md,
+ * 2026-11-27 (setup)). Only when no lock is in the way (trylock: the
+ * caller holds engine locks that our lock holders may wait for) and the
+ * router is not routing (it holds rcm_route_lock meanwhile), so the engine
+ * queue being empty means no earlier event is still on its way. Refused
+ * connects (tried again) and DISCONNECTED (held behind unpolled
+ * completions) always go through the router. */
+static bool route_direct(const struct uiw_cm_event *ev, void *arg)
+{
+    struct rcm_id *x = ev->user;
+    struct rcm_qev *q;
+    bool took = false;
+
+    (void)arg;
+    if (!x || (ev->type != UIW_CM_CONNECT_REQUEST && ev->type != UIW_CM_ESTABLISHED &&
+               ev->type != UIW_CM_REJECTED))
+        return false;
+    if (pthread_mutex_trylock(&rcm_route_lock))
+        return false;
+    if (ev->type != UIW_CM_CONNECT_REQUEST) {
+        /* only the id that owns the connection gets its events */
+        if (pthread_mutex_trylock(&x->lock))
+            goto out;
+        bool mine = x->conn == ev->conn;
+        pthread_mutex_unlock(&x->lock);
+        if (!mine)
+            goto out; /* the router drops it */
+    }
+    q = malloc(sizeof(*q));
+    if (!q)
+        goto out;
+    struct rcm_channel *ch = x->ch;
+    if (pthread_mutex_trylock(&ch->lock)) {
+        free(q);
+        goto out;
+    }
+    q->uev = *ev;
+    q->engine = true;
+    q->id = x;
+    push_locked(ch, q);
+    pthread_mutex_unlock(&ch->lock);
+    took = true;
+out:
+    pthread_mutex_unlock(&rcm_route_lock);
+    return took;
+}
+
 static void *router_main(void *arg)
 {
     (void)arg;
@@ -589,6 +640,7 @@ static void init_once_fn(void)
         init_err = -ENOMEM;
         return;
     }
+    uiw_cm_channel_set_sink(rcm_uch, route_direct, NULL);
     int fd = uiw_cm_channel_fd(rcm_uch);
     int fl = fcntl(fd, F_GETFL);
     if (fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0) {

@@ -26,7 +26,11 @@
  * own events (ADDR_RESOLVED, ROUTE_RESOLVED, ADDR_ERROR) share the same
  * queue. Engine events are translated to rdma_cm events when the
  * application takes them (rdma_get_cm_event); a CONNECT_REQUEST creates
- * the new id then, as rdma-core does.
+ * the new id then, as rdma-core does. CONNECT_REQUEST, ESTABLISHED and
+ * REJECTED usually skip the router: the engine channel's sink
+ * (route_direct) puts them on the id's channel from the engine thread
+ * that raises them, when the engine queue is empty and every lock it
+ * needs is free (trylock), which keeps the order.
  *
  * Locks. rcm_route_lock serialises the router with the calls that create
  * or destroy engine objects of an id (connect, listen, destroy) and with

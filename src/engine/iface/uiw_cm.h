@@ -119,6 +119,17 @@ int uiw_cm_channel_fd(const struct uiw_cm_channel *ch);
 /* 0 with *ev filled, or -EAGAIN when the channel fd is O_NONBLOCK and no
  * event is queued (else it blocks), -EINTR, -EINVAL. */
 int uiw_cm_get_event(struct uiw_cm_channel *ch, struct uiw_cm_event *ev);
+/* A sink takes events straight from the thread that raises them (the
+ * progress thread, or the caller of uiw_cm_accept/connect), without a
+ * trip through the queue and its fd, when the queue is empty (so events
+ * keep their order). It is called with the channel's lock and possibly the
+ * connection's held: it must not block on a lock (trylock only), call into
+ * the engine, or keep ev. It returns true when it took ev (a
+ * CONNECT_REQUEST's connection then belongs to the taker, as if popped by
+ * uiw_cm_get_event), false to have it queued as usual. NULL: no sink. Set
+ * it before the channel is used. */
+typedef bool (*uiw_cm_sink_fn)(const struct uiw_cm_event *ev, void *arg);
+void uiw_cm_channel_set_sink(struct uiw_cm_channel *ch, uiw_cm_sink_fn fn, void *arg);
 
 /* Listen on addr (IPv4 or IPv6, wildcard and port 0 allowed; SO_REUSEADDR).
  * ctx (a uiwarp context) may be NULL. Incoming connections are accepted by
