@@ -10,7 +10,8 @@
 #   ts0    MTU 1500, TCP timestamps off (as RNICs run: MSS 1460)
 #   ts1    MTU 1500, timestamps on (MSS 1448)
 #   j9000  MTU 9000, timestamps off (MSS 8960)
-# Alignment: one short run per program and sender, captured on the veth
+# Alignment: one short run per program and sender (200 iterations, 2000 for
+# messages up to 4 KiB), captured on the veth
 # with gso_max_segs 1 (the capture sees the segments a wire carries) and
 # read by `uiwarp dump`: "start" = FPDUs that start a TCP segment,
 # "whole" = FPDUs that lie wholly in a segment that starts with an FPDU
@@ -24,8 +25,15 @@
 # A benchmark, not a test (the test is tests/rdmacm/test_fpdu_align_apps.sh).
 # Needs root, ip, dumpcap and perftest.
 #
+# With -b DIR, the aligned sender of another build (DIR: its build
+# directory, e.g. main's: "before") runs in the same rounds, in rotating
+# order, and the table gives, per round, the ratios aligned / batched of
+# both builds (median, min-max over the rounds), and its alignment beside.
+# "segs" = TCP segments that start with an FPDU (RFC 5044 §2 "FPDU
+# Alignment"; uiwarp dump's "segment starts"), both directions.
+#
 # Usage: bench/bench_align.sh [-r ROUNDS] [-d SECONDS] [-l "ts0 ts1 j9000"] [-g] [-A]
-#                              [-c "PROGRAM:SIZE ..."] [-e VAR=VALUE]...
+#                              [-c "PROGRAM:SIZE ..."] [-e VAR=VALUE]... [-b DIR]
 #   -A: bandwidth only (no capture); -c: these cases only (ib_send_bw:200);
 #   -e: an environment setting for the aligned runs (variants)
 # Environment: UIWARP_BUILD (default: ../build relative to this script).
@@ -43,7 +51,8 @@ gso1=0
 align=1
 aenv=()
 only=
-while getopts "r:d:l:gAe:c:h" o; do
+before=
+while getopts "r:d:l:gAe:c:b:h" o; do
     case $o in
     r) rounds=$OPTARG ;;
     d) dur=$OPTARG ;;
@@ -52,8 +61,9 @@ while getopts "r:d:l:gAe:c:h" o; do
     A) align=0 ;;
     e) aenv+=("$OPTARG") ;;
     c) only=$OPTARG ;;
+    b) before=$(cd "$OPTARG" && pwd) ;;
     *)
-        sed -n '3,30s/^# \{0,1\}//p' "$0"
+        sed -n '3,38s/^# \{0,1\}//p' "$0"
         exit 0
         ;;
     esac
@@ -84,16 +94,21 @@ gso() { # N
 
 port=20000
 # perf ALIGN PROGRAM ARGS...: prints perftest's average MB/s (or "fail")
+# (ALIGN "b": the aligned sender of the -b build)
 perf() {
-    local a=$1 prog=$2 e=()
+    local a=$1 prog=$2 e=() lib=$LIB
     shift 2
     port=$((port + 1))
     [ "$a" = 1 ] && e=("${aenv[@]}")
-    ip netns exec "$na" env LD_LIBRARY_PATH="$LIB" UIWARP_FPDU_ALIGN="$a" "${e[@]}" timeout 60 \
+    if [ "$a" = b ]; then
+        a=1
+        lib=$before/lib
+    fi
+    ip netns exec "$na" env LD_LIBRARY_PATH="$lib" UIWARP_FPDU_ALIGN="$a" "${e[@]}" timeout 60 \
         "$prog" -R -F -p $port "$@" >"$tmp/s.out" 2>&1 &
     local sp=$!
     sleep 0.3
-    ip netns exec "$nb" env LD_LIBRARY_PATH="$LIB" UIWARP_FPDU_ALIGN="$a" "${e[@]}" timeout 60 \
+    ip netns exec "$nb" env LD_LIBRARY_PATH="$lib" UIWARP_FPDU_ALIGN="$a" "${e[@]}" timeout 60 \
         "$prog" -R -F -p $port "$@" 10.232.0.1 >"$tmp/c.out" 2>&1
     local rc=$? src
     wait $sp
@@ -120,7 +135,7 @@ stats() {
     echo "$(median "$@") ($(head -1 <<<"$s")-$(tail -1 <<<"$s"))"
 }
 
-# alignment ALIGN PROGRAM ARGS...: "start% whole%" of one captured short run
+# alignment ALIGN PROGRAM ARGS...: "start% whole% segs%" of one captured short run
 alignment() {
     local a=$1 pcap=$tmp/a.pcapng
     shift
@@ -139,7 +154,19 @@ alignment() {
     "$BUILD/bin/uiwarp" dump -q "$pcap" 2>/dev/null | awk '
         /segment alignment:/ && !/^   segment/ {a += $4; n += $6}
         /segment packing:/ && !/^   segment/ {w += $4}
-        END {if (n) printf "%.1f%% %.1f%%", 100 * a / n, 100 * w / n; else printf "? ?"}'
+        /segment starts:/ && !/^   segment/ {s += $4; m += $6}
+        END {if (n) printf "%.1f%% %.1f%% %.1f%%", 100 * a / n, 100 * w / n, m ? 100 * s / m : 0;
+             else printf "? ? ?"}'
+}
+
+# ratios A B: per-round ratios A[i]/B[i] as "median (min-max)"
+ratios() {
+    local -n ra=$1 rb=$2
+    local rv=() i
+    for i in "${!ra[@]}"; do
+        rv+=("$(awk -v a="${ra[$i]}" -v b="${rb[$i]}" 'BEGIN {if (a + 0 > 0 && b + 0 > 0) printf "%.3f", a / b; else print "fail"}')")
+    done
+    stats "${rv[@]}"
 }
 
 cases=(
@@ -149,8 +176,13 @@ cases=(
     "ib_send_bw -s 4096"
     "ib_read_bw -s 65536"
 )
-echo "| link | program | size | start: batched / aligned | whole (A.1): batched / aligned | MB/s batched | MB/s aligned | aligned / batched |"
-echo "|---|---|---|---|---|---|---|---|"
+if [ -n "$before" ]; then
+    echo "| link | program | size | segs: batched / before / after | start: batched / before / after | MB/s batched | MB/s before | MB/s after | before / batched | after / batched |"
+    echo "|---|---|---|---|---|---|---|---|---|---|"
+else
+    echo "| link | program | size | start: batched / aligned | whole (A.1): batched / aligned | segs: batched / aligned | MB/s batched | MB/s aligned | aligned / batched |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+fi
 for l in $links; do
     case $l in
     ts0) link 1500 0 ;;
@@ -170,35 +202,48 @@ for l in $links; do
         if [ -n "$only" ] && ! grep -qw -- "$1:$3" <<<"$only"; then
             continue
         fi
-        al0="- -" al1="- -"
+        al0="- - -" al1="- - -" alb="- - -"
         if [ $align = 1 ]; then
             gso 1
+            ni=200 # small messages: 2000, so that the held first trailers weigh less
+            [ "$3" -le 4096 ] && ni=2000
             # shellcheck disable=SC2086
-            al0=$(alignment 0 $c -n 200)
+            al0=$(alignment 0 $c -n $ni)
             # shellcheck disable=SC2086
-            al1=$(alignment 1 $c -n 200)
+            al1=$(alignment 1 $c -n $ni)
+            # shellcheck disable=SC2086
+            [ -n "$before" ] && alb=$(alignment b $c -n $ni)
         fi
         if [ $gso1 = 1 ]; then gso 1; else gso 65535; fi
-        b0=() b1=()
+        b0=() b1=() bb=()
+        order=(0 1)
+        [ -n "$before" ] && order=(0 b 1)
         for r in $(seq "$rounds"); do
             echo "$l $c round $r" >&2
-            if [ $((r % 2)) = 1 ]; then
+            # rotate which sender goes first
+            k=$(((r - 1) % ${#order[@]}))
+            for x in "${order[@]:$k}" "${order[@]:0:$k}"; do
                 # shellcheck disable=SC2086
-                b0+=("$(perf 0 $c -D "$dur")")
-                # shellcheck disable=SC2086
-                b1+=("$(perf 1 $c -D "$dur")")
-            else
-                # shellcheck disable=SC2086
-                b1+=("$(perf 1 $c -D "$dur")")
-                # shellcheck disable=SC2086
-                b0+=("$(perf 0 $c -D "$dur")")
-            fi
+                v=$(perf "$x" $c -D "$dur")
+                case $x in
+                0) b0+=("$v") ;;
+                1) b1+=("$v") ;;
+                b) bb+=("$v") ;;
+                esac
+            done
         done
         s0=$(stats "${b0[@]}")
         m0=$(median "${b0[@]}")
         s1=$(stats "${b1[@]}")
         m1=$(median "${b1[@]}")
         ratio=$(awk -v a="$m1" -v b="$m0" 'BEGIN {if (b > 0) printf "%.3f", a / b; else print "-"}')
-        echo "| $l | $1 | $3 | ${al0% *} / ${al1% *} | ${al0#* } / ${al1#* } | $s0 | $s1 | $ratio |"
+        read -r st0 wh0 sg0 <<<"$al0"
+        read -r st1 wh1 sg1 <<<"$al1"
+        read -r stb _ sgb <<<"$alb"
+        if [ -n "$before" ]; then
+            echo "| $l | $1 | $3 | $sg0 / $sgb / $sg1 | $st0 / $stb / $st1 | $s0 | $(stats "${bb[@]}") | $s1 | $(ratios bb b0) | $(ratios b1 b0) |"
+        else
+            echo "| $l | $1 | $3 | $st0 / $st1 | $wh0 / $wh1 | $sg0 / $sg1 | $s0 | $s1 | $ratio ($(ratios b1 b0)) |"
+        fi
     done
 done

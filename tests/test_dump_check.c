@@ -1075,6 +1075,54 @@ static size_t send_fpdu(uint8_t *out, uint32_t msn, size_t n)
     return fpdu(out, &h, payload, n);
 }
 
+/* The per-segment reading (RFC 5044 §2 "FPDU Alignment"): TCP segments of
+ * the FPDU stream, those that start with an FPDU ("segment-aligned": one
+ * FPDU each), and those that also hold whole FPDUs only. */
+static void test_segment_starts(void)
+{
+    static uint8_t b2[8000];
+    sc s;
+    size_t n;
+
+    /* six small FPDUs packed three and three in two segments: 2 of 2 start
+     * with an FPDU and hold whole ones only, 2 of 6 FPDUs start a segment */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = 0;
+    for (uint32_t m = 1; m <= 6; m++)
+        n += send_fpdu(b2 + n, m, 200);
+    CHECK_EQ(n, 6 * 224u);
+    sc_send(&s, 0, b2, 3 * 224);
+    sc_send(&s, 0, b2 + 3 * 224, 3 * 224);
+    run("starts: packed", &s, NULL, "segment-segments=2", "segment-aligned=2", "segment-integral=2",
+        "segment-fpdus=6", "segment-whole=6", NULL);
+
+    /* A (624) and 400 bytes of B in one segment, B's rest in the next: the
+     * second segment does not start with an FPDU, the first starts with one
+     * but does not end on an FPDU's end */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = send_fpdu(b2, 1, 600);
+    n += send_fpdu(b2 + n, 2, 600);
+    sc_send(&s, 0, b2, 1024);
+    sc_send(&s, 0, b2 + 1024, n - 1024);
+    run("starts: split", &s, NULL, "segment-segments=2", "segment-aligned=1", "segment-integral=0",
+        "segment-fpdus=2", "segment-whole=1", "fpdu-split=1", NULL);
+
+    /* a 3024-byte FPDU in 1460/1460/104 and a 124-byte one after it in the
+     * last segment: 1 of 3 segments starts with an FPDU; a retransmission
+     * of the first segment is not counted */
+    sc_open(&s, DLT_EN10MB, 4, true);
+    handshake(&s, &STD, &STD);
+    n = send_fpdu(b2, 1, 3000);
+    n += send_fpdu(b2 + n, 2, 100);
+    uint32_t seq0 = s.seq[0];
+    sc_send_split(&s, 0, b2, n, 1460);
+    sc_frame(&s, 0, 0x18, seq0, b2, 1460);
+    run("starts: large FPDU", &s, NULL, "segment-segments=3", "segment-aligned=1",
+        "segment-integral=0", "segment-fpdus=2", "segment-whole=0", NULL);
+}
+
 static void test_alignment(void)
 {
     static uint8_t b2[70000];
@@ -1253,6 +1301,7 @@ int main(void)
     test_rx_errors();
     test_capture_problems();
     test_alignment();
+    test_segment_starts();
     test_midstream_undecodable();
     TEST_MAIN_END();
 }

@@ -167,8 +167,8 @@ static const struct {
     [W_FPDU_SPLIT] = {"fpdu-split",
                       "an FPDU does not end in the TCP segment it starts in although it is no "
                       "longer than the largest segment payload seen in its direction: legal, but "
-                      "RNICs place only FPDUs aligned with segments at line rate (RFC 5044 §8, "
-                      "Appendix A.1)"},
+                      "RNICs place only FPDUs aligned with segments at line rate (RFC 5044 §2 "
+                      "\"FPDU Alignment\", Appendix A.1)"},
 };
 
 int uiw_warning_count(void)
@@ -213,12 +213,18 @@ typedef struct dstats {
     uint64_t op_fpdus[16], op_msgs[16];
     uint64_t crc_good, crc_bad, crc_off, crc_off_nonzero;
     uint64_t pad_nonzero, markers;
-    /* FPDU/TCP segment alignment (RFC 5044 §8): FPDUs judged, those whose
-     * first byte is the first payload byte of a segment, and FPDUs left out
-     * because the segment carrying their first byte is a retransmission;
-     * seg_whole: FPDUs that lie wholly in a segment that starts with an
-     * FPDU (Appendix A.1: packed small FPDUs count) */
+    /* FPDU/TCP segment alignment (RFC 5044 §2 "FPDU Alignment", Appendix
+     * A.1), read two ways. Per FPDU: FPDUs judged, those whose first byte is
+     * the first payload byte of a segment, and FPDUs left out because the
+     * segment carrying their first byte is a retransmission; seg_whole:
+     * FPDUs that lie wholly in a segment that starts with an FPDU (A.1:
+     * packed small FPDUs count). Per segment: seg_segs, the segments of the
+     * FPDU stream judged (first transmissions whose first byte is past the
+     * MPA frame); those that start with an FPDU are seg_aligned (one FPDU
+     * each); seg_integral, those that also end where an FPDU ends, so hold
+     * whole FPDUs only (§2's FPDU Alignment). */
     uint64_t seg_fpdus, seg_aligned, seg_retx, seg_whole;
+    uint64_t seg_segs, seg_integral;
 } dstats;
 
 static void vstats_add(vstats *a, const vstats *b)
@@ -253,6 +259,8 @@ static void dstats_add(dstats *a, const dstats *b)
     a->seg_aligned += b->seg_aligned;
     a->seg_retx += b->seg_retx;
     a->seg_whole += b->seg_whole;
+    a->seg_segs += b->seg_segs;
+    a->seg_integral += b->seg_integral;
 }
 
 static uint64_t vsum(const vstats *s)
@@ -371,6 +379,8 @@ typedef struct iw_dir {
     FILE *sfp;
     uint64_t lead_frame; /* the last segment seen to start with an FPDU (seg_align) */
     bool lead_valid;
+    uint64_t seg_frame; /* the last segment counted in st.seg_segs (seg_count) */
+    bool seg_counted;
 } iw_dir;
 
 typedef struct iw_conn {
@@ -1370,8 +1380,11 @@ static void seg_align(uiw_dump *d, iw_conn *ic, int dir, uint64_t begin, uint32_
     uint64_t seg_end = m->seg_off + m->seg_len;
     /* Appendix A.1: "Multiple FPDUs may be packed into a single TCP segment
      * as long as they are entirely contained in the TCP segment" */
-    if (begin + bytes <= seg_end && D->lead_valid && D->lead_frame == m->frame)
+    if (begin + bytes <= seg_end && D->lead_valid && D->lead_frame == m->frame) {
         D->st.seg_whole++;
+        if (begin + bytes == seg_end)
+            D->st.seg_integral++; /* the segment ends with this FPDU */
+    }
     uint32_t mss = ic->tcp->half[dir].st.max_seg;
     if (begin + bytes > seg_end && bytes <= mss)
         warning(d, ic, W_FPDU_SPLIT,
@@ -1751,6 +1764,18 @@ static iw_conn *state_of(uiw_tcp_conn *c)
     return c->user == &not_iwarp || c->user == &start_lost ? NULL : c->user;
 }
 
+/* A segment of the FPDU stream, for the per-segment reading of alignment
+ * (dstats.seg_segs): counted once, when its first byte is delivered in the
+ * FPDU phase; retransmissions are left out, as in seg_align. */
+static void seg_count(iw_dir *D, uint64_t off, const uiw_seg_meta *m)
+{
+    if (m->retx || !m->seg_len || off != m->seg_off || (D->seg_counted && D->seg_frame == m->frame))
+        return;
+    D->seg_counted = true;
+    D->seg_frame = m->frame;
+    D->st.seg_segs++;
+}
+
 static void on_data(void *ctx, uiw_tcp_conn *c, int dir, uint64_t off, const uint8_t *p, size_t n,
                     const uiw_seg_meta *m)
 {
@@ -1810,12 +1835,14 @@ static void on_data(void *ctx, uiw_tcp_conn *c, int dir, uint64_t off, const uin
         case PH_PENDING:
             D->st.stream_bytes += n;
             map_add(D, off, m);
+            seg_count(D, off, m);
             stream_write(D, p, n);
             pend_append(d, ic, dir, p, n);
             return;
         case PH_FPDU:
             D->st.stream_bytes += n;
             map_add(D, off, m);
+            seg_count(D, off, m);
             stream_write(D, p, n);
             feed(d, ic, dir, off, p, n);
             return;
@@ -2021,6 +2048,10 @@ static void print_align(uiw_dump *d, const char *lead, const dstats *s, uint32_t
             "%ssegment packing: %" PRIu64 " of %" PRIu64
             " FPDUs lie whole in a TCP segment that starts with an FPDU (RFC 5044 Appendix A.1)\n",
             lead, s->seg_whole, s->seg_fpdus);
+    fprintf(d->out,
+            "%ssegment starts: %" PRIu64 " of %" PRIu64 " TCP segments start with an FPDU, %" PRIu64
+            " of them hold whole FPDUs only (RFC 5044 §2 \"FPDU Alignment\")\n",
+            lead, s->seg_aligned, s->seg_segs, s->seg_integral);
 }
 
 static void print_crc(uiw_dump *d, const char *indent, const dstats *s)
@@ -2266,6 +2297,10 @@ uint64_t uiw_dump_count(const uiw_dump *d, const char *name)
         return d->all.st.seg_whole;
     if (strcmp(name, "segment-retransmitted") == 0)
         return d->all.st.seg_retx;
+    if (strcmp(name, "segment-segments") == 0)
+        return d->all.st.seg_segs;
+    if (strcmp(name, "segment-integral") == 0)
+        return d->all.st.seg_integral;
     if (strcmp(name, "iwarp-connections") == 0)
         return d->all.iw_conns;
     if (strcmp(name, "undecodable") == 0)

@@ -68,7 +68,10 @@ uint64_t uiw_dump_fpdus(const uiw_dump *d);
  * segment), "segment-whole" (of those, FPDUs that lie wholly in a TCP
  * segment that starts with an FPDU, RFC 5044 Appendix A.1: packed ones
  * count), "segment-retransmitted" (FPDUs left out: first carried by a
- * retransmission); 0 for unknown names. */
+ * retransmission), "segment-segments" (TCP segments of the FPDU streams
+ * judged, retransmissions left out: "segment-aligned" of them start with
+ * an FPDU), "segment-integral" (of those, segments that hold whole FPDUs
+ * only: RFC 5044 §2 "FPDU Alignment"); 0 for unknown names. */
 uint64_t uiw_dump_count(const uiw_dump *d, const char *name);
 void uiw_dump_free(uiw_dump *d);
 
