@@ -64,11 +64,6 @@
 #define SEG_MIN_ROOM 136u
 #define SEG_REFRESH  64u         /* batches between TCP_MAXSEG reads */
 #define TX_BUDGET    (16u << 20) /* bytes per call before yielding to other QPs */
-/* A message of at least this many payload bytes starts a TCP segment
- * (seg_room): its FPDUs all start one, at the cost of one short segment
- * (the previous message's last) and one more TCP buffer per message, which
- * the batched sender cuts at 16 KiB (TX_DEFER_BYTES) anyway */
-#define SEG_FRESH_MIN (16u * 1024)
 /* Coalescing (docs/ENGINE.md "Transmit"): deferred work that makes
  * ibv_post_send transmit at once */
 #define TX_DEFER_WRS   128u
@@ -527,9 +522,11 @@ static size_t hold_allow(const struct dp_tx *t)
  *     segment: a cut, where a sendmsg ends early and the grid restarts.
  *     Small messages (packed several per segment) end a segment this way.
  *   - A small message (seg_small) is never cut to the room left: packed
- *     whole, or a cut before it; a large one (SEG_FRESH_MIN) does not fill
- *     the room after the previous message but starts the next segment, so
- *     that all its FPDUs start one.
+ *     whole, or a cut before it. A large one fills the room after the
+ *     previous message with its first FPDU: starting the next segment
+ *     instead (every FPDU of a 64 KiB Write would start one, 98% now) cost
+ *     38% of ib_write_bw 64 KiB's bandwidth over a veth (0.62x the batched
+ *     sender against 1.10x, 3 rounds; docs/PERFORMANCE.md).
  *     The sendmsgs of one batch go in one sendmmsg call (each with
  *     MSG_EOR in its own msg_flags), so a batch stays one system call.
  * A partial write (socket full) that stopped inside a segment is resumed
@@ -563,9 +560,7 @@ static size_t seg_room(struct uiw_qp *qp, struct dp_tx *t)
     size_t fill = (t->total - t->grid) % t->seg, room = t->seg - fill;
     unsigned m = t->fpdu_max;
 
-    if (fill && !t->msg.started && t->msg.total >= SEG_FRESH_MIN)
-        ; /* a large message starts a segment: the full FPDU is cut */
-    else if (fill && room >= SEG_MIN_ROOM && room < m && !seg_small(qp, t))
+    if (fill && room >= SEG_MIN_ROOM && room < m && !seg_small(qp, t))
         m = (unsigned)room;
     qp->tx.cfg.max_fpdu = (uint16_t)m;
     return fill ? room : SIZE_MAX;
