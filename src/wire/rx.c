@@ -513,10 +513,129 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
     return false;
 }
 
+/* The whole-FPDU fast path (cfg.fpdu_events): at an FPDU boundary (state
+ * S_LEN, nothing buffered, no markers) with the whole FPDU in the input
+ * (RFC 5044 §4.1: ULPDU_Length, ULPDU, pad, CRC), the slow path's checks
+ * in one go: ULPDU_Length bounds (RFC 5044 §8 code 3), hdr_check, pad
+ * (strict_pad) and the CRC over the same bytes the slow path hashes (RFC
+ * 5044 §4.4: length field, ULPDU, pad). Returns the FPDU's bytes with *ev
+ * a UIW_RX_FPDU event, or 0 with nothing changed but rx->hdr (which the
+ * slow path decodes again from the same bytes): then the slow path takes
+ * the input, so that anything short of a valid FPDU gets exactly its
+ * verdict. Reads only in[0, fpdu length), which is within len. */
+static size_t fpdu_fast(uiw_rx *rx, const uint8_t *in, size_t len, uiw_rx_event *ev)
+{
+    const uint8_t *h = in + UIW_MPA_LEN_FIELD;
+    unsigned ulpdu, want, pad;
+    size_t total;
+    uint16_t hlen = 0;
+    uiw_term_cause cause;
+    uint32_t recv, calc = 0;
+    bool pad_nonzero = false;
+
+    if (len < UIW_MPA_LEN_FIELD)
+        return 0;
+    ulpdu = uiw_get_be16(in);
+    if (ulpdu < 2 || ulpdu > (rx->cfg.max_ulpdu ? rx->cfg.max_ulpdu : 65535u))
+        return 0;
+    total = uiw_fpdu_len(ulpdu);
+    if (total > len)
+        return 0;
+    want = hdr_want_for(h, ulpdu);
+    /* the slow path consumes hdr_want bytes as header; its payload starts
+     * there, so hdr_len == hdr_want on success (checked, not assumed) */
+    if (hdr_check(h, want, ulpdu, &rx->hdr, &cause, &hlen) || hlen != want)
+        return 0;
+    pad = uiw_mpa_pad(ulpdu);
+    for (unsigned k = 0; k < pad; k++)
+        if (h[ulpdu + k])
+            pad_nonzero = true;
+    if (pad_nonzero && rx->cfg.strict_pad)
+        return 0;
+    recv = uiw_crc32c_get(in + total - UIW_MPA_CRC_LEN);
+    if (rx->cfg.crc) {
+        calc = uiw_crc32c_final(uiw_crc32c_update(UIW_CRC32C_INIT, in, total - UIW_MPA_CRC_LEN));
+        if (calc != recv)
+            return 0;
+    }
+
+    /* valid: commit. rx->f is already zero (fpdu_reset, nothing buffered);
+     * hdrbuf keeps the header for uiw_rx_fpdu_rewind. */
+    memcpy(rx->hdrbuf, in, UIW_MPA_LEN_FIELD + want);
+    ev->kind = UIW_RX_FPDU;
+    ev->fpdu_off = rx->stream_off;
+    ev->ulpdu_len = (uint16_t)ulpdu;
+    ev->hdr = &rx->hdr;
+    ev->hdr_len = hlen;
+    ev->payload_len = ulpdu - hlen;
+    ev->data = h + hlen;
+    ev->len = ulpdu - hlen;
+    ev->offset = 0;
+    ev->data_off = rx->stream_off + UIW_MPA_LEN_FIELD + hlen;
+    ev->crc_checked = rx->cfg.crc;
+    ev->crc_ok = true;
+    ev->crc_recv = recv;
+    ev->crc_calc = calc;
+    ev->pad_nonzero = pad_nonzero;
+    ev->marker_rsvd = false;
+    ev->nmarkers = 0;
+    ev->fpdu_bytes = (uint32_t)total;
+    /* the ERROR fields: zero (bad_hdr_len 0: bad_hdr holds nothing) */
+    ev->cause = (uiw_term_cause){0, 0, 0};
+    ev->why = NULL;
+    ev->ulpdu_valid = false;
+    ev->err_off = 0;
+    ev->resume_off = 0;
+    ev->bad_hdr_len = 0;
+
+    rx->stream_off += total;
+    rx->fpdu_begin = rx->stream_off;
+    rx->fpdu_off = rx->stream_off;
+    rx->fpdu_last = true;
+    return total;
+}
+
+size_t uiw_rx_fpdu_rewind(uiw_rx *rx)
+{
+    unsigned ulpdu, want;
+    uint64_t begin;
+
+    if (!rx->fpdu_last || rx->dead)
+        return 0;
+    rx->fpdu_last = false;
+    /* the state header_done leaves after this FPDU's header */
+    ulpdu = uiw_get_be16(rx->hdrbuf);
+    want = hdr_want_for(rx->hdrbuf + UIW_MPA_LEN_FIELD, ulpdu);
+    begin = rx->stream_off - uiw_fpdu_len(ulpdu);
+    rx->stream_off = begin;
+    fpdu_reset(rx);
+    rx->f.ulpdu_len = (uint16_t)ulpdu;
+    rx->f.hdr_want = (uint16_t)want;
+    rx->f.hdr_sized = true;
+    rx->f.hdr_have = (uint16_t)(UIW_MPA_LEN_FIELD + want);
+    hash(rx, rx->hdrbuf, UIW_MPA_LEN_FIELD + want);
+    rx->stream_off = begin + UIW_MPA_LEN_FIELD + want;
+    rx->f.hdr_len = (uint16_t)want;
+    rx->f.payload_len = ulpdu - want;
+    rx->f.payload_done = 0;
+    if (rx->f.payload_len)
+        rx->state = S_PAYLOAD;
+    else
+        enter_pad(rx);
+    return uiw_fpdu_len(ulpdu) - UIW_MPA_LEN_FIELD - want;
+}
+
 size_t uiw_rx_feed(uiw_rx *rx, const uint8_t *in, size_t len, uiw_rx_event *ev)
 {
     size_t i = 0;
 
+    if (rx->cfg.fpdu_events && rx->state == S_LEN && rx->f.hdr_have == 0 && !rx->cfg.markers &&
+        !rx->dead) {
+        size_t n = fpdu_fast(rx, in, len, ev);
+        if (n)
+            return n;
+    }
+    rx->fpdu_last = false;
     memset(ev, 0, sizeof(*ev));
     if (rx->dead) {
         *ev = rx->err;
