@@ -39,6 +39,11 @@ static void put_be16(uint8_t *p, unsigned v)
     p[1] = (uint8_t)v;
 }
 
+static unsigned get_be16(const uint8_t *p)
+{
+    return (unsigned)p[0] << 8 | p[1];
+}
+
 static void put_be32(uint8_t *p, uint32_t v)
 {
     p[0] = (uint8_t)(v >> 24);
@@ -145,7 +150,79 @@ typedef struct feeder {
     uint32_t seg_payload, seg_done;
     bool dead;
     uiw_term_cause dead_cause;
+    bool rewind; /* after some UIW_RX_FPDU events: uiw_rx_fpdu_rewind */
 } feeder;
+
+/* whole-FPDU fast path (cfg.fpdu_events): every feed_stream runs the slow
+ * path and the fast path and compares the events field by field */
+static unsigned long fast_fpdus, fast_rewinds, fast_streams, fast_diff;
+
+static void on_event(feeder *f, const uiw_rx_event *ev, const uint8_t *piece, size_t plen);
+
+/* A UIW_RX_FPDU event as the HDR, PAYLOAD (payload_len > 0) and END events
+ * the slow path gives for it, each built from the FPDU event's fields; or,
+ * when rewound, the HDR alone (the rest is fed again). Returns the bytes
+ * given back. */
+static size_t on_fpdu(feeder *f, const uiw_rx_event *ev, const uint8_t *piece, size_t plen)
+{
+    uiw_rx_event e;
+    size_t back = 0;
+
+    fast_fpdus++;
+    if (!f->rx.cfg.fpdu_events || f->rx.cfg.markers)
+        BAD(f->l, "FPDU event without fpdu_events or with markers");
+    if (ev->cause.layer || ev->cause.etype || ev->cause.ecode || ev->why || ev->ulpdu_valid ||
+        ev->err_off || ev->resume_off || ev->bad_hdr_len)
+        BAD(f->l, "FPDU event with ERROR fields set");
+    if (ev->len != ev->payload_len || ev->offset != 0 ||
+        ev->data_off != ev->fpdu_off + UIW_MPA_LEN_FIELD + ev->hdr_len ||
+        ev->fpdu_bytes != uiw_fpdu_len(ev->ulpdu_len) ||
+        f->rx.stream_off != ev->fpdu_off + ev->fpdu_bytes)
+        BAD(f->l, "FPDU event fields inconsistent");
+    memset(&e, 0, sizeof(e));
+    e.kind = UIW_RX_HDR;
+    e.fpdu_off = ev->fpdu_off;
+    e.ulpdu_len = ev->ulpdu_len;
+    e.hdr = ev->hdr;
+    e.hdr_len = ev->hdr_len;
+    e.payload_len = ev->payload_len;
+    e.nmarkers = ev->nmarkers;
+    on_event(f, &e, piece, plen);
+    if (f->rewind && (rnd() & 1)) {
+        back = uiw_rx_fpdu_rewind(&f->rx);
+        fast_rewinds++;
+        if (back != ev->fpdu_bytes - UIW_MPA_LEN_FIELD - ev->hdr_len)
+            BAD(f->l, "rewind gave back the wrong count");
+        if (uiw_rx_fpdu_rewind(&f->rx) != 0)
+            BAD(f->l, "second rewind not a no-op");
+        return back;
+    }
+    if (ev->payload_len) {
+        memset(&e, 0, sizeof(e));
+        e.kind = UIW_RX_PAYLOAD;
+        e.data = ev->data;
+        e.len = ev->len;
+        e.offset = ev->offset;
+        e.data_off = ev->data_off;
+        on_event(f, &e, piece, plen);
+    }
+    memset(&e, 0, sizeof(e));
+    e.kind = UIW_RX_END;
+    e.fpdu_off = ev->fpdu_off;
+    e.ulpdu_len = ev->ulpdu_len;
+    e.hdr_len = ev->hdr_len;
+    e.payload_len = ev->payload_len;
+    e.crc_checked = ev->crc_checked;
+    e.crc_ok = ev->crc_ok;
+    e.crc_recv = ev->crc_recv;
+    e.crc_calc = ev->crc_calc;
+    e.pad_nonzero = ev->pad_nonzero;
+    e.marker_rsvd = ev->marker_rsvd;
+    e.nmarkers = ev->nmarkers;
+    e.fpdu_bytes = ev->fpdu_bytes;
+    on_event(f, &e, piece, plen);
+    return 0;
+}
 
 static void on_event(feeder *f, const uiw_rx_event *ev, const uint8_t *piece, size_t plen)
 {
@@ -270,7 +347,17 @@ static void feed_piece(feeder *f, const uint8_t *src, size_t n)
         }
         if (used == 0 && ev.kind != UIW_RX_ERROR)
             BAD(f->l, "event with nothing consumed");
-        on_event(f, &ev, piece, n);
+        if (ev.kind == UIW_RX_FPDU) {
+            size_t back = on_fpdu(f, &ev, piece, n);
+            if (back > at)
+                BAD(f->l, "rewind beyond the input");
+            else
+                at -= back;
+        } else {
+            on_event(f, &ev, piece, n);
+            if (uiw_rx_fpdu_rewind(&f->rx) != 0)
+                BAD(f->l, "rewind after a slow-path event");
+        }
         if (at == n && ev.kind != UIW_RX_ERROR)
             break;
     }
@@ -322,14 +409,17 @@ static void feed_zerocopy(feeder *f, const uint8_t *s, size_t n)
     }
 }
 
-static void feed_stream(const uiw_rx_cfg *cfg, const uint8_t *s, size_t n, int mode, size_t arg,
-                        reclist *l)
+static bool rl_eq(const reclist *a, const reclist *b);
+
+static void feed_stream1(const uiw_rx_cfg *cfg, const uint8_t *s, size_t n, int mode, size_t arg,
+                         reclist *l, bool rewind)
 {
     feeder f;
 
     memset(&f, 0, sizeof(f));
     memset(l, 0, sizeof(*l));
     f.l = l;
+    f.rewind = rewind;
     uiw_rx_init(&f.rx, cfg);
     switch (mode) {
     case FEED_WHOLE:
@@ -358,6 +448,38 @@ static void feed_stream(const uiw_rx_cfg *cfg, const uint8_t *s, size_t n, int m
     }
     if (!f.dead && !uiw_rx_idle(&f.rx) && n && l->n && l->r[l->n - 1].kind == UIW_RX_END)
         BAD(l, "not idle after a complete stream");
+}
+
+/* Feed the stream through the slow path (the events in *l), then through
+ * the whole-FPDU fast path, with and without rewinds: the three must give
+ * the same events, field by field (rec_eq), and the same final state. */
+static void feed_stream(const uiw_rx_cfg *cfg, const uint8_t *s, size_t n, int mode, size_t arg,
+                        reclist *l)
+{
+    uiw_rx_cfg slow = *cfg, fast = *cfg;
+    uint64_t seed = rng_state;
+
+    slow.fpdu_events = false;
+    fast.fpdu_events = true;
+    feed_stream1(&slow, s, n, mode, arg, l, false);
+    for (int rw = 0; rw < 2; rw++) {
+        reclist lf;
+        rng_state = seed; /* the same random pieces */
+        feed_stream1(&fast, s, n, mode, arg, &lf, rw);
+        fast_streams++;
+        /* the slow path's own invariant findings (e.g. a truncated
+         * stream is not idle) must be the fast path's too */
+        if (lf.bad != l->bad || (lf.bad && strcmp(lf.first_bad, l->first_bad)) || !rl_eq(l, &lf)) {
+            if (!fast_diff++)
+                fprintf(stderr,
+                        "fast path differs (mode %d arg %zu crc %d markers %d strict %d "
+                        "rewind %d): %s\n",
+                        mode, arg, cfg->crc, cfg->markers, cfg->strict_pad, rw,
+                        lf.first_bad ? lf.first_bad : "events");
+            BAD(l, "fast path differs from the slow path");
+        }
+        rl_free(&lf);
+    }
 }
 
 static bool rec_eq(const reclist *a, size_t i, const reclist *b, size_t j)
@@ -1785,6 +1907,119 @@ static void test_tx_whole(void)
     printf("  uiw_tx_whole: %u messages byte-identical to uiw_tx_next\n", checked);
 }
 
+/* ------------------------------------------------------------------------
+ * Whole-FPDU fast path against the slow path
+ * ---------------------------------------------------------------------- */
+
+/* FPDU start offsets of a markerless stream (-1 terminated in out). */
+static size_t fpdu_starts(const uint8_t *s, size_t n, size_t *out, size_t cap)
+{
+    size_t k = 0, at = 0;
+    while (at + 2 <= n && k + 1 < cap) {
+        out[k++] = at;
+        at += uiw_fpdu_len(get_be16(s + at));
+    }
+    out[k] = n;
+    return k;
+}
+
+/* Re-seal the FPDU at [b, e): its CRC over the bytes as they are now. */
+static void reseal(uint8_t *s, size_t b, size_t e)
+{
+    if (e >= b + 8)
+        uiw_crc32c_put(s + e - 4, uiw_crc32c(s + b, e - b - 4));
+}
+
+static void test_fast_path(void)
+{
+    static const uint16_t maxes[] = {0, 64, 100};
+    unsigned long before = fast_fpdus, streams = fast_streams;
+
+    for (int crc = 0; crc < 2; crc++) {
+        uiw_rx_cfg rc = {.crc = crc};
+        buf b = {0};
+        size_t st[512], nf;
+        uint8_t *m;
+
+        build_mixed(&b, crc, false);
+        /* header-only and zero-payload FPDUs at the end: an RTR-like
+         * zero-length Write and Send */
+        {
+            uiw_tx tx;
+            uiw_tx_cfg tc = {.crc = crc, .max_fpdu = 200};
+            uint32_t msn[UIW_QN_COUNT] = {0};
+            uiw_hdr w = make_hdr(UIW_OP_WRITE, msn, 1), sd = make_hdr(UIW_OP_SEND, msn, 2);
+            uiw_tx_init(&tx, &tc);
+            tx_msg(&tx, &w, NULL, 0, 0, &b);
+            tx_msg(&tx, &sd, NULL, 0, 0, &b);
+        }
+        nf = fpdu_starts(b.p, b.n, st, 512);
+        CHECK(nf > 10);
+        m = malloc(b.n);
+        if (!m)
+            abort();
+        for (size_t mi = 0; mi < sizeof(maxes) / sizeof(maxes[0]); mi++)
+            for (int strict = 0; strict < 2; strict++) {
+                reclist l;
+                rc.max_ulpdu = maxes[mi];
+                rc.strict_pad = strict;
+                /* clean; then non-zero pad in every FPDU (siw) */
+                for (int padv = 0; padv < 2; padv++) {
+                    memcpy(m, b.p, b.n);
+                    for (size_t i = 0; padv && i < nf; i++) {
+                        unsigned ul = get_be16(m + st[i]);
+                        memset(m + st[i] + 2 + ul, 0xA5, uiw_mpa_pad(ul));
+                        reseal(m, st[i], st[i + 1]);
+                    }
+                    feed_stream(&rc, m, b.n, FEED_WHOLE, 0, &l);
+                    CHECK_EQ(l.bad, 0);
+                    rl_free(&l);
+                    feed_stream(&rc, m, b.n, FEED_RANDOM, 0, &l);
+                    CHECK_EQ(l.bad, 0);
+                    rl_free(&l);
+                    /* every truncation and every two-piece split */
+                    for (size_t cut = 0; cut <= b.n; cut++) {
+                        feed_stream(&rc, m, cut, FEED_WHOLE, 0, &l); /* may end mid-FPDU */
+                        rl_free(&l);
+                        feed_stream(&rc, m, b.n, FEED_SPLIT, cut, &l);
+                        CHECK_EQ(l.bad, 0);
+                        rl_free(&l);
+                    }
+                }
+                /* one corrupted byte at every position, with the CRC left
+                 * alone (a CRC error) or re-sealed (the header, length and
+                 * pad checks behind it) */
+                for (size_t at = 0; at < b.n; at++)
+                    for (int sealed = 0; sealed < 1 + crc; sealed++) {
+                        size_t f = 0;
+                        uint8_t x = (uint8_t)(1u << (rnd() % 8));
+                        memcpy(m, b.p, b.n);
+                        if (rnd() % 4 == 0)
+                            x = (uint8_t)(1 + rnd() % 255);
+                        m[at] ^= x;
+                        while (f + 1 < nf && st[f + 1] <= at)
+                            f++;
+                        if (sealed)
+                            reseal(m, st[f], st[f + 1]);
+                        /* a corrupted length may leave the stream
+                         * mid-FPDU ("not idle"); differences are counted
+                         * in fast_diff */
+                        feed_stream(&rc, m, b.n, FEED_WHOLE, 0, &l);
+                        CHECK(!l.bad || !strcmp(l.first_bad, "not idle after a complete stream"));
+                        rl_free(&l);
+                        feed_stream(&rc, m, b.n, (at & 1) ? FEED_RANDOM : FEED_SPLIT, at, &l);
+                        CHECK(!l.bad || !strcmp(l.first_bad, "not idle after a complete stream"));
+                        rl_free(&l);
+                    }
+            }
+        free(m);
+        free(b.p);
+    }
+    CHECK(fast_fpdus - before > 1000);
+    printf("fast path: %lu streams compared, %lu FPDU events, %lu rewinds\n",
+           fast_streams - streams, fast_fpdus - before, fast_rewinds);
+}
+
 int main(void)
 {
     test_rfc_vectors();
@@ -1795,5 +2030,11 @@ int main(void)
     test_splits();
     test_roundtrip();
     test_tx_whole();
+    test_fast_path();
+    /* every feed_stream above compared the fast path with the slow one */
+    CHECK_EQ(fast_diff, 0);
+    CHECK(fast_rewinds > 100);
+    printf("fast path overall: %lu streams, %lu FPDU events, %lu rewinds, %lu differences\n",
+           fast_streams, fast_fpdus, fast_rewinds, fast_diff);
     TEST_MAIN_END();
 }

@@ -754,6 +754,11 @@ typedef struct uiw_rx_cfg {
                          * (false): accepted and flagged in END, as RFC 5044
                          * §4.1 says the receiver ignores pad (siw sends
                          * non-zero pad on short FPDUs). */
+    bool fpdu_events;   /* whole-FPDU fast path: a valid FPDU that the input
+                         * holds in full, starting at an FPDU boundary, comes
+                         * as one UIW_RX_FPDU event instead of HDR, PAYLOAD,
+                         * END (never with markers). Off: the three events
+                         * only, as before. */
 } uiw_rx_cfg;
 
 enum uiw_rx_event_kind {
@@ -762,6 +767,13 @@ enum uiw_rx_event_kind {
     UIW_RX_PAYLOAD,  /* a slice of this segment's ULP payload */
     UIW_RX_END,      /* end of the FPDU: CRC verdict */
     UIW_RX_ERROR,    /* malformation: cause; the stream is dead after this */
+    /* cfg.fpdu_events only: one whole, valid FPDU, exactly what HDR, one
+     * PAYLOAD (when payload_len > 0) and END would have said, with the
+     * fields of all three (data/len the whole payload, offset 0); the
+     * ERROR fields are zero. Anything the parser would reject, or an FPDU
+     * not wholly in the input, takes the HDR/PAYLOAD/END path, so verdicts
+     * never differ (tests/test_rxtx.c compares both). */
+    UIW_RX_FPDU,
 };
 
 typedef struct uiw_rx_event {
@@ -844,6 +856,7 @@ typedef struct uiw_rx {
     uint64_t fpdu_off;   /* offset of the current FPDU's ULPDU_Length field */
     uint64_t marker_off;
     uint8_t hdrbuf[UIW_RX_HDRBUF]; /* ULPDU_Length + header */
+    bool fpdu_last;                /* the last event was UIW_RX_FPDU (uiw_rx_fpdu_rewind) */
     uiw_hdr hdr;
     uiw_rx_event err; /* the error, replayed after death */
 } uiw_rx;
@@ -860,6 +873,13 @@ void uiw_rx_init_at(uiw_rx *rx, const uiw_rx_cfg *cfg, uint64_t stream_off);
  * except after death. After UIW_RX_ERROR every call returns 0 with the
  * same UIW_RX_ERROR again. */
 size_t uiw_rx_feed(uiw_rx *rx, const uint8_t *in, size_t len, uiw_rx_event *ev);
+/* Right after a UIW_RX_FPDU event (no feed in between): put the parser
+ * back where it would be after that FPDU's UIW_RX_HDR event (its payload,
+ * pad and CRC not yet consumed) and return how many bytes that gives back:
+ * the caller feeds the FPDU's last that-many bytes again (a receiver that
+ * must stop after a header, e.g. to wait for a posted receive). 0 (and no
+ * change) at any other time. */
+size_t uiw_rx_fpdu_rewind(uiw_rx *rx);
 /* Zero-copy hint. If the next stream bytes are ULP payload of the current
  * segment, returns how many (up to the next marker or the segment's end)
  * and sets *offset (may be NULL) to the payload offset of the first one;

@@ -1144,20 +1144,47 @@ static void on_error(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
     uiw_qp_terminate_locked(qp, ev->cause, ev->bad_hdr, ev->bad_hdr_len, cause_async(ev->cause));
 }
 
+/* live counters (include/uiwarp/stat.h), at each segment's header */
+static void count_hdr(struct uiw_qp *qp, const uiw_rx_event *ev)
+{
+    struct uiw_stat_dir_counters *c = &qp->st->rx;
+    unsigned op = ev->hdr->opcode & (UIW_STAT_NOPS - 1);
+
+    c->fpdus++;
+    c->bytes[op] += ev->payload_len;
+    if (ev->hdr->last)
+        c->msgs[op]++;
+}
+
+/* A whole FPDU in one event (the parser's fast path, UIW_RX_FPDU): what
+ * its HDR, PAYLOAD and END events do in feed()'s loop, in one dispatch,
+ * stopping where that loop would stop. A header that is held (receiver
+ * not ready) rewinds the parser to just after it, so that the payload,
+ * pad and CRC wait in staging exactly as after a HDR event. Returns the
+ * bytes given back to the stream. */
+static size_t on_fpdu(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
+{
+    count_hdr(qp, ev);
+    on_hdr(qp, r, ev);
+    if (r->held)
+        return uiw_rx_fpdu_rewind(&qp->rx);
+    if (r->dead)
+        return 0; /* nothing more is acted on */
+    if (ev->len && r->active && !r->doomed && !r->zc)
+        place(qp, r, ev->offset, ev->data, ev->len);
+    if (r->dead || r->held)
+        return 0;
+    on_end(qp, r);
+    return 0;
+}
+
 static void on_event(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
 {
     switch (ev->kind) {
-    case UIW_RX_HDR: {
-        /* live counters (include/uiwarp/stat.h) */
-        struct uiw_stat_dir_counters *c = &qp->st->rx;
-        unsigned op = ev->hdr->opcode & (UIW_STAT_NOPS - 1);
-        c->fpdus++;
-        c->bytes[op] += ev->payload_len;
-        if (ev->hdr->last)
-            c->msgs[op]++;
+    case UIW_RX_HDR:
+        count_hdr(qp, ev);
         on_hdr(qp, r, ev);
         break;
-    }
     case UIW_RX_PAYLOAD:
         if (r->active && !r->dead && !r->doomed && !r->zc)
             place(qp, r, ev->offset, ev->data, ev->len);
@@ -1185,13 +1212,15 @@ static size_t feed(struct uiw_qp *qp, struct dp_rx *r, const uint8_t *p, size_t 
         uiw_rx_event ev;
         size_t used = uiw_rx_feed(&qp->rx, p, n, &ev);
 
-        p += used;
-        n -= used;
-        total += used;
-        if (ev.kind != UIW_RX_NONE)
+        if (ev.kind == UIW_RX_FPDU) /* held: the FPDU's tail goes back */
+            used -= on_fpdu(qp, r, &ev);
+        else if (ev.kind != UIW_RX_NONE)
             on_event(qp, r, &ev);
         else if (!used)
             break;
+        p += used;
+        n -= used;
+        total += used;
     }
     return total;
 }
@@ -1459,6 +1488,7 @@ int dp_rx_attach(struct uiw_qp *qp)
     memset(&cfg, 0, sizeof(cfg));
     cfg.crc = qp->mpa.crc;
     cfg.markers = qp->mpa.markers_rx;
+    cfg.fpdu_events = true; /* small FPDUs in one event: on_fpdu */
     uiw_rx_init(&qp->rx, &cfg);
     return 0;
 }

@@ -200,76 +200,100 @@ static bool marker_end(uiw_rx *rx)
     return false;
 }
 
+/* The checks of a complete DDP/RDMAP header: hl bytes at h (the bytes
+ * after the length field, hl as hdr_want gives it) of a ULPDU of ulpdu
+ * bytes. Decodes into *hdr. Returns NULL with *hlen = the header's length
+ * (the ULPDU's bytes before its payload), or the reason with *cause. Pure:
+ * the slow path (header_done) and the whole-FPDU fast path share it. */
+static const char *hdr_check(const uint8_t *h, size_t hl, unsigned ulpdu, uiw_hdr *hdr,
+                             uiw_term_cause *cause, uint16_t *hlen)
+{
+    bool tagged = h[0] & 0x80;
+    unsigned opcode = h[1] & 0x0F;
+    int r;
+
+    *cause = (uiw_term_cause){0, 0, 0};
+    r = uiw_hdr_decode(h, hl, hdr, cause);
+
+    if (r == -EPROTO && cause->layer == UIW_LAYER_DDP) {
+        /* DDP checks come before RDMAP ones: DDP validates the segment
+         * before RDMAP sees it (RFC 5040 §7.2 item 1). DDP version is
+         * uiw_hdr_decode's (RFC 5041 §4.1, §7.2). */
+        return "DDP header rejected";
+    }
+    if (!tagged && hl >= 10 && uiw_get_be32(h + 6) >= UIW_QN_COUNT) {
+        /* RFC 5041 §7.1 (1) "The QN is valid for this stream": only QNs
+         * 0-3 are defined (RFC 5040 §5.1, RFC 7306 §10.2). */
+        *cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_QN};
+        return "untagged QN > 3";
+    }
+    if (r == -EPROTO) {
+        /* RDMAP version, reserved opcode, ... (RFC 5040 §7.2 items 2-3) */
+        return "RDMAP header rejected";
+    }
+    if (!tagged && opcode == UIW_OP_TERMINATE && ulpdu > UIW_TERM_MAX_ULPDU) {
+        /* RFC 5041 §7.1 (4): longer than any Terminate buffer. */
+        *cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
+        return "Terminate longer than UIW_TERM_MAX_ULPDU";
+    }
+    if (r < 0 || (size_t)r > ulpdu) {
+        /* RFC 5044 §8 code 3: the ULPDU_Length does not hold the header
+         * its T flag and opcode require. */
+        *cause = (uiw_term_cause){UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_MARKER};
+        return "ULPDU_Length too small for the header";
+    }
+    if (tagged != (opcode == UIW_OP_WRITE || opcode == UIW_OP_READ_RESP)) {
+        /* RFC 5040 §4.1 Figure 4, RFC 7306 §4.1 Figure 2: Write and Read
+         * Response are tagged, every other message untagged. */
+        *cause = (uiw_term_cause){UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                                  UIW_RDMAP_EC_UNEXPECTED_OPCODE};
+        return "T flag does not match the opcode";
+    }
+    if (uiw_op_hdr_only(opcode)) {
+        /* One message = one segment whose ULPDU is exactly the header
+         * (RFC 5040 §4.2 / RFC 7306 §4.2 "ULP Message allowed: No", RFC
+         * 7306 §6.3 "exactly 8 bytes"). A Terminate's length is what the
+         * sender says (its attached headers vary, RFC 5040 §4.8), so its
+         * bytes up to UIW_TERM_MAX_ULPDU are all Terminate header. */
+        if (hdr->mo != 0) {
+            /* RFC 5041 §7.1 (3) */
+            *cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO};
+            return "header-only message with MO != 0";
+        }
+        if (!hdr->last) {
+            /* RFC 5041 §7.1 (4): the message continues past its buffer */
+            *cause =
+                (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
+            return "header-only message without L";
+        }
+        if (opcode != UIW_OP_TERMINATE && (size_t)r != ulpdu) {
+            *cause =
+                (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
+            return opcode == UIW_OP_READ_REQ ? "Read Request carries payload"
+                                             : "header-only message carries payload";
+        }
+        if (opcode == UIW_OP_TERMINATE)
+            r = (int)ulpdu;
+    }
+    *hlen = (uint16_t)r;
+    return NULL;
+}
+
 /* The whole header (hdr_want bytes after the length field) is in hdrbuf.
  * Returns true with *ev set when an event (HDR or ERROR) is ready. */
 static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
 {
-    const uint8_t *h = rx->hdrbuf + UIW_MPA_LEN_FIELD;
-    size_t hl = rx->f.hdr_want;
-    bool tagged = h[0] & 0x80;
-    unsigned opcode = h[1] & 0x0F;
-    uiw_term_cause cause = {0, 0, 0};
-    const char *why = NULL;
-    int r;
+    uiw_term_cause cause;
+    uint16_t hlen = 0;
+    const char *why;
 
     if (rx->f.err_pending) { /* already doomed: no HDR, read on to the CRC */
         enter_skip(rx);
         return false;
     }
 
-    r = uiw_hdr_decode(h, hl, &rx->hdr, &cause);
-
-    if (r == -EPROTO && cause.layer == UIW_LAYER_DDP) {
-        /* DDP checks come before RDMAP ones: DDP validates the segment
-         * before RDMAP sees it (RFC 5040 §7.2 item 1). DDP version is
-         * uiw_hdr_decode's (RFC 5041 §4.1, §7.2). */
-        why = "DDP header rejected";
-    } else if (!tagged && hl >= 10 && uiw_get_be32(h + 6) >= UIW_QN_COUNT) {
-        /* RFC 5041 §7.1 (1) "The QN is valid for this stream": only QNs
-         * 0-3 are defined (RFC 5040 §5.1, RFC 7306 §10.2). */
-        cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_QN};
-        why = "untagged QN > 3";
-    } else if (r == -EPROTO) {
-        /* RDMAP version, reserved opcode, ... (RFC 5040 §7.2 items 2-3) */
-        why = "RDMAP header rejected";
-    } else if (!tagged && opcode == UIW_OP_TERMINATE && rx->f.ulpdu_len > UIW_TERM_MAX_ULPDU) {
-        /* RFC 5041 §7.1 (4): longer than any Terminate buffer. */
-        cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
-        why = "Terminate longer than UIW_TERM_MAX_ULPDU";
-    } else if (r < 0 || (size_t)r > rx->f.ulpdu_len) {
-        /* RFC 5044 §8 code 3: the ULPDU_Length does not hold the header
-         * its T flag and opcode require. */
-        cause = (uiw_term_cause){UIW_LAYER_LLP, UIW_LLP_ET_MPA, UIW_MPA_EC_MARKER};
-        why = "ULPDU_Length too small for the header";
-    } else if (tagged != (opcode == UIW_OP_WRITE || opcode == UIW_OP_READ_RESP)) {
-        /* RFC 5040 §4.1 Figure 4, RFC 7306 §4.1 Figure 2: Write and Read
-         * Response are tagged, every other message untagged. */
-        cause = (uiw_term_cause){UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
-                                 UIW_RDMAP_EC_UNEXPECTED_OPCODE};
-        why = "T flag does not match the opcode";
-    } else if (uiw_op_hdr_only(opcode)) {
-        /* One message = one segment whose ULPDU is exactly the header
-         * (RFC 5040 §4.2 / RFC 7306 §4.2 "ULP Message allowed: No", RFC
-         * 7306 §6.3 "exactly 8 bytes"). A Terminate's length is what the
-         * sender says (its attached headers vary, RFC 5040 §4.8), so its
-         * bytes up to UIW_TERM_MAX_ULPDU are all Terminate header. */
-        if (rx->hdr.mo != 0) {
-            /* RFC 5041 §7.1 (3) */
-            cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_INVALID_MO};
-            why = "header-only message with MO != 0";
-        } else if (!rx->hdr.last) {
-            /* RFC 5041 §7.1 (4): the message continues past its buffer */
-            cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
-            why = "header-only message without L";
-        } else if (opcode != UIW_OP_TERMINATE && (size_t)r != rx->f.ulpdu_len) {
-            cause = (uiw_term_cause){UIW_LAYER_DDP, UIW_DDP_ET_UNTAGGED, UIW_DDP_EC_U_MSG_TOO_LONG};
-            why = opcode == UIW_OP_READ_REQ ? "Read Request carries payload"
-                                            : "header-only message carries payload";
-        } else if (opcode == UIW_OP_TERMINATE) {
-            r = rx->f.ulpdu_len;
-        }
-    }
-
+    why = hdr_check(rx->hdrbuf + UIW_MPA_LEN_FIELD, rx->f.hdr_want, rx->f.ulpdu_len, &rx->hdr,
+                    &cause, &hlen);
     if (why) {
         if (fail(rx, cause.layer, cause.etype, cause.ecode, why, true)) {
             *ev = rx->err;
@@ -279,8 +303,8 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
         return false;
     }
 
-    rx->f.hdr_len = (uint16_t)r;
-    rx->f.payload_len = (uint32_t)rx->f.ulpdu_len - (uint32_t)r;
+    rx->f.hdr_len = hlen;
+    rx->f.payload_len = (uint32_t)rx->f.ulpdu_len - hlen;
     rx->f.payload_done = 0;
     ev->kind = UIW_RX_HDR;
     ev->fpdu_off = rx->fpdu_off;
@@ -296,11 +320,10 @@ static bool header_done(uiw_rx *rx, uiw_rx_event *ev)
     return true;
 }
 
-/* hdrbuf holds the 2-byte DDP/RDMAP control field: decide how many header
- * bytes to collect. */
-static void size_header(uiw_rx *rx)
+/* How many header bytes (after the length field) to collect for a ULPDU
+ * of ulpdu bytes whose 2-byte DDP/RDMAP control field is at h. */
+static unsigned hdr_want_for(const uint8_t *h, unsigned ulpdu)
 {
-    const uint8_t *h = rx->hdrbuf + UIW_MPA_LEN_FIELD;
     bool tagged = h[0] & 0x80;
     unsigned opcode = h[1] & 0x0F;
     unsigned base = tagged ? UIW_HDR_TAGGED_LEN : UIW_HDR_UNTAGGED_LEN;
@@ -308,17 +331,24 @@ static void size_header(uiw_rx *rx)
 
     if (!tagged && opcode == UIW_OP_TERMINATE) {
         /* RFC 5040 §4.8: the Terminate header is variable; take the whole
-         * ULPDU if it fits (checked in header_done otherwise). */
-        want = rx->f.ulpdu_len <= UIW_TERM_MAX_ULPDU ? rx->f.ulpdu_len : base;
+         * ULPDU if it fits (checked in hdr_check otherwise). */
+        want = ulpdu <= UIW_TERM_MAX_ULPDU ? ulpdu : base;
     } else {
         int hl = uiw_hdr_len(tagged, opcode);
         want = (hl > 0 && (size_t)hl <= UIW_RX_HDRBUF - UIW_MPA_LEN_FIELD) ? (unsigned)hl : base;
     }
-    if (want > rx->f.ulpdu_len)
-        want = rx->f.ulpdu_len;
+    if (want > ulpdu)
+        want = ulpdu;
     if (want < 2)
         want = 2;
-    rx->f.hdr_want = (uint16_t)want;
+    return want;
+}
+
+/* hdrbuf holds the 2-byte DDP/RDMAP control field: decide how many header
+ * bytes to collect. */
+static void size_header(uiw_rx *rx)
+{
+    rx->f.hdr_want = (uint16_t)hdr_want_for(rx->hdrbuf + UIW_MPA_LEN_FIELD, rx->f.ulpdu_len);
     rx->f.hdr_sized = true;
 }
 
@@ -481,10 +511,129 @@ static bool step(uiw_rx *rx, const uint8_t *p, size_t avail, size_t *used, uiw_r
     return false;
 }
 
+/* The whole-FPDU fast path (cfg.fpdu_events): at an FPDU boundary (state
+ * S_LEN, nothing buffered, no markers) with the whole FPDU in the input
+ * (RFC 5044 §4.1: ULPDU_Length, ULPDU, pad, CRC), the slow path's checks
+ * in one go: ULPDU_Length bounds (RFC 5044 §8 code 3), hdr_check, pad
+ * (strict_pad) and the CRC over the same bytes the slow path hashes (RFC
+ * 5044 §4.4: length field, ULPDU, pad). Returns the FPDU's bytes with *ev
+ * a UIW_RX_FPDU event, or 0 with nothing changed but rx->hdr (which the
+ * slow path decodes again from the same bytes): then the slow path takes
+ * the input, so that anything short of a valid FPDU gets exactly its
+ * verdict. Reads only in[0, fpdu length), which is within len. */
+static size_t fpdu_fast(uiw_rx *rx, const uint8_t *in, size_t len, uiw_rx_event *ev)
+{
+    const uint8_t *h = in + UIW_MPA_LEN_FIELD;
+    unsigned ulpdu, want, pad;
+    size_t total;
+    uint16_t hlen = 0;
+    uiw_term_cause cause;
+    uint32_t recv, calc = 0;
+    bool pad_nonzero = false;
+
+    if (len < UIW_MPA_LEN_FIELD)
+        return 0;
+    ulpdu = uiw_get_be16(in);
+    if (ulpdu < 2 || ulpdu > (rx->cfg.max_ulpdu ? rx->cfg.max_ulpdu : 65535u))
+        return 0;
+    total = uiw_fpdu_len(ulpdu);
+    if (total > len)
+        return 0;
+    want = hdr_want_for(h, ulpdu);
+    /* the slow path consumes hdr_want bytes as header; its payload starts
+     * there, so hdr_len == hdr_want on success (checked, not assumed) */
+    if (hdr_check(h, want, ulpdu, &rx->hdr, &cause, &hlen) || hlen != want)
+        return 0;
+    pad = uiw_mpa_pad(ulpdu);
+    for (unsigned k = 0; k < pad; k++)
+        if (h[ulpdu + k])
+            pad_nonzero = true;
+    if (pad_nonzero && rx->cfg.strict_pad)
+        return 0;
+    recv = uiw_crc32c_get(in + total - UIW_MPA_CRC_LEN);
+    if (rx->cfg.crc) {
+        calc = uiw_crc32c_final(uiw_crc32c_update(UIW_CRC32C_INIT, in, total - UIW_MPA_CRC_LEN));
+        if (calc != recv)
+            return 0;
+    }
+
+    /* valid: commit. rx->f is already zero (fpdu_reset, nothing buffered);
+     * hdrbuf keeps the header for uiw_rx_fpdu_rewind. */
+    memcpy(rx->hdrbuf, in, UIW_MPA_LEN_FIELD + want);
+    ev->kind = UIW_RX_FPDU;
+    ev->fpdu_off = rx->stream_off;
+    ev->ulpdu_len = (uint16_t)ulpdu;
+    ev->hdr = &rx->hdr;
+    ev->hdr_len = hlen;
+    ev->payload_len = ulpdu - hlen;
+    ev->data = h + hlen;
+    ev->len = ulpdu - hlen;
+    ev->offset = 0;
+    ev->data_off = rx->stream_off + UIW_MPA_LEN_FIELD + hlen;
+    ev->crc_checked = rx->cfg.crc;
+    ev->crc_ok = true;
+    ev->crc_recv = recv;
+    ev->crc_calc = calc;
+    ev->pad_nonzero = pad_nonzero;
+    ev->marker_rsvd = false;
+    ev->nmarkers = 0;
+    ev->fpdu_bytes = (uint32_t)total;
+    /* the ERROR fields: zero (bad_hdr_len 0: bad_hdr holds nothing) */
+    ev->cause = (uiw_term_cause){0, 0, 0};
+    ev->why = NULL;
+    ev->ulpdu_valid = false;
+    ev->err_off = 0;
+    ev->resume_off = 0;
+    ev->bad_hdr_len = 0;
+
+    rx->stream_off += total;
+    rx->fpdu_begin = rx->stream_off;
+    rx->fpdu_off = rx->stream_off;
+    rx->fpdu_last = true;
+    return total;
+}
+
+size_t uiw_rx_fpdu_rewind(uiw_rx *rx)
+{
+    unsigned ulpdu, want;
+    uint64_t begin;
+
+    if (!rx->fpdu_last || rx->dead)
+        return 0;
+    rx->fpdu_last = false;
+    /* the state header_done leaves after this FPDU's header */
+    ulpdu = uiw_get_be16(rx->hdrbuf);
+    want = hdr_want_for(rx->hdrbuf + UIW_MPA_LEN_FIELD, ulpdu);
+    begin = rx->stream_off - uiw_fpdu_len(ulpdu);
+    rx->stream_off = begin;
+    fpdu_reset(rx);
+    rx->f.ulpdu_len = (uint16_t)ulpdu;
+    rx->f.hdr_want = (uint16_t)want;
+    rx->f.hdr_sized = true;
+    rx->f.hdr_have = (uint16_t)(UIW_MPA_LEN_FIELD + want);
+    hash(rx, rx->hdrbuf, UIW_MPA_LEN_FIELD + want);
+    rx->stream_off = begin + UIW_MPA_LEN_FIELD + want;
+    rx->f.hdr_len = (uint16_t)want;
+    rx->f.payload_len = ulpdu - want;
+    rx->f.payload_done = 0;
+    if (rx->f.payload_len)
+        rx->state = S_PAYLOAD;
+    else
+        enter_pad(rx);
+    return uiw_fpdu_len(ulpdu) - UIW_MPA_LEN_FIELD - want;
+}
+
 size_t uiw_rx_feed(uiw_rx *rx, const uint8_t *in, size_t len, uiw_rx_event *ev)
 {
     size_t i = 0;
 
+    if (rx->cfg.fpdu_events && rx->state == S_LEN && rx->f.hdr_have == 0 && !rx->cfg.markers &&
+        !rx->dead) {
+        size_t n = fpdu_fast(rx, in, len, ev);
+        if (n)
+            return n;
+    }
+    rx->fpdu_last = false;
     memset(ev, 0, sizeof(*ev));
     if (rx->dead) {
         *ev = rx->err;
