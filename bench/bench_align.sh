@@ -73,14 +73,12 @@ if [ "$(id -u)" -ne 0 ] || ! command -v ib_write_bw >/dev/null; then
     exit 1
 fi
 
-tag=$$
-na=uiwba$tag nb=uiwbb$tag va=uvba$tag vb=uvbb$tag
+veth_names b
 tmp=$(mktemp -d)
 cap=
 cleanup() {
     [ -n "$cap" ] && kill -INT "$cap" 2>/dev/null
-    ip netns del "$na" 2>/dev/null
-    ip netns del "$nb" 2>/dev/null
+    veth_del
     rm -rf "$tmp"
 }
 trap cleanup EXIT

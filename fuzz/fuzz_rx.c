@@ -226,14 +226,7 @@ static size_t fpdu_event(fz *f, const uiw_rx_event *ev, const uint8_t *in, size_
     REQUIRE(ev->data_off == ev->fpdu_off + UIW_MPA_LEN_FIELD + ev->hdr_len);
     REQUIRE(ev->fpdu_bytes == uiw_fpdu_len(ev->ulpdu_len));
     REQUIRE(ev->fpdu_off + ev->fpdu_bytes == f->rx.stream_off);
-    memset(&e, 0, sizeof(e));
-    e.kind = UIW_RX_HDR;
-    e.fpdu_off = ev->fpdu_off;
-    e.ulpdu_len = ev->ulpdu_len;
-    e.hdr = ev->hdr;
-    e.hdr_len = ev->hdr_len;
-    e.payload_len = ev->payload_len;
-    e.nmarkers = ev->nmarkers;
+    fpdu_as_event(ev, UIW_RX_HDR, &e);
     check_event(f, &e, in, len);
     if (f->rewind && (f->fpdu_seen++ & 1)) {
         back = uiw_rx_fpdu_rewind(&f->rx);
@@ -244,28 +237,10 @@ static size_t fpdu_event(fz *f, const uiw_rx_event *ev, const uint8_t *in, size_
         return back;
     }
     if (ev->payload_len) {
-        memset(&e, 0, sizeof(e));
-        e.kind = UIW_RX_PAYLOAD;
-        e.data = ev->data;
-        e.len = ev->len;
-        e.offset = ev->offset;
-        e.data_off = ev->data_off;
+        fpdu_as_event(ev, UIW_RX_PAYLOAD, &e);
         check_event(f, &e, in, len);
     }
-    memset(&e, 0, sizeof(e));
-    e.kind = UIW_RX_END;
-    e.fpdu_off = ev->fpdu_off;
-    e.ulpdu_len = ev->ulpdu_len;
-    e.hdr_len = ev->hdr_len;
-    e.payload_len = ev->payload_len;
-    e.crc_checked = ev->crc_checked;
-    e.crc_ok = ev->crc_ok;
-    e.crc_recv = ev->crc_recv;
-    e.crc_calc = ev->crc_calc;
-    e.pad_nonzero = ev->pad_nonzero;
-    e.marker_rsvd = ev->marker_rsvd;
-    e.nmarkers = ev->nmarkers;
-    e.fpdu_bytes = ev->fpdu_bytes;
+    fpdu_as_event(ev, UIW_RX_END, &e);
     check_event(f, &e, in, len);
     return 0;
 }

@@ -93,6 +93,17 @@ wait_listen() {
 }
 
 # ---------------------------------------------------------------- links
+# veth_names PREFIX: names for a pair of namespaces and their veth ends,
+# unique to this process: sets na nb (PREFIX a/b) and va vb; veth_del
+# removes the namespaces (and with them the pair) again.
+veth_names() {
+    na=uiw${1}a$$ nb=uiw${1}b$$ va=uv${1}a$$ vb=uv${1}b$$
+}
+veth_del() {
+    ip netns del "$na" 2>/dev/null
+    ip netns del "$nb" 2>/dev/null
+}
+
 # veth_link NA NB VA VB NET MTU TIMESTAMPS: (re)make the network namespaces
 # NA and NB joined by the veth pair VA (NET.1, in NA) and VB (NET.2, in NB)
 # with that MTU and net.ipv4.tcp_timestamps (as RNICs run: 0) in both.

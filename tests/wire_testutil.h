@@ -56,4 +56,36 @@ static inline bool hdr_eq(const uiw_hdr *a, const uiw_hdr *b)
     }
 }
 
+/* The event the slow path gives, for kind UIW_RX_HDR, UIW_RX_PAYLOAD or
+ * UIW_RX_END, for the FPDU a UIW_RX_FPDU event ev delivered whole: the
+ * fields of that kind copied from ev, every other field zero. */
+static inline void fpdu_as_event(const uiw_rx_event *ev, uint8_t kind, uiw_rx_event *e)
+{
+    memset(e, 0, sizeof(*e));
+    e->kind = kind;
+    if (kind == UIW_RX_PAYLOAD) {
+        e->data = ev->data;
+        e->len = ev->len;
+        e->offset = ev->offset;
+        e->data_off = ev->data_off;
+        return;
+    }
+    e->fpdu_off = ev->fpdu_off;
+    e->ulpdu_len = ev->ulpdu_len;
+    e->hdr_len = ev->hdr_len;
+    e->payload_len = ev->payload_len;
+    e->nmarkers = ev->nmarkers;
+    if (kind == UIW_RX_HDR) {
+        e->hdr = ev->hdr;
+        return;
+    }
+    e->crc_checked = ev->crc_checked;
+    e->crc_ok = ev->crc_ok;
+    e->crc_recv = ev->crc_recv;
+    e->crc_calc = ev->crc_calc;
+    e->pad_nonzero = ev->pad_nonzero;
+    e->marker_rsvd = ev->marker_rsvd;
+    e->fpdu_bytes = ev->fpdu_bytes;
+}
+
 #endif

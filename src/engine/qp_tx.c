@@ -1163,7 +1163,9 @@ static bool sq_startable(struct uiw_qp *qp, struct dp_tx *t)
            qp->sq[(qp->sq_head + t->sq_started) % qp->sq_cap].state == SQE_NEW;
 }
 
-/* Whether pick_next() could start anything (no side effects). */
+/* Whether pick_next() could start anything (no side effects): nothing
+ * after a queued Terminate, the RTR first, then nothing while the first
+ * FPDU awaits the peer's (RFC 5044 §7.1.2 rule 4). */
 static bool tx_startable(struct uiw_qp *qp, struct dp_tx *t)
 {
     if (t->term_queued)
@@ -1179,14 +1181,12 @@ static int pick_next(struct uiw_qp *qp, struct dp_tx *t)
 {
     bool irq, sq, irq_first;
 
-    if (t->term_queued)
+    if (!tx_startable(qp, t))
         return 0;
     if (t->rtr) {
         start_rtr(qp, t);
         return 1;
     }
-    if (t->await) /* RFC 5044 §7.1.2 rule 4 */
-        return 0;
     irq = qp->irq_count > t->irq_started;
     sq = sq_startable(qp, t);
     /* alternate message by message; either one may have to wait (SQ:

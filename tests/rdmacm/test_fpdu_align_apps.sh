@@ -46,14 +46,12 @@ if grep -Eq 'lib(asan|tsan|ubsan)' <<<"$(ldd "$LIB/libibverbs.so.1" 2>/dev/null)
     exit 77
 fi
 
-tag=$$
-na=uiwfa$tag nb=uiwfb$tag va=uvfa$tag vb=uvfb$tag
+veth_names f
 tmp=$(mktemp -d)
 cap=
 cleanup() {
     [ -n "$cap" ] && kill -INT "$cap" 2>/dev/null
-    ip netns del "$na" 2>/dev/null
-    ip netns del "$nb" 2>/dev/null
+    veth_del
     if [ -n "${UIWARP_KEEP:-}" ]; then echo "kept: $tmp"; else rm -rf "$tmp"; fi
 }
 trap cleanup EXIT
