@@ -398,6 +398,34 @@ static void t_early_close_storm(struct srv *s)
     check_base(s, "300 early closes", peak);
 }
 
+/* Bytes glued to the Request in the same write (the responder's one recv
+ * takes them with it): refused before any CONNECT_REQUEST (RFC 5044
+ * §7.1.2: nothing follows the Request before our Reply), the connection
+ * closed, no fd left. */
+static void t_request_glued(struct srv *s)
+{
+    uint8_t req[UIW_MPA_MAX_FRAME + 8];
+    size_t n = mk_request(req, 2);
+    int peak = s->base_fd;
+    for (int i = 0; i < 50; i++) {
+        size_t extra = 1 + (size_t)(i % 8);
+        memset(req + n, 'x', extra);
+        int fd = raw_connect(s->port);
+        if (fd < 0) {
+            CHECK(!"connect");
+            continue;
+        }
+        CHECK_EQ(eng_send_all(fd, req, n + extra), 0);
+        CHECK(closed_by_peer(fd, EV_MS));
+        int f = count_fds();
+        if (f > peak)
+            peak = f;
+        close(fd);
+    }
+    CHECK(no_event(s->ch, QUIET_MS));
+    check_base(s, "50 Requests with bytes glued after them", peak);
+}
+
 /* The application rejects (then destroys, as rdma_reject + rdma_destroy_id). */
 static void t_app_reject(struct srv *s)
 {
@@ -935,6 +963,7 @@ int main(int argc, char **argv)
         t_reject_storm(&s);
         t_garbage_storm(&s);
         t_early_close_storm(&s);
+        t_request_glued(&s);
         t_app_reject(&s);
         t_accept_fails(&s);
         legit_client(&s, "client after the storms");
