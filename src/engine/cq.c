@@ -390,7 +390,7 @@ UIW_EXPORT struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, vo
     cq->cap = (unsigned)cqe;
     cq->drive_ep = -1;
     pthread_cond_init(&cq->drive_cv, NULL);
-    pthread_mutex_init(&cq->lock, NULL);
+    uiw_mutex_init_adaptive(&cq->lock);
     cq->ibcq.context = context;
     cq->ibcq.channel = channel;
     cq->ibcq.cq_context = cq_context;

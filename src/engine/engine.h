@@ -106,6 +106,24 @@ static inline uint64_t uiw_now_ns(void) /* CLOCK_MONOTONIC */
     return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
+/* The locks the application's thread and the progress thread both take for
+ * a few microseconds per message (a QP's, a CQ's) spin briefly before
+ * sleeping (glibc's adaptive mutex). A plain mutex puts the loser to sleep
+ * in the kernel and makes the holder pay a futex wake when it unlocks; the
+ * sleeper then waits for a wake-up, which on a machine whose CPUs are all
+ * busy (a program spinning on memory, as perftest's write_lat) may only
+ * come at the next scheduler tick. docs/ENGINE.md "Threads, locks,
+ * progress" has the figures. */
+static inline void uiw_mutex_init_adaptive(pthread_mutex_t *m)
+{
+    pthread_mutexattr_t a;
+
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_ADAPTIVE_NP);
+    pthread_mutex_init(m, &a);
+    pthread_mutexattr_destroy(&a);
+}
+
 /* A zeroed object of size bytes for a verb that returns a pointer: NULL
  * with errno ENOMEM if there is no memory. */
 static inline void *uiw_zalloc(size_t size)

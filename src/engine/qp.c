@@ -520,7 +520,7 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     qp->scq = to_ucq(init->send_cq);
     qp->rcq = to_ucq(init->recv_cq);
     qp->srq = init->srq ? to_usrq(init->srq) : NULL;
-    pthread_mutex_init(&qp->lock, NULL);
+    uiw_mutex_init_adaptive(&qp->lock);
     pthread_mutex_init(&qp->rq_lock, NULL);
     atomic_init(&qp->refs, 1);
     /* As siw and cxgb4: an iWARP QP is in INIT when created (siw has one
