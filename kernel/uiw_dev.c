@@ -26,6 +26,7 @@ struct uiw_dev {
     struct ib_device ibdev;
     struct net_device *netdev;
     struct list_head list; /* uiw_devs */
+    bool port_active;      /* the state last dispatched (uiw_port_event) */
 };
 
 /* The core allocates the verbs objects with the driver's sizes
@@ -81,10 +82,17 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     return 0;
 }
 
+/* The port is ACTIVE while the interface is up with a carrier: iWARP's
+ * LLP is TCP over it (RFC 5044 §1), and nothing else gates it. */
+static bool uiw_netdev_up(struct net_device *nd)
+{
+    return netif_running(nd) && netif_carrier_ok(nd);
+}
+
 static int uiw_query_port(struct ib_device *ibdev, u32 port, struct ib_port_attr *a)
 {
     struct net_device *nd = to_udev(ibdev)->netdev;
-    bool up = netif_running(nd) && netif_carrier_ok(nd);
+    bool up = uiw_netdev_up(nd);
     int rc;
 
     memset(a, 0, sizeof(*a));
@@ -264,6 +272,7 @@ static int uiw_newlink(const char *name, struct net_device *nd)
     if (!d)
         return -ENOMEM;
     d->netdev = nd;
+    d->port_active = uiw_netdev_up(nd);
     INIT_LIST_HEAD(&d->list);
     ib_set_device_ops(&d->ibdev, &uiw_dev_ops);
     d->ibdev.node_type = RDMA_NODE_RNIC;
@@ -298,22 +307,57 @@ static struct rdma_link_ops uiw_link_ops = {
     .newlink = uiw_newlink,
 };
 
-/* The interface under a device goes away: remove the device first (the
- * core holds the interface until then; ib_device_set_netdev). From the
- * notifier the removal is queued. */
+/* The interface went up or down, or its carrier changed: tell the
+ * consumers (ib_register_event_handler) once per change of the port's
+ * state, as query_port reports it. Notifiers run under RTNL, so
+ * port_active needs no lock of its own. */
+static void uiw_port_event(struct uiw_dev *d)
+{
+    bool up = uiw_netdev_up(d->netdev);
+    struct ib_event ev = {
+        .device = &d->ibdev,
+        .element.port_num = 1,
+        .event = up ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR,
+    };
+
+    if (up == d->port_active)
+        return;
+    d->port_active = up;
+    pr_info("%s: port 1 %s (%s)\n", dev_name(&d->ibdev.dev), up ? "ACTIVE" : "DOWN",
+            d->netdev->name);
+    ib_dispatch_event(&ev);
+}
+
+/* Carrier and up/down changes become port events. The interface under a
+ * device going away removes the device first (the core holds the
+ * interface until then; ib_device_set_netdev); from the notifier the
+ * removal is queued. */
 static int uiw_netdev_event(struct notifier_block *nb, unsigned long event, void *ptr)
 {
     struct net_device *nd = netdev_notifier_info_to_dev(ptr);
     struct ib_device *ib;
 
-    if (event != NETDEV_UNREGISTER)
+    switch (event) {
+    case NETDEV_UP:
+    case NETDEV_DOWN:
+    case NETDEV_CHANGE: /* carrier on/off */
+    case NETDEV_UNREGISTER:
+        break;
+    default:
         return NOTIFY_DONE;
+    }
     ib = ib_device_get_by_netdev(nd, RDMA_DRIVER_UNKNOWN);
     if (!ib)
         return NOTIFY_DONE;
-    if (ib->ops.dealloc_driver == uiw_dealloc_driver) {
+    if (ib->ops.dealloc_driver != uiw_dealloc_driver) {
+        ib_device_put(ib);
+        return NOTIFY_DONE;
+    }
+    if (event == NETDEV_UNREGISTER) {
         pr_info("%s: %s is going away\n", dev_name(&ib->dev), nd->name);
         ib_unregister_device_queued(ib);
+    } else {
+        uiw_port_event(to_udev(ib));
     }
     ib_device_put(ib);
     return NOTIFY_OK;

@@ -156,6 +156,21 @@ rdma dev show uiw0
 rdma dev show uiw0 | grep -q 'node_type rnic' && ok "rdma dev: uiw0 is an RNIC" || bad "rdma dev: uiw0 is not an rnic"
 cat /sys/class/infiniband/uiw0/ports/1/link_layer /sys/class/infiniband/uiw0/ports/1/gids/0 2>&1
 grep -qi ethernet /sys/class/infiniband/uiw0/ports/1/link_layer && ok "sysfs: Ethernet link layer" || bad "sysfs: link_layer"
+# port events: the interface down and up again (carrier changes take the
+# same path); the port's state as rdma link and sysfs show it, and the
+# driver's line for each dispatched IB_EVENT_PORT_ERR/ACTIVE
+dmesg -c >/dev/null
+wait_port() { # \$1: ACTIVE or DOWN; up to 5 s
+  i=0
+  while ! grep -q "\$1" /sys/class/infiniband/uiw0/ports/1/state && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  grep -q "\$1" /sys/class/infiniband/uiw0/ports/1/state
+}
+ip link set eth0 down
+wait_port DOWN && rdma link show uiw0/1 | grep -q 'state DOWN' && dmesg | grep -q 'uiw0: port 1 DOWN (eth0)' &&
+  ok "eth0 down: port DOWN, event dispatched" || bad "eth0 down: \$(cat /sys/class/infiniband/uiw0/ports/1/state)"
+ip link set eth0 up
+wait_port ACTIVE && rdma link show uiw0/1 | grep -q 'state ACTIVE' && dmesg | grep -q 'uiw0: port 1 ACTIVE (eth0)' &&
+  ok "eth0 up: port ACTIVE, event dispatched" || bad "eth0 up: \$(cat /sys/class/infiniband/uiw0/ports/1/state)"
 rdma link add uiw1 type uiwarp netdev eth0 2>/dev/null && bad "a second device on eth0 was accepted" || ok "a second device on eth0 is refused"
 if rdma link delete uiw0; then ok "rdma link delete"; else bad "rdma link delete"; fi
 rdma link show 2>/dev/null | grep -q uiw0 && bad "uiw0 still shown after delete" || ok "uiw0 gone after delete"
