@@ -11,8 +11,11 @@
 #                                  show/delete uiw0 on eth0, rmmod with it),
 #                                  N more load/unload rounds (default 20; a
 #                                  device on every other one), an interface
-#                                  removed under a device, no kernel
-#                                  warnings
+#                                  removed under a device, port events
+#                                  (eth0 down/up), a kernel verbs consumer
+#                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
+#                                  REG_MR/LOCAL_INV, flush, drain; no
+#                                  object left), no kernel warnings
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
 # SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
@@ -104,6 +107,8 @@ build() {
     fi
     [ -f "$B/uiwarp.ko" ] || die "make succeeded but $B/uiwarp.ko is missing"
     check_symbols "$B/uiwarp.ko"
+    [ -f "$B/uiwarp_ktest.ko" ] || die "make succeeded but $B/uiwarp_ktest.ko is missing"
+    check_symbols "$B/uiwarp_ktest.ko"
     local vm
     vm=$(modinfo -F vermagic "$B/uiwarp.ko" 2>/dev/null || true)
     case $vm in "$KABI "*) ;; *) die "uiwarp.ko has vermagic '$vm', not $KABI" ;; esac
@@ -189,6 +194,25 @@ if [ -f /x/dummy.ko ]; then
 else
   echo "KTEST skip interface removal (no dummy.ko)"
 fi
+# a kernel consumer (uiwarp_ktest.ko, kernel/uiw_ktest.c) goes through
+# PD, CQ, QP, fast-register MR, REG_MR/LOCAL_INV, misuse, flush and
+# ib_drain_qp on uiw0; then every object is gone (rdma res, the driver's
+# own counts at removal)
+dmesg -c >/dev/null
+if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko; then
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  case "\$line" in *"verbs test: PASS"*) ok "kernel verbs consumer";; *) dmesg | grep uiwarp_ktest; bad "kernel verbs consumer: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  res=\$(rdma res show uiw0)
+  echo "rdma res: \$res"
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*) ok "no objects left (rdma res)";; *) bad "objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "removal: the driver counts no object" ||
+    bad "removal after the consumer"
+else
+  bad "kernel verbs consumer: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
 # load/unload rounds, with a device on every other one
 i=0 lf=0
 while [ \$i -lt \$loops ]; do
@@ -215,7 +239,7 @@ test_vm() {
     x=$(mktemp -d "${TMPDIR:-/tmp}/uiwarp-kernel.XXXXXX") # global: the trap needs it
     trap 'rm -rf "$x"' EXIT
     guest_modules
-    cp "$B/uiwarp.ko" "$x/"
+    cp "$B/uiwarp.ko" "$B/uiwarp_ktest.ko" "$x/"
     [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
     guest_script "$loops" >"$x/guest.sh"
     local log=$B/test.log rc=0
