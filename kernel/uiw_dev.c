@@ -33,8 +33,7 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     if (udata && (udata->inlen || udata->outlen))
         return -EINVAL;
     memset(a, 0, sizeof(*a));
-    /* What uiw_verbs.c enforces. No SRQ, no memory windows, no atomics
-     * yet (all 0). */
+    /* What uiw_verbs.c enforces. No memory windows, no atomics yet (0). */
     a->max_mr_size = ~0ull;
     a->page_size_cap = PAGE_SIZE;
     a->vendor_id = 0;
@@ -47,13 +46,16 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     a->max_cqe = UIW_MAX_CQE;
     a->max_mr = UIW_MAX_MR;
     a->max_pd = UIW_MAX_PD;
+    a->max_srq = UIW_MAX_SRQ;
+    a->max_srq_wr = UIW_MAX_SRQ_WR;
+    a->max_srq_sge = UIW_MAX_SGE;
     /* RFC 6581 §9.1 IRD/ORD, the wire core's defaults (siw's limit 128);
      * modify_qp checks against them; the CM will negotiate them */
     a->max_qp_rd_atom = UIW_MPA_DEFAULT_IRD;
     a->max_qp_init_rd_atom = UIW_MPA_DEFAULT_ORD;
     a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
     /* Fast Register and Local Invalidate (IB_WR_REG_MR, IB_WR_LOCAL_INV) */
-    a->device_cap_flags = IB_DEVICE_MEM_MGT_EXTENSIONS;
+    a->device_cap_flags = IB_DEVICE_MEM_MGT_EXTENSIONS | IB_DEVICE_SRQ_RESIZE;
     a->max_fast_reg_page_list_len = UIW_MAX_FR_PAGES;
     a->max_pkeys = 1;
     /* rdma link delete may remove it (the core refuses otherwise) */

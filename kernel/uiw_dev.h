@@ -20,6 +20,8 @@
 #define UIW_MAX_QP_WR    1024
 #define UIW_MAX_SGE      6
 #define UIW_MAX_MR       4096
+#define UIW_MAX_SRQ      1024
+#define UIW_MAX_SRQ_WR   4096
 #define UIW_MAX_FR_PAGES 256 /* max_fast_reg_page_list_len */
 #define UIW_MAX_INLINE   256 /* as the userspace engine (src/engine/engine.h) */
 #define UIW_FIRST_QPN    16  /* as the engine: QPNs 0 and 1 mean IB's special QPs */
@@ -36,7 +38,7 @@ struct uiw_dev {
     struct xarray qps;
     u32 next_qpn;
     /* live objects, checked at removal (docs/KERNEL.md) */
-    atomic_t npd, ncq, nqp, nmr;
+    atomic_t npd, ncq, nqp, nmr, nsrq;
 };
 
 static inline struct uiw_dev *to_udev(struct ib_device *ibdev)
@@ -57,6 +59,16 @@ struct uiw_cq {
     bool overflow;
 };
 
+/* A shared receive queue: a ring of posted receives (wr_id only until the
+ * data path). */
+struct uiw_srq {
+    struct ib_srq base;
+    spinlock_t lock;
+    u64 *ring;
+    u32 cap, head, count, max_sge;
+    u32 limit; /* armed IB_SRQ_LIMIT (0: off); the data path raises the event */
+};
+
 struct uiw_qp {
     struct ib_qp base;
     spinlock_t lock; /* state, attr, the receive queue */
@@ -64,7 +76,8 @@ struct uiw_qp {
     struct ib_qp_attr attr; /* what modify_qp set, for query_qp */
     struct ib_qp_cap cap;
     enum ib_sig_type sq_sig_type;
-    u64 *rq; /* posted receives' wr_id (the data path will add the SGEs) */
+    u64 *rq; /* posted receives' wr_id (the data path will add the SGEs);
+              * NULL on an SRQ */
     u32 rq_head, rq_count;
 };
 

@@ -3,9 +3,10 @@
  * uiwarp_ktest.ko: a kernel consumer of a uiwarp device, for the VM test
  * only (scripts/kernel.sh test; docs/KERNEL.md). At load it takes the
  * device named by dev= (default uiw0) and goes through the ib core's API
- * as NVMe over Fabrics or rdma_rw would: PD (with the core's DMA MR), CQ,
- * QP and its state machine, fast-register MR with map_mr_sg, IB_WR_REG_MR
- * and IB_WR_LOCAL_INV completions, errors on misuse, flush on ERR and
+ * as NVMe over Fabrics or rdma_rw would: PD (with the core's DMA MR), CQ
+ * (polled directly, by the core from a workqueue, full), QP and its state
+ * machine, SRQ, fast-register MR with map_mr_sg, IB_WR_REG_MR and
+ * IB_WR_LOCAL_INV completions, errors on misuse, flush on ERR and
  * ib_drain_qp. Everything it creates is destroyed before the load returns.
  * One dmesg line:
  *   uiwarp_ktest: verbs test: PASS (N checks)
@@ -14,6 +15,7 @@
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
+#include <linux/completion.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 #include <linux/scatterlist.h>
@@ -146,6 +148,176 @@ static void test_drain(struct ib_device *ib, struct ib_pd *pd)
     ib_free_cq(cq);
 }
 
+/* A shared receive queue: limits, resize, a QP on it (its receives go to
+ * the SRQ; its error raises IB_EVENT_QP_LAST_WQE_REACHED, nothing flushed) */
+static void test_srq(struct ib_device *ib, struct ib_pd *pd, struct ib_cq *cq)
+{
+    struct ib_srq_init_attr si = {.attr = {.max_wr = 0, .max_sge = 1}, .srq_type = IB_SRQT_BASIC};
+    struct ib_qp_init_attr init = {
+        .event_handler = qp_event,
+        .send_cq = cq,
+        .recv_cq = cq,
+        .cap = {.max_send_wr = 4, .max_send_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct ib_recv_wr r[5] = {};
+    const struct ib_recv_wr *bad;
+    struct ib_srq_attr a = {};
+    struct ib_wc wc[4];
+    struct ib_srq *srq;
+    struct ib_qp *qp;
+    int i;
+
+    srq = ib_create_srq(pd, &si);
+    CHECK(PTR_ERR(srq) == -EINVAL, "SRQ of 0 entries: %ld", PTR_ERR(srq));
+    si.attr.max_wr = 4;
+    srq = ib_create_srq(pd, &si);
+    CHECK(!IS_ERR(srq), "ib_create_srq: %ld", PTR_ERR(srq));
+    if (IS_ERR(srq))
+        return;
+    for (i = 0; i < 4; i++) {
+        r[i].wr_id = 200 + i;
+        r[i].next = &r[i + 1];
+    }
+    r[4].wr_id = 204;
+    CHECK(ib_post_srq_recv(srq, r, &bad) == -ENOMEM && bad == &r[4], "5 receives on 4");
+    CHECK(ib_query_srq(srq, &a) == 0 && a.max_wr == 4 && a.srq_limit == 0, "query: %u %u", a.max_wr,
+          a.srq_limit);
+    a.srq_limit = 5;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_LIMIT) == -EINVAL, "limit above the size");
+    a.srq_limit = 2;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_LIMIT) == 0, "limit 2");
+    a.max_wr = 3;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_MAX_WR) == -EINVAL, "resize below the 4 queued");
+    a.max_wr = 8;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_MAX_WR) == 0, "resize to 8");
+    memset(&a, 0, sizeof(a));
+    CHECK(ib_query_srq(srq, &a) == 0 && a.max_wr == 8 && a.srq_limit == 2, "query: %u %u", a.max_wr,
+          a.srq_limit);
+    CHECK(ib_post_srq_recv(srq, &r[4], NULL) == 0, "the 5th receive after the resize");
+
+    init.srq = srq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "QP on the SRQ: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        struct ib_recv_wr rw = {};
+
+        CHECK(ib_post_recv(qp, &rw, &bad) == -EINVAL && bad == &rw, "post_recv on an SRQ QP");
+        atomic_set(&qp_events, 0);
+        CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0 && to_state(qp, IB_QPS_ERR, 0, 0) == 0,
+              "INIT, ERR");
+        CHECK(atomic_read(&qp_events) == 1 && last_qp_event == IB_EVENT_QP_LAST_WQE_REACHED,
+              "events %d, last %d", atomic_read(&qp_events), last_qp_event);
+        CHECK(ib_poll_cq(cq, 4, wc) == 0, "the SRQ's receives were flushed");
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_destroy_srq(srq); /* void on 6.1 */
+}
+
+static atomic_t cq_errs = ATOMIC_INIT(0);
+
+static void cq_event(struct ib_event *ev, void *ctx)
+{
+    if (ev->event == IB_EVENT_CQ_ERR)
+        atomic_inc(&cq_errs);
+}
+
+/* A full CQ: a local operation is refused (-ENOMEM, nothing executed), a
+ * flush into it is lost with IB_EVENT_CQ_ERR */
+static void test_cq_full(struct ib_device *ib, struct ib_pd *pd, struct ib_mr *mr)
+{
+    struct ib_cq_init_attr cqa = {.cqe = 2};
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct ib_send_wr w = {.opcode = IB_WR_LOCAL_INV,
+                           .wr_id = 300,
+                           .send_flags = IB_SEND_SIGNALED,
+                           .ex.invalidate_rkey = mr->rkey};
+    struct ib_recv_wr r = {.wr_id = 301};
+    const struct ib_send_wr *bad;
+    struct ib_wc wc[4];
+    struct ib_cq *cq;
+    struct ib_qp *qp;
+    int n;
+
+    cq = ib_create_cq(ib, NULL, cq_event, NULL, &cqa);
+    CHECK(!IS_ERR(cq), "ib_create_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "ib_create_qp: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0, "INIT");
+        CHECK(ib_post_send(qp, &w, NULL) == 0 && ib_post_send(qp, &w, NULL) == 0, "2 posts");
+        CHECK(ib_post_send(qp, &w, &bad) == -ENOMEM && bad == &w, "a 3rd on a full CQ");
+        CHECK(ib_post_recv(qp, &r, NULL) == 0, "post_recv");
+        atomic_set(&cq_errs, 0);
+        CHECK(to_state(qp, IB_QPS_ERR, 0, 0) == 0, "ERR");
+        CHECK(atomic_read(&cq_errs) == 1, "CQ_ERR events %d", atomic_read(&cq_errs));
+        n = ib_poll_cq(cq, 4, wc);
+        CHECK(n == 2 && wc[0].wr_id == 300 && wc[1].wr_id == 300, "polled %d", n);
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_destroy_cq(cq);
+}
+
+/* A CQ the core polls from a workqueue (as NVMe over Fabrics' hosts and
+ * targets use it): the completion reaches the WR's ib_cqe through the
+ * device's completion handler */
+struct wq_done {
+    struct ib_cqe cqe;
+    struct completion done;
+    int status, opcode;
+};
+
+static void wq_done_fn(struct ib_cq *cq, struct ib_wc *wc)
+{
+    struct wq_done *d = container_of(wc->wr_cqe, struct wq_done, cqe);
+
+    d->status = wc->status;
+    d->opcode = wc->opcode;
+    complete(&d->done);
+}
+
+static void test_cq_workqueue(struct ib_device *ib, struct ib_pd *pd, struct ib_mr *mr)
+{
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct wq_done d = {.cqe.done = wq_done_fn, .status = -1};
+    struct ib_send_wr w = {.opcode = IB_WR_LOCAL_INV,
+                           .wr_cqe = &d.cqe,
+                           .send_flags = IB_SEND_SIGNALED,
+                           .ex.invalidate_rkey = mr->rkey};
+    struct ib_cq *cq;
+    struct ib_qp *qp;
+
+    init_completion(&d.done);
+    cq = ib_alloc_cq(ib, NULL, 8, 0, IB_POLL_WORKQUEUE);
+    CHECK(!IS_ERR(cq), "ib_alloc_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "ib_create_qp: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0, "INIT");
+        CHECK(ib_post_send(qp, &w, NULL) == 0, "post LOCAL_INV");
+        CHECK(wait_for_completion_timeout(&d.done, 5 * HZ) > 0, "no completion in 5 s");
+        CHECK(d.status == IB_WC_SUCCESS && d.opcode == IB_WC_LOCAL_INV, "status %d opcode %d",
+              d.status, d.opcode);
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_free_cq(cq);
+}
+
 static void run(struct ib_device *ib)
 {
     struct ib_cq_init_attr cqa = {.cqe = 16};
@@ -170,7 +342,7 @@ static void run(struct ib_device *ib)
 
     CHECK(ib->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS, "no MEM_MGT_EXTENSIONS");
     CHECK(ib->attrs.max_fast_reg_page_list_len >= 4, "%u", ib->attrs.max_fast_reg_page_list_len);
-    CHECK(ib->attrs.max_srq == 0, "max_srq %d", ib->attrs.max_srq);
+    CHECK(ib->attrs.max_srq > 0 && ib->attrs.max_srq_wr >= 8, "max_srq %d", ib->attrs.max_srq);
 
     pd = ib_alloc_pd(ib, 0);
     CHECK(!IS_ERR(pd), "ib_alloc_pd: %ld", PTR_ERR(pd));
@@ -409,6 +581,10 @@ static void run(struct ib_device *ib)
     n = poll(cq, wc, 8);
     CHECK(n == 2 && wc[0].status == IB_WC_SUCCESS && wc[1].status == IB_WC_MW_BIND_ERR,
           "REMOTE_WRITE without LOCAL_WRITE: n %d", n);
+
+    test_srq(ib, pd, cq);
+    test_cq_full(ib, pd, mr);
+    test_cq_workqueue(ib, pd, mr);
 
 out:
     if (mapped > 0)

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The verbs objects of a uiwarp device (docs/KERNEL.md, phase 2): PD, CQ,
- * QP and MR, as kernel consumers use them through the ib core, with the
+ * QP, SRQ and MR, as kernel consumers use them through the ib core, with the
  * userspace engine's rules (docs/ENGINE.md) where they apply.
  *
  * There is no connection and no data path yet (the iw_cm callbacks are the
@@ -17,7 +17,9 @@
  *     extension, so that a consumer can prepare its MRs, and it is what
  *     the phase's tests exercise.) Any other opcode fails with -ENOTCONN.
  *   - post_recv queues receives (their wr_id only), which are flushed when
- *     the QP enters ERR.
+ *     the QP enters ERR; post_srq_recv queues them on a shared receive
+ *     queue, whose limit event (IB_EVENT_SRQ_LIMIT_REACHED) will come with
+ *     the data path that consumes receives.
  *
  * State machine: the IB verbs table for RC (the engine's, src/engine/qp.c)
  * plus iWARP's INIT -> RTS, with no required attributes (TCP provides the
@@ -76,8 +78,18 @@ static int obj_get(atomic_t *n, int max)
 struct uiw_after {
     struct uiw_cq *notify[2]; /* completion handlers to call */
     struct uiw_cq *overflow[2];
-    int qp_event; /* an enum ib_event_type, or -1 */
+    int qp_event[2]; /* enum ib_event_type, in order; -1: none */
 };
+
+static void after_qp_event(struct uiw_after *af, enum ib_event_type e)
+{
+    af->qp_event[af->qp_event[0] < 0 ? 0 : 1] = e;
+}
+
+#define AFTER_INIT                                                                                 \
+    {                                                                                              \
+        .qp_event = { -1, -1 }                                                                     \
+    }
 
 static void after_add(struct uiw_cq **set, struct uiw_cq *cq)
 {
@@ -113,14 +125,15 @@ static void after_run(struct uiw_qp *qp, struct uiw_after *af)
         if (cq && cq->base.comp_handler)
             cq->base.comp_handler(&cq->base, cq->base.cq_context);
     }
-    if (af->qp_event >= 0 && qp->base.event_handler) {
+    for (i = 0; i < 2; i++) {
         struct ib_event ev = {
             .device = qp->base.device,
             .element.qp = &qp->base,
-            .event = af->qp_event,
+            .event = af->qp_event[i],
         };
 
-        qp->base.event_handler(&ev, qp->base.qp_context);
+        if (af->qp_event[i] >= 0 && qp->base.event_handler)
+            qp->base.event_handler(&ev, qp->base.qp_context);
     }
 }
 
@@ -334,12 +347,16 @@ static const struct uiw_transition qp_table[IB_QPS_ERR + 1][IB_QPS_ERR + 1] =
 };
 
 /* qp->lock held. Every queued receive completes with IB_WC_WR_FLUSH_ERR;
- * the send queue holds nothing (local operations execute at post). */
+ * the send queue holds nothing (local operations execute at post). A QP
+ * on an SRQ raises IB_EVENT_QP_LAST_WQE_REACHED instead (IB verbs: the
+ * SRQ's receives stay for the other QPs). */
 static void qp_to_error_locked(struct uiw_qp *qp, struct uiw_after *af)
 {
     struct uiw_cq *rcq = to_ucq(qp->base.recv_cq);
 
     qp->state = IB_QPS_ERR;
+    if (qp->base.srq)
+        after_qp_event(af, IB_EVENT_QP_LAST_WQE_REACHED);
     while (qp->rq_count) {
         struct ib_wc wc = {
             .wr_id = qp->rq[qp->rq_head],
@@ -439,7 +456,7 @@ static int uiw_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
                          struct ib_udata *udata)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
-    struct uiw_after af = {.qp_event = -1};
+    struct uiw_after af = AFTER_INIT;
     unsigned long fl;
     int rc;
 
@@ -466,6 +483,7 @@ static int uiw_query_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
     memset(init, 0, sizeof(*init));
     init->send_cq = ibqp->send_cq;
     init->recv_cq = ibqp->recv_cq;
+    init->srq = ibqp->srq;
     init->cap = qp->cap;
     init->sq_sig_type = qp->sq_sig_type;
     init->qp_type = IB_QPT_RC;
@@ -485,8 +503,6 @@ static int uiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struc
         return -EOPNOTSUPP;
     if (init->qp_type != IB_QPT_RC)
         return -EOPNOTSUPP; /* iWARP is reliable connected only */
-    if (init->srq)
-        return -EOPNOTSUPP; /* shared receive queues: not yet */
     if (init->create_flags)
         return -EOPNOTSUPP;
     if (!init->send_cq || !init->recv_cq)
@@ -500,15 +516,19 @@ static int uiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struc
         return rc;
     /* the queues' real sizes go back to the consumer, as for ibv_create_qp */
     c->max_send_wr = max(c->max_send_wr, 1u);
-    c->max_recv_wr = max(c->max_recv_wr, 1u);
     c->max_send_sge = max(c->max_send_sge, 1u);
-    c->max_recv_sge = max(c->max_recv_sge, 1u);
-    qp->cap = *c;
-    qp->rq = kcalloc(c->max_recv_wr, sizeof(*qp->rq), GFP_KERNEL);
-    if (!qp->rq) {
-        rc = -ENOMEM;
-        goto err;
+    if (init->srq) {
+        c->max_recv_wr = c->max_recv_sge = 0; /* receives go to the SRQ */
+    } else {
+        c->max_recv_wr = max(c->max_recv_wr, 1u);
+        c->max_recv_sge = max(c->max_recv_sge, 1u);
+        qp->rq = kcalloc(c->max_recv_wr, sizeof(*qp->rq), GFP_KERNEL);
+        if (!qp->rq) {
+            rc = -ENOMEM;
+            goto err;
+        }
     }
+    qp->cap = *c;
     spin_lock_init(&qp->lock);
     qp->state = IB_QPS_RESET;
     qp->sq_sig_type = init->sq_sig_type;
@@ -780,7 +800,7 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
 {
     struct uiw_qp *qp = to_uqp(ibqp);
     struct uiw_cq *scq = to_ucq(ibqp->send_cq);
-    struct uiw_after af = {.qp_event = -1};
+    struct uiw_after af = AFTER_INIT;
     unsigned long fl;
     int rc = 0;
 
@@ -826,8 +846,8 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
         if (wc.status != IB_WC_SUCCESS) {
             pr_debug("qp %u: %s failed: status %d\n", ibqp->qp_num,
                      wr->opcode == IB_WR_REG_MR ? "REG_MR" : "LOCAL_INV", wc.status);
+            after_qp_event(&af, IB_EVENT_QP_ACCESS_ERR);
             qp_to_error_locked(qp, &af);
-            af.qp_event = IB_EVENT_QP_ACCESS_ERR;
         }
     }
     spin_unlock_irqrestore(&qp->lock, fl);
@@ -841,10 +861,14 @@ static int uiw_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
                          const struct ib_recv_wr **bad)
 {
     struct uiw_qp *qp = to_uqp(ibqp);
-    struct uiw_after af = {.qp_event = -1};
+    struct uiw_after af = AFTER_INIT;
     unsigned long fl;
     int rc = 0;
 
+    if (ibqp->srq) {
+        *bad = wr;
+        return -EINVAL; /* receives go to the SRQ */
+    }
     spin_lock_irqsave(&qp->lock, fl);
     for (; wr; wr = wr->next) {
         if (wr->num_sge < 0 || (u32)wr->num_sge > qp->cap.max_recv_sge ||
@@ -874,6 +898,138 @@ static int uiw_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
     if (rc)
         *bad = wr;
     after_run(qp, &af);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Shared receive queues (as the engine's: resizable, a limit to arm)
+ * ---------------------------------------------------------------------- */
+
+static struct uiw_srq *to_usrq(struct ib_srq *s)
+{
+    return container_of(s, struct uiw_srq, base);
+}
+
+static int uiw_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
+                          struct ib_udata *udata)
+{
+    struct uiw_dev *d = to_udev(ibsrq->device);
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    struct ib_srq_attr *a = &init->attr;
+    int rc;
+
+    if (udata)
+        return -EOPNOTSUPP;
+    if (init->srq_type != IB_SRQT_BASIC)
+        return -EOPNOTSUPP; /* no XRC, no tag matching */
+    if (a->max_wr < 1 || a->max_wr > UIW_MAX_SRQ_WR || a->max_sge > UIW_MAX_SGE ||
+        a->srq_limit > a->max_wr)
+        return -EINVAL;
+    rc = obj_get(&d->nsrq, UIW_MAX_SRQ);
+    if (rc)
+        return rc;
+    srq->ring = kvcalloc(a->max_wr, sizeof(*srq->ring), GFP_KERNEL);
+    if (!srq->ring) {
+        atomic_dec(&d->nsrq);
+        return -ENOMEM;
+    }
+    spin_lock_init(&srq->lock);
+    srq->cap = a->max_wr;
+    srq->max_sge = max(a->max_sge, 1u);
+    srq->limit = a->srq_limit;
+    a->max_sge = srq->max_sge;
+    return 0;
+}
+
+/* IB_SRQ_MAX_WR resizes (never below what is queued), IB_SRQ_LIMIT arms
+ * the limit (at most the size). */
+static int uiw_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
+                          enum ib_srq_attr_mask mask, struct ib_udata *udata)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    u64 *ring = NULL, *old = NULL;
+    unsigned long fl;
+    u32 cap, i;
+    int rc = 0;
+
+    if (udata || (mask & ~(IB_SRQ_MAX_WR | IB_SRQ_LIMIT)))
+        return -EINVAL;
+    if (mask & IB_SRQ_MAX_WR) {
+        if (attr->max_wr < 1 || attr->max_wr > UIW_MAX_SRQ_WR)
+            return -EINVAL;
+        ring = kvcalloc(attr->max_wr, sizeof(*ring), GFP_KERNEL);
+        if (!ring)
+            return -ENOMEM;
+    }
+    spin_lock_irqsave(&srq->lock, fl);
+    cap = ring ? attr->max_wr : srq->cap;
+    if ((ring && attr->max_wr < srq->count) || ((mask & IB_SRQ_LIMIT) && attr->srq_limit > cap)) {
+        rc = -EINVAL;
+        old = ring;
+        goto out;
+    }
+    if (ring) {
+        for (i = 0; i < srq->count; i++)
+            ring[i] = srq->ring[(srq->head + i) % srq->cap];
+        old = srq->ring;
+        srq->ring = ring;
+        srq->head = 0;
+        srq->cap = attr->max_wr;
+    }
+    if (mask & IB_SRQ_LIMIT)
+        srq->limit = attr->srq_limit;
+out:
+    spin_unlock_irqrestore(&srq->lock, fl);
+    kvfree(old);
+    return rc;
+}
+
+static int uiw_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    unsigned long fl;
+
+    spin_lock_irqsave(&srq->lock, fl);
+    attr->max_wr = srq->cap;
+    attr->max_sge = srq->max_sge;
+    attr->srq_limit = srq->limit;
+    spin_unlock_irqrestore(&srq->lock, fl);
+    return 0;
+}
+
+static int uiw_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+
+    kvfree(srq->ring);
+    srq->ring = NULL;
+    atomic_dec(&to_udev(ibsrq->device)->nsrq);
+    return 0;
+}
+
+static int uiw_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
+                             const struct ib_recv_wr **bad)
+{
+    struct uiw_srq *srq = to_usrq(ibsrq);
+    unsigned long fl;
+    int rc = 0;
+
+    spin_lock_irqsave(&srq->lock, fl);
+    for (; wr; wr = wr->next) {
+        if (wr->num_sge < 0 || (u32)wr->num_sge > srq->max_sge || (wr->num_sge && !wr->sg_list)) {
+            rc = -EINVAL;
+            break;
+        }
+        if (srq->count == srq->cap) {
+            rc = -ENOMEM;
+            break;
+        }
+        srq->ring[(srq->head + srq->count) % srq->cap] = wr->wr_id;
+        srq->count++;
+    }
+    spin_unlock_irqrestore(&srq->lock, fl);
+    if (rc)
+        *bad = wr;
     return rc;
 }
 
@@ -917,7 +1073,13 @@ const struct ib_device_ops uiw_verbs_ops = {
     .alloc_mr = uiw_alloc_mr,
     .map_mr_sg = uiw_map_mr_sg,
     .dereg_mr = uiw_dereg_mr,
+    .create_srq = uiw_create_srq,
+    .modify_srq = uiw_modify_srq,
+    .query_srq = uiw_query_srq,
+    .destroy_srq = uiw_destroy_srq,
+    .post_srq_recv = uiw_post_srq_recv,
     INIT_RDMA_OBJ_SIZE(ib_pd, uiw_pd, base),
     INIT_RDMA_OBJ_SIZE(ib_cq, uiw_cq, base),
     INIT_RDMA_OBJ_SIZE(ib_qp, uiw_qp, base),
+    INIT_RDMA_OBJ_SIZE(ib_srq, uiw_srq, base),
 };

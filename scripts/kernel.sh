@@ -206,7 +206,7 @@ if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
-  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*) ok "no objects left (rdma res)";; *) bad "objects left: \$res";; esac
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "no objects left (rdma res)";; *) bad "objects left: \$res";; esac
   rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "removal: the driver counts no object" ||
     bad "removal after the consumer"
 else
