@@ -405,6 +405,8 @@ static void run(struct ib_device *ib)
         CHECK(ib_post_recv(qp, &r, &bad_r) == -EINVAL && bad_r == &r, "post_recv in RESET");
     }
     CHECK(to_state(qp, IB_QPS_RTR, 0, 0) == -EINVAL, "RESET -> RTR accepted");
+    CHECK(to_state(qp, IB_QPS_ERR, 0, 0) == -EINVAL, "RESET -> ERR accepted");
+    CHECK(to_state(qp, IB_QPS_RESET, 0, 0) == 0 && qp_state(qp) == IB_QPS_RESET, "RESET -> RESET");
     CHECK(to_state(qp, IB_QPS_INIT, IB_QP_ACCESS_FLAGS | IB_QP_PORT, 0x4000) == -EINVAL,
           "bad access flags accepted");
     CHECK(to_state(qp, IB_QPS_INIT, IB_QP_ACCESS_FLAGS | IB_QP_PORT,

@@ -292,7 +292,8 @@ struct uiw_transition {
     u32 allowed; /* attributes besides IB_QP_STATE; none is required */
 };
 
-/* [current][next]: RC (IB verbs QP state table) plus iWARP INIT -> RTS */
+/* [current][next]: RC (IB verbs QP state table, the kernel's
+ * ib_modify_qp_is_ok table too: no RESET -> ERR) plus iWARP INIT -> RTS */
 static const struct uiw_transition qp_table[IB_QPS_ERR + 1][IB_QPS_ERR + 1] =
     {
         [IB_QPS_RESET] =
