@@ -3,7 +3,8 @@
  * uiwarp_ktest.ko: a kernel consumer of a uiwarp device, for the VM test
  * only (scripts/kernel.sh test; docs/KERNEL.md). At load it takes the
  * device named by dev= (default uiw0) and goes through the ib core's API
- * as NVMe over Fabrics or rdma_rw would: PD (with the core's DMA MR), CQ
+ * as NVMe over Fabrics or rdma_rw would: port events (its interface,
+ * netdev= (default eth0), taken down and up), PD (with the core's DMA MR), CQ
  * (polled directly, by the core from a workqueue, full), QP and its state
  * machine, SRQ, fast-register MR with map_mr_sg, IB_WR_REG_MR and
  * IB_WR_LOCAL_INV completions, errors on misuse, flush on ERR and
@@ -18,6 +19,8 @@
 #include <linux/completion.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
+#include <linux/netdevice.h>
+#include <linux/rtnetlink.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <rdma/ib_verbs.h>
@@ -25,6 +28,10 @@
 static char *dev = "uiw0";
 module_param(dev, charp, 0444);
 MODULE_PARM_DESC(dev, "the uiwarp device to test (default uiw0)");
+
+static char *netdev = "eth0";
+module_param(netdev, charp, 0444);
+MODULE_PARM_DESC(netdev, "the device's interface, taken down and up for the port events");
 
 static unsigned int passed, failed;
 
@@ -318,6 +325,50 @@ static void test_cq_workqueue(struct ib_device *ib, struct ib_pd *pd, struct ib_
     ib_free_cq(cq);
 }
 
+/* Port events as a consumer sees them (ib_register_event_handler; the core
+ * delivers them from a workqueue): the interface down, then up */
+static struct completion port_ev_done;
+static enum ib_event_type port_ev_want;
+
+static void port_ev(struct ib_event_handler *h, struct ib_event *ev)
+{
+    if ((ev->event == IB_EVENT_PORT_ERR || ev->event == IB_EVENT_PORT_ACTIVE) &&
+        ev->element.port_num == 1 && ev->event == port_ev_want)
+        complete(&port_ev_done);
+}
+
+static bool port_flip(struct net_device *nd, bool up, enum ib_event_type want)
+{
+    int rc;
+
+    reinit_completion(&port_ev_done);
+    port_ev_want = want;
+    rtnl_lock();
+    rc = dev_change_flags(nd, up ? nd->flags | IFF_UP : nd->flags & ~IFF_UP, NULL);
+    rtnl_unlock();
+    return rc == 0 && wait_for_completion_timeout(&port_ev_done, 5 * HZ) > 0;
+}
+
+static void test_port_events(struct ib_device *ib)
+{
+    struct ib_event_handler h;
+    struct ib_port_attr pa;
+    struct net_device *nd = dev_get_by_name(&init_net, netdev);
+
+    CHECK(nd != NULL, "no interface %s", netdev);
+    if (!nd)
+        return;
+    init_completion(&port_ev_done);
+    INIT_IB_EVENT_HANDLER(&h, ib, port_ev);
+    ib_register_event_handler(&h);
+    CHECK(port_flip(nd, false, IB_EVENT_PORT_ERR), "no IB_EVENT_PORT_ERR after %s down", netdev);
+    CHECK(ib_query_port(ib, 1, &pa) == 0 && pa.state == IB_PORT_DOWN, "state %d", pa.state);
+    CHECK(port_flip(nd, true, IB_EVENT_PORT_ACTIVE), "no IB_EVENT_PORT_ACTIVE after %s up", netdev);
+    CHECK(ib_query_port(ib, 1, &pa) == 0 && pa.state == IB_PORT_ACTIVE, "state %d", pa.state);
+    ib_unregister_event_handler(&h);
+    dev_put(nd);
+}
+
 static void run(struct ib_device *ib)
 {
     struct ib_cq_init_attr cqa = {.cqe = 16};
@@ -340,6 +391,7 @@ static void run(struct ib_device *ib)
     u32 key;
     int n, i, mapped = 0;
 
+    test_port_events(ib);
     CHECK(ib->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS, "no MEM_MGT_EXTENSIONS");
     CHECK(ib->attrs.max_fast_reg_page_list_len >= 4, "%u", ib->attrs.max_fast_reg_page_list_len);
     CHECK(ib->attrs.max_srq > 0 && ib->attrs.max_srq_wr >= 8, "max_srq %d", ib->attrs.max_srq);
