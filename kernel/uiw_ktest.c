@@ -7,16 +7,17 @@
  * netdev= (default eth0), taken down and up), PD (with the core's DMA MR), CQ
  * (polled directly, by the core from a workqueue, full), QP and its state
  * machine, SRQ, fast-register MR with map_mr_sg, IB_WR_REG_MR and
- * IB_WR_LOCAL_INV completions, errors on misuse, flush on ERR and
- * ib_drain_qp. Everything it creates is destroyed before the load returns.
- * One dmesg line:
- *   uiwarp_ktest: verbs test: PASS (N checks)
+ * IB_WR_LOCAL_INV completions, errors on misuse, flush on ERR,
+ * ib_drain_qp, and two threads posting on a CQ polled in softirq context. Everything it creates is
+ * destroyed before the load returns. One dmesg line: uiwarp_ktest: verbs test: PASS (N checks)
  *   uiwarp_ktest: verbs test: FAIL (N of M checks failed)
  * each failed check logged before it. The module stays loaded (rmmod it).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/completion.h>
+#include <linux/delay.h>
+#include <linux/kthread.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 #include <linux/netdevice.h>
@@ -369,6 +370,114 @@ static void test_port_events(struct ib_device *ib)
     dev_put(nd);
 }
 
+/* Two threads post Fast Register + Local Invalidate pairs on their own QPs
+ * sharing one CQ that the core polls in softirq context, retrying while the
+ * CQ is full: every WR completes once, successfully */
+#define STRESS_ROUNDS 500
+
+struct stress {
+    struct ib_qp *qp;
+    struct ib_mr *mr;
+    struct completion done;
+    int post_errors;
+};
+
+static atomic_t stress_ok = ATOMIC_INIT(0), stress_bad = ATOMIC_INIT(0);
+
+static void stress_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+    atomic_inc(wc->status == IB_WC_SUCCESS ? &stress_ok : &stress_bad);
+}
+
+static struct ib_cqe stress_cqe = {.done = stress_done};
+
+static int stress_post(struct ib_qp *qp, const struct ib_send_wr *w)
+{
+    int rc, tries = 0;
+
+    while ((rc = ib_post_send(qp, w, NULL)) == -ENOMEM && tries++ < 100000)
+        cond_resched(); /* the CQ is full until the softirq polls it */
+    return rc;
+}
+
+static int stress_fn(void *arg)
+{
+    struct stress *st = arg;
+    int i;
+
+    for (i = 0; i < STRESS_ROUNDS; i++) {
+        struct ib_reg_wr r = {
+            .wr = {.opcode = IB_WR_REG_MR, .wr_cqe = &stress_cqe, .send_flags = IB_SEND_SIGNALED},
+            .mr = st->mr,
+            .access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE,
+        };
+        struct ib_send_wr inv = {
+            .opcode = IB_WR_LOCAL_INV, .wr_cqe = &stress_cqe, .send_flags = IB_SEND_SIGNALED};
+
+        ib_update_fast_reg_key(st->mr, ib_inc_rkey(st->mr->rkey) & 0xff);
+        r.key = st->mr->rkey;
+        inv.ex.invalidate_rkey = st->mr->rkey;
+        if (stress_post(st->qp, &r.wr) || stress_post(st->qp, &inv))
+            st->post_errors++;
+    }
+    complete(&st->done);
+    return 0;
+}
+
+static void test_stress(struct ib_device *ib, struct ib_pd *pd, struct scatterlist *sg)
+{
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 16, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct stress st[2] = {};
+    struct ib_cq *cq;
+    int i, n, want = 2 * 2 * STRESS_ROUNDS;
+
+    cq = ib_alloc_cq(ib, NULL, 64, 0, IB_POLL_SOFTIRQ);
+    CHECK(!IS_ERR(cq), "ib_alloc_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    atomic_set(&stress_ok, 0);
+    atomic_set(&stress_bad, 0);
+    for (i = 0; i < 2; i++) {
+        init_completion(&st[i].done);
+        st[i].qp = ib_create_qp(pd, &init);
+        st[i].mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, 1);
+        if (IS_ERR(st[i].qp) || IS_ERR(st[i].mr) || to_state(st[i].qp, IB_QPS_INIT, 0, 0) ||
+            ib_map_mr_sg(st[i].mr, sg, 1, NULL, PAGE_SIZE) != 1)
+            goto out;
+    }
+    for (i = 0; i < 2; i++) {
+        struct task_struct *t = kthread_run(stress_fn, &st[i], "uiw_ktest%d", i);
+
+        if (IS_ERR(t)) {
+            st[i].post_errors = -1;
+            complete(&st[i].done);
+        }
+    }
+    for (i = 0; i < 2; i++)
+        wait_for_completion(&st[i].done);
+    for (n = 0; n < 500 && atomic_read(&stress_ok) + atomic_read(&stress_bad) < want; n++)
+        msleep(10);
+    CHECK(st[0].post_errors == 0 && st[1].post_errors == 0, "post errors %d %d", st[0].post_errors,
+          st[1].post_errors);
+    CHECK(atomic_read(&stress_ok) == want && atomic_read(&stress_bad) == 0,
+          "%d of %d completions successful, %d failed", atomic_read(&stress_ok), want,
+          atomic_read(&stress_bad));
+out:
+    CHECK(i == 2, "stress setup failed at QP/MR %d", i);
+    for (i = 0; i < 2; i++) {
+        if (!IS_ERR_OR_NULL(st[i].qp))
+            ib_destroy_qp(st[i].qp);
+        if (!IS_ERR_OR_NULL(st[i].mr))
+            ib_dereg_mr(st[i].mr);
+    }
+    ib_free_cq(cq);
+}
+
 static void run(struct ib_device *ib)
 {
     struct ib_cq_init_attr cqa = {.cqe = 16};
@@ -639,6 +748,7 @@ static void run(struct ib_device *ib)
     test_srq(ib, pd, cq);
     test_cq_full(ib, pd, mr);
     test_cq_workqueue(ib, pd, mr);
+    test_stress(ib, pd, sg);
 
 out:
     if (mapped > 0)
