@@ -4,10 +4,9 @@
  *   rdma link add uiw0 type uiwarp netdev eth0
  *   rdma link delete uiw0
  * (rdma_link_ops, "rdma-link-uiwarp"); removed too when the interface goes
- * away. Phase 1 (docs/KERNEL.md): the
- * device, its one port and its queries exist; every verb that would create
- * an object or move data fails with -EOPNOTSUPP, so no PD, CQ, QP or MR can
- * exist yet and their destroy verbs are never reached.
+ * away. This file: the device, its one port (events on the interface's
+ * up/carrier changes) and its queries; the verbs objects (PD, CQ, QP, MR)
+ * are in uiw_verbs.c (docs/KERNEL.md).
  */
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
@@ -19,34 +18,12 @@
 #include <rdma/iw_cm.h>
 #include <rdma/rdma_netlink.h>
 
+#include "uiw_dev.h"
 #include "uiw_kmod.h"
 #include "uiwarp/wire.h"
 
-struct uiw_dev {
-    struct ib_device ibdev;
-    struct net_device *netdev;
-    struct list_head list; /* uiw_devs */
-};
-
-/* The core allocates the verbs objects with the driver's sizes
- * (INIT_RDMA_OBJ_SIZE); these will grow the driver's state. */
-struct uiw_pd {
-    struct ib_pd base;
-};
-struct uiw_cq {
-    struct ib_cq base;
-};
-struct uiw_qp {
-    struct ib_qp base;
-};
-
 static LIST_HEAD(uiw_devs);
 static DEFINE_MUTEX(uiw_devs_lock);
-
-static struct uiw_dev *to_udev(struct ib_device *ibdev)
-{
-    return container_of(ibdev, struct uiw_dev, ibdev);
-}
 
 static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
                             struct ib_udata *udata)
@@ -56,24 +33,30 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     if (udata && (udata->inlen || udata->outlen))
         return -EINVAL;
     memset(a, 0, sizeof(*a));
-    /* What the device will offer; nothing can be created yet. */
+    /* What uiw_verbs.c enforces. No memory windows, no atomics yet (0). */
     a->max_mr_size = ~0ull;
     a->page_size_cap = PAGE_SIZE;
     a->vendor_id = 0;
-    a->max_qp = 1024;
-    a->max_qp_wr = 1024;
-    a->max_send_sge = 6;
-    a->max_recv_sge = 6;
-    a->max_sge_rd = 6;
-    a->max_cq = 1024;
-    a->max_cqe = 4096;
-    a->max_mr = 4096;
-    a->max_pd = 1024;
-    /* RFC 6581 §9.1 IRD/ORD, the wire core's defaults (siw's limit 128) */
+    a->max_qp = UIW_MAX_QP;
+    a->max_qp_wr = UIW_MAX_QP_WR;
+    a->max_send_sge = UIW_MAX_SGE;
+    a->max_recv_sge = UIW_MAX_SGE;
+    a->max_sge_rd = UIW_MAX_SGE;
+    a->max_cq = UIW_MAX_CQ;
+    a->max_cqe = UIW_MAX_CQE;
+    a->max_mr = UIW_MAX_MR;
+    a->max_pd = UIW_MAX_PD;
+    a->max_srq = UIW_MAX_SRQ;
+    a->max_srq_wr = UIW_MAX_SRQ_WR;
+    a->max_srq_sge = UIW_MAX_SGE;
+    /* RFC 6581 §9.1 IRD/ORD, the wire core's defaults (siw's limit 128);
+     * modify_qp checks against them; the CM will negotiate them */
     a->max_qp_rd_atom = UIW_MPA_DEFAULT_IRD;
     a->max_qp_init_rd_atom = UIW_MPA_DEFAULT_ORD;
     a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
-    a->max_fast_reg_page_list_len = 256;
+    /* Fast Register and Local Invalidate (IB_WR_REG_MR, IB_WR_LOCAL_INV) */
+    a->device_cap_flags = IB_DEVICE_MEM_MGT_EXTENSIONS | IB_DEVICE_SRQ_RESIZE;
+    a->max_fast_reg_page_list_len = UIW_MAX_FR_PAGES;
     a->max_pkeys = 1;
     /* rdma link delete may remove it (the core refuses otherwise) */
     a->kernel_cap_flags = IBK_ALLOW_USER_UNREG;
@@ -81,10 +64,17 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     return 0;
 }
 
+/* The port is ACTIVE while the interface is up with a carrier: iWARP's
+ * LLP is TCP over it (RFC 5044 §1), and nothing else gates it. */
+static bool uiw_netdev_up(struct net_device *nd)
+{
+    return netif_running(nd) && netif_carrier_ok(nd);
+}
+
 static int uiw_query_port(struct ib_device *ibdev, u32 port, struct ib_port_attr *a)
 {
     struct net_device *nd = to_udev(ibdev)->netdev;
-    bool up = netif_running(nd) && netif_carrier_ok(nd);
+    bool up = uiw_netdev_up(nd);
     int rc;
 
     memset(a, 0, sizeof(*a));
@@ -127,84 +117,6 @@ static int uiw_query_pkey(struct ib_device *ibdev, u32 port, u16 idx, u16 *pkey)
     return 0;
 }
 
-/* Phase 1: no objects, no data path. */
-static int uiw_alloc_pd(struct ib_pd *pd, struct ib_udata *udata)
-{
-    return -EOPNOTSUPP;
-}
-
-static int uiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
-{
-    return 0;
-}
-
-static int uiw_create_cq(struct ib_cq *cq, const struct ib_cq_init_attr *attr,
-                         struct ib_udata *udata)
-{
-    return -EOPNOTSUPP;
-}
-
-static int uiw_destroy_cq(struct ib_cq *cq, struct ib_udata *udata)
-{
-    return 0;
-}
-
-static int uiw_poll_cq(struct ib_cq *cq, int n, struct ib_wc *wc)
-{
-    return -EOPNOTSUPP;
-}
-
-static int uiw_req_notify_cq(struct ib_cq *cq, enum ib_cq_notify_flags flags)
-{
-    return -EOPNOTSUPP;
-}
-
-static int uiw_create_qp(struct ib_qp *qp, struct ib_qp_init_attr *attr, struct ib_udata *udata)
-{
-    return -EOPNOTSUPP;
-}
-
-static int uiw_modify_qp(struct ib_qp *qp, struct ib_qp_attr *attr, int mask,
-                         struct ib_udata *udata)
-{
-    return -EOPNOTSUPP;
-}
-
-static int uiw_destroy_qp(struct ib_qp *qp, struct ib_udata *udata)
-{
-    return 0;
-}
-
-static int uiw_post_send(struct ib_qp *qp, const struct ib_send_wr *wr,
-                         const struct ib_send_wr **bad)
-{
-    *bad = wr;
-    return -EOPNOTSUPP;
-}
-
-static int uiw_post_recv(struct ib_qp *qp, const struct ib_recv_wr *wr,
-                         const struct ib_recv_wr **bad)
-{
-    *bad = wr;
-    return -EOPNOTSUPP;
-}
-
-static struct ib_mr *uiw_get_dma_mr(struct ib_pd *pd, int access)
-{
-    return ERR_PTR(-EOPNOTSUPP);
-}
-
-static struct ib_mr *uiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 len, u64 virt, int access,
-                                     struct ib_udata *udata)
-{
-    return ERR_PTR(-EOPNOTSUPP);
-}
-
-static int uiw_dereg_mr(struct ib_mr *mr, struct ib_udata *udata)
-{
-    return 0;
-}
-
 /* Called by the core from ib_dealloc_device: after an unregistration,
  * whoever asked for it (rdma link delete, the interface going away, module
  * unload), and when newlink gives up; the core frees the struct after. */
@@ -215,6 +127,7 @@ static void uiw_dealloc_driver(struct ib_device *ibdev)
     mutex_lock(&uiw_devs_lock);
     list_del_init(&d->list); /* on the list or not (newlink's errors) */
     mutex_unlock(&uiw_devs_lock);
+    uiw_verbs_dev_fini(d);
 }
 
 static const struct ib_device_ops uiw_dev_ops = {
@@ -227,23 +140,6 @@ static const struct ib_device_ops uiw_dev_ops = {
     .get_port_immutable = uiw_get_port_immutable,
     .query_gid = uiw_query_gid,
     .query_pkey = uiw_query_pkey,
-    .alloc_pd = uiw_alloc_pd,
-    .dealloc_pd = uiw_dealloc_pd,
-    .create_cq = uiw_create_cq,
-    .destroy_cq = uiw_destroy_cq,
-    .poll_cq = uiw_poll_cq,
-    .req_notify_cq = uiw_req_notify_cq,
-    .create_qp = uiw_create_qp,
-    .modify_qp = uiw_modify_qp,
-    .destroy_qp = uiw_destroy_qp,
-    .post_send = uiw_post_send,
-    .post_recv = uiw_post_recv,
-    .get_dma_mr = uiw_get_dma_mr,
-    .reg_user_mr = uiw_reg_user_mr,
-    .dereg_mr = uiw_dereg_mr,
-    INIT_RDMA_OBJ_SIZE(ib_pd, uiw_pd, base),
-    INIT_RDMA_OBJ_SIZE(ib_cq, uiw_cq, base),
-    INIT_RDMA_OBJ_SIZE(ib_qp, uiw_qp, base),
 };
 
 static int uiw_newlink(const char *name, struct net_device *nd)
@@ -264,8 +160,11 @@ static int uiw_newlink(const char *name, struct net_device *nd)
     if (!d)
         return -ENOMEM;
     d->netdev = nd;
+    d->port_active = uiw_netdev_up(nd);
     INIT_LIST_HEAD(&d->list);
+    uiw_verbs_dev_init(d);
     ib_set_device_ops(&d->ibdev, &uiw_dev_ops);
+    ib_set_device_ops(&d->ibdev, &uiw_verbs_ops);
     d->ibdev.node_type = RDMA_NODE_RNIC;
     d->ibdev.phys_port_cnt = 1;
     d->ibdev.num_comp_vectors = 1;
@@ -298,22 +197,57 @@ static struct rdma_link_ops uiw_link_ops = {
     .newlink = uiw_newlink,
 };
 
-/* The interface under a device goes away: remove the device first (the
- * core holds the interface until then; ib_device_set_netdev). From the
- * notifier the removal is queued. */
+/* The interface went up or down, or its carrier changed: tell the
+ * consumers (ib_register_event_handler) once per change of the port's
+ * state, as query_port reports it. Notifiers run under RTNL, so
+ * port_active needs no lock of its own. */
+static void uiw_port_event(struct uiw_dev *d)
+{
+    bool up = uiw_netdev_up(d->netdev);
+    struct ib_event ev = {
+        .device = &d->ibdev,
+        .element.port_num = 1,
+        .event = up ? IB_EVENT_PORT_ACTIVE : IB_EVENT_PORT_ERR,
+    };
+
+    if (up == d->port_active)
+        return;
+    d->port_active = up;
+    pr_info("%s: port 1 %s (%s)\n", dev_name(&d->ibdev.dev), up ? "ACTIVE" : "DOWN",
+            d->netdev->name);
+    ib_dispatch_event(&ev);
+}
+
+/* Carrier and up/down changes become port events. The interface under a
+ * device going away removes the device first (the core holds the
+ * interface until then; ib_device_set_netdev); from the notifier the
+ * removal is queued. */
 static int uiw_netdev_event(struct notifier_block *nb, unsigned long event, void *ptr)
 {
     struct net_device *nd = netdev_notifier_info_to_dev(ptr);
     struct ib_device *ib;
 
-    if (event != NETDEV_UNREGISTER)
+    switch (event) {
+    case NETDEV_UP:
+    case NETDEV_DOWN:
+    case NETDEV_CHANGE: /* carrier on/off */
+    case NETDEV_UNREGISTER:
+        break;
+    default:
         return NOTIFY_DONE;
+    }
     ib = ib_device_get_by_netdev(nd, RDMA_DRIVER_UNKNOWN);
     if (!ib)
         return NOTIFY_DONE;
-    if (ib->ops.dealloc_driver == uiw_dealloc_driver) {
+    if (ib->ops.dealloc_driver != uiw_dealloc_driver) {
+        ib_device_put(ib);
+        return NOTIFY_DONE;
+    }
+    if (event == NETDEV_UNREGISTER) {
         pr_info("%s: %s is going away\n", dev_name(&ib->dev), nd->name);
         ib_unregister_device_queued(ib);
+    } else {
+        uiw_port_event(to_udev(ib));
     }
     ib_device_put(ib);
     return NOTIFY_OK;

@@ -11,8 +11,11 @@
 #                                  show/delete uiw0 on eth0, rmmod with it),
 #                                  N more load/unload rounds (default 20; a
 #                                  device on every other one), an interface
-#                                  removed under a device, no kernel
-#                                  warnings
+#                                  removed under a device, port events
+#                                  (eth0 down/up), a kernel verbs consumer
+#                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
+#                                  REG_MR/LOCAL_INV, flush, drain; no
+#                                  object left), no kernel warnings
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
 # SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
@@ -104,6 +107,8 @@ build() {
     fi
     [ -f "$B/uiwarp.ko" ] || die "make succeeded but $B/uiwarp.ko is missing"
     check_symbols "$B/uiwarp.ko"
+    [ -f "$B/uiwarp_ktest.ko" ] || die "make succeeded but $B/uiwarp_ktest.ko is missing"
+    check_symbols "$B/uiwarp_ktest.ko"
     local vm
     vm=$(modinfo -F vermagic "$B/uiwarp.ko" 2>/dev/null || true)
     case $vm in "$KABI "*) ;; *) die "uiwarp.ko has vermagic '$vm', not $KABI" ;; esac
@@ -156,6 +161,21 @@ rdma dev show uiw0
 rdma dev show uiw0 | grep -q 'node_type rnic' && ok "rdma dev: uiw0 is an RNIC" || bad "rdma dev: uiw0 is not an rnic"
 cat /sys/class/infiniband/uiw0/ports/1/link_layer /sys/class/infiniband/uiw0/ports/1/gids/0 2>&1
 grep -qi ethernet /sys/class/infiniband/uiw0/ports/1/link_layer && ok "sysfs: Ethernet link layer" || bad "sysfs: link_layer"
+# port events: the interface down and up again (carrier changes take the
+# same path); the port's state as rdma link and sysfs show it, and the
+# driver's line for each dispatched IB_EVENT_PORT_ERR/ACTIVE
+dmesg -c >/dev/null
+wait_port() { # \$1: ACTIVE or DOWN; up to 5 s
+  i=0
+  while ! grep -q "\$1" /sys/class/infiniband/uiw0/ports/1/state && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  grep -q "\$1" /sys/class/infiniband/uiw0/ports/1/state
+}
+ip link set eth0 down
+wait_port DOWN && rdma link show uiw0/1 | grep -q 'state DOWN' && dmesg | grep -q 'uiw0: port 1 DOWN (eth0)' &&
+  ok "eth0 down: port DOWN, event dispatched" || bad "eth0 down: \$(cat /sys/class/infiniband/uiw0/ports/1/state)"
+ip link set eth0 up
+wait_port ACTIVE && rdma link show uiw0/1 | grep -q 'state ACTIVE' && dmesg | grep -q 'uiw0: port 1 ACTIVE (eth0)' &&
+  ok "eth0 up: port ACTIVE, event dispatched" || bad "eth0 up: \$(cat /sys/class/infiniband/uiw0/ports/1/state)"
 rdma link add uiw1 type uiwarp netdev eth0 2>/dev/null && bad "a second device on eth0 was accepted" || ok "a second device on eth0 is refused"
 if rdma link delete uiw0; then ok "rdma link delete"; else bad "rdma link delete"; fi
 rdma link show 2>/dev/null | grep -q uiw0 && bad "uiw0 still shown after delete" || ok "uiw0 gone after delete"
@@ -173,6 +193,25 @@ if [ -f /x/dummy.ko ]; then
   rmmod uiwarp && rmmod dummy || bad "rmmod after the interface test"
 else
   echo "KTEST skip interface removal (no dummy.ko)"
+fi
+# a kernel consumer (uiwarp_ktest.ko, kernel/uiw_ktest.c) goes through
+# PD, CQ, QP, fast-register MR, REG_MR/LOCAL_INV, misuse, flush and
+# ib_drain_qp on uiw0; then every object is gone (rdma res, the driver's
+# own counts at removal)
+dmesg -c >/dev/null
+if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko; then
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  case "\$line" in *"verbs test: PASS"*) ok "kernel verbs consumer";; *) dmesg | grep uiwarp_ktest; bad "kernel verbs consumer: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  res=\$(rdma res show uiw0)
+  echo "rdma res: \$res"
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "no objects left (rdma res)";; *) bad "objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "removal: the driver counts no object" ||
+    bad "removal after the consumer"
+else
+  bad "kernel verbs consumer: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
 # load/unload rounds, with a device on every other one
 i=0 lf=0
@@ -200,7 +239,7 @@ test_vm() {
     x=$(mktemp -d "${TMPDIR:-/tmp}/uiwarp-kernel.XXXXXX") # global: the trap needs it
     trap 'rm -rf "$x"' EXIT
     guest_modules
-    cp "$B/uiwarp.ko" "$x/"
+    cp "$B/uiwarp.ko" "$B/uiwarp_ktest.ko" "$x/"
     [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
     guest_script "$loops" >"$x/guest.sh"
     local log=$B/test.log rc=0

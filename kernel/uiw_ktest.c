@@ -1,0 +1,796 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * uiwarp_ktest.ko: a kernel consumer of a uiwarp device, for the VM test
+ * only (scripts/kernel.sh test; docs/KERNEL.md). At load it takes the
+ * device named by dev= (default uiw0) and goes through the ib core's API
+ * as NVMe over Fabrics or rdma_rw would: port events (its interface,
+ * netdev= (default eth0), taken down and up), PD (with the core's DMA MR), CQ
+ * (polled directly, by the core from a workqueue, full), QP and its state
+ * machine, SRQ, fast-register MR with map_mr_sg, IB_WR_REG_MR and
+ * IB_WR_LOCAL_INV completions, errors on misuse, flush on ERR,
+ * ib_drain_qp, and two threads posting on a CQ polled in softirq context. Everything it creates is
+ * destroyed before the load returns. One dmesg line: uiwarp_ktest: verbs test: PASS (N checks)
+ *   uiwarp_ktest: verbs test: FAIL (N of M checks failed)
+ * each failed check logged before it. The module stays loaded (rmmod it).
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/completion.h>
+#include <linux/delay.h>
+#include <linux/kthread.h>
+#include <linux/module.h>
+#include <linux/moduleparam.h>
+#include <linux/netdevice.h>
+#include <linux/rtnetlink.h>
+#include <linux/scatterlist.h>
+#include <linux/slab.h>
+#include <rdma/ib_verbs.h>
+
+static char *dev = "uiw0";
+module_param(dev, charp, 0444);
+MODULE_PARM_DESC(dev, "the uiwarp device to test (default uiw0)");
+
+static char *netdev = "eth0";
+module_param(netdev, charp, 0444);
+MODULE_PARM_DESC(netdev, "the device's interface, taken down and up for the port events");
+
+static unsigned int passed, failed;
+
+#define CHECK(cond, ...)                                                                           \
+    do {                                                                                           \
+        if (cond) {                                                                                \
+            passed++;                                                                              \
+        } else {                                                                                   \
+            failed++;                                                                              \
+            pr_err("check failed (line %d): " #cond ": ", __LINE__);                               \
+            pr_cont(__VA_ARGS__);                                                                  \
+            pr_cont("\n");                                                                         \
+        }                                                                                          \
+    } while (0)
+
+static atomic_t comp_calls = ATOMIC_INIT(0);
+static atomic_t qp_events = ATOMIC_INIT(0);
+static int last_qp_event = -1;
+
+static void comp_handler(struct ib_cq *cq, void *ctx)
+{
+    atomic_inc(&comp_calls);
+}
+
+static void qp_event(struct ib_event *ev, void *ctx)
+{
+    last_qp_event = ev->event;
+    atomic_inc(&qp_events);
+}
+
+static enum ib_qp_state qp_state(struct ib_qp *qp)
+{
+    struct ib_qp_init_attr init;
+    struct ib_qp_attr a;
+
+    if (ib_query_qp(qp, &a, IB_QP_STATE, &init))
+        return -1;
+    return a.qp_state;
+}
+
+static int to_state(struct ib_qp *qp, enum ib_qp_state s, int extra_mask, int access)
+{
+    struct ib_qp_attr a = {.qp_state = s, .qp_access_flags = access, .port_num = 1};
+
+    return ib_modify_qp(qp, &a, IB_QP_STATE | extra_mask);
+}
+
+/* Polls up to n completions into wc (the CQ is filled synchronously: what
+ * a post completes is there when it returns). */
+static int poll(struct ib_cq *cq, struct ib_wc *wc, int n)
+{
+    return ib_poll_cq(cq, n, wc);
+}
+
+static int post_reg(struct ib_qp *qp, struct ib_mr *mr, int access, u64 id, bool signaled)
+{
+    struct ib_reg_wr r = {
+        .wr = {.opcode = IB_WR_REG_MR, .wr_id = id, .send_flags = signaled ? IB_SEND_SIGNALED : 0},
+        .mr = mr,
+        .key = mr->rkey,
+        .access = access,
+    };
+
+    return ib_post_send(qp, &r.wr, NULL);
+}
+
+static int post_inv(struct ib_qp *qp, u32 rkey, u64 id, bool signaled)
+{
+    struct ib_send_wr w = {
+        .opcode = IB_WR_LOCAL_INV,
+        .wr_id = id,
+        .send_flags = signaled ? IB_SEND_SIGNALED : 0,
+        .ex.invalidate_rkey = rkey,
+    };
+
+    return ib_post_send(qp, &w, NULL);
+}
+
+/* ib_drain_qp on a QP whose CQ the core polls (IB_POLL_DIRECT) */
+struct drain_rx {
+    struct ib_cqe cqe;
+    int status;
+};
+
+static void drain_rx_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+    struct drain_rx *d = container_of(wc->wr_cqe, struct drain_rx, cqe);
+
+    d->status = wc->status;
+}
+
+static void test_drain(struct ib_device *ib, struct ib_pd *pd)
+{
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct drain_rx rx = {.cqe.done = drain_rx_done, .status = -1};
+    struct ib_recv_wr rw = {.wr_cqe = &rx.cqe};
+    struct ib_cq *cq;
+    struct ib_qp *qp;
+
+    cq = ib_alloc_cq(ib, NULL, 16, 0, IB_POLL_DIRECT);
+    CHECK(!IS_ERR(cq), "ib_alloc_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "ib_create_qp: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        CHECK(to_state(qp, IB_QPS_INIT, IB_QP_ACCESS_FLAGS, IB_ACCESS_REMOTE_WRITE) == 0, "INIT");
+        CHECK(ib_post_recv(qp, &rw, NULL) == 0, "post_recv");
+        /* moves the QP to ERR and waits for the flush of a marker WR on
+         * each queue; the receive posted before is flushed on the way */
+        ib_drain_qp(qp);
+        CHECK(qp_state(qp) == IB_QPS_ERR, "state after drain %d", qp_state(qp));
+        CHECK(rx.status == IB_WC_WR_FLUSH_ERR, "drained receive status %d", rx.status);
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_free_cq(cq);
+}
+
+/* A shared receive queue: limits, resize, a QP on it (its receives go to
+ * the SRQ; its error raises IB_EVENT_QP_LAST_WQE_REACHED, nothing flushed) */
+static void test_srq(struct ib_device *ib, struct ib_pd *pd, struct ib_cq *cq)
+{
+    struct ib_srq_init_attr si = {.attr = {.max_wr = 0, .max_sge = 1}, .srq_type = IB_SRQT_BASIC};
+    struct ib_qp_init_attr init = {
+        .event_handler = qp_event,
+        .send_cq = cq,
+        .recv_cq = cq,
+        .cap = {.max_send_wr = 4, .max_send_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct ib_recv_wr r[5] = {};
+    const struct ib_recv_wr *bad;
+    struct ib_srq_attr a = {};
+    struct ib_wc wc[4];
+    struct ib_srq *srq;
+    struct ib_qp *qp;
+    int i;
+
+    srq = ib_create_srq(pd, &si);
+    CHECK(PTR_ERR(srq) == -EINVAL, "SRQ of 0 entries: %ld", PTR_ERR(srq));
+    si.attr.max_wr = 4;
+    srq = ib_create_srq(pd, &si);
+    CHECK(!IS_ERR(srq), "ib_create_srq: %ld", PTR_ERR(srq));
+    if (IS_ERR(srq))
+        return;
+    for (i = 0; i < 4; i++) {
+        r[i].wr_id = 200 + i;
+        r[i].next = &r[i + 1];
+    }
+    r[4].wr_id = 204;
+    CHECK(ib_post_srq_recv(srq, r, &bad) == -ENOMEM && bad == &r[4], "5 receives on 4");
+    CHECK(ib_query_srq(srq, &a) == 0 && a.max_wr == 4 && a.srq_limit == 0, "query: %u %u", a.max_wr,
+          a.srq_limit);
+    a.srq_limit = 5;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_LIMIT) == -EINVAL, "limit above the size");
+    a.srq_limit = 2;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_LIMIT) == 0, "limit 2");
+    a.max_wr = 3;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_MAX_WR) == -EINVAL, "resize below the 4 queued");
+    a.max_wr = 8;
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_MAX_WR) == 0, "resize to 8");
+    memset(&a, 0, sizeof(a));
+    CHECK(ib_query_srq(srq, &a) == 0 && a.max_wr == 8 && a.srq_limit == 2, "query: %u %u", a.max_wr,
+          a.srq_limit);
+    CHECK(ib_post_srq_recv(srq, &r[4], NULL) == 0, "the 5th receive after the resize");
+
+    init.srq = srq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "QP on the SRQ: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        struct ib_recv_wr rw = {};
+
+        CHECK(ib_post_recv(qp, &rw, &bad) == -EINVAL && bad == &rw, "post_recv on an SRQ QP");
+        atomic_set(&qp_events, 0);
+        CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0 && to_state(qp, IB_QPS_ERR, 0, 0) == 0,
+              "INIT, ERR");
+        CHECK(atomic_read(&qp_events) == 1 && last_qp_event == IB_EVENT_QP_LAST_WQE_REACHED,
+              "events %d, last %d", atomic_read(&qp_events), last_qp_event);
+        CHECK(ib_poll_cq(cq, 4, wc) == 0, "the SRQ's receives were flushed");
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_destroy_srq(srq); /* void on 6.1 */
+}
+
+static atomic_t cq_errs = ATOMIC_INIT(0);
+
+static void cq_event(struct ib_event *ev, void *ctx)
+{
+    if (ev->event == IB_EVENT_CQ_ERR)
+        atomic_inc(&cq_errs);
+}
+
+/* A full CQ: a local operation is refused (-ENOMEM, nothing executed), a
+ * flush into it is lost with IB_EVENT_CQ_ERR */
+static void test_cq_full(struct ib_device *ib, struct ib_pd *pd, struct ib_mr *mr)
+{
+    struct ib_cq_init_attr cqa = {.cqe = 2};
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct ib_send_wr w = {.opcode = IB_WR_LOCAL_INV,
+                           .wr_id = 300,
+                           .send_flags = IB_SEND_SIGNALED,
+                           .ex.invalidate_rkey = mr->rkey};
+    struct ib_recv_wr r = {.wr_id = 301};
+    const struct ib_send_wr *bad;
+    struct ib_wc wc[4];
+    struct ib_cq *cq;
+    struct ib_qp *qp;
+    int n;
+
+    cq = ib_create_cq(ib, NULL, cq_event, NULL, &cqa);
+    CHECK(!IS_ERR(cq), "ib_create_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "ib_create_qp: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0, "INIT");
+        CHECK(ib_post_send(qp, &w, NULL) == 0 && ib_post_send(qp, &w, NULL) == 0, "2 posts");
+        CHECK(ib_post_send(qp, &w, &bad) == -ENOMEM && bad == &w, "a 3rd on a full CQ");
+        CHECK(ib_post_recv(qp, &r, NULL) == 0, "post_recv");
+        atomic_set(&cq_errs, 0);
+        CHECK(to_state(qp, IB_QPS_ERR, 0, 0) == 0, "ERR");
+        CHECK(atomic_read(&cq_errs) == 1, "CQ_ERR events %d", atomic_read(&cq_errs));
+        n = ib_poll_cq(cq, 4, wc);
+        CHECK(n == 2 && wc[0].wr_id == 300 && wc[1].wr_id == 300, "polled %d", n);
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_destroy_cq(cq);
+}
+
+/* A CQ the core polls from a workqueue (as NVMe over Fabrics' hosts and
+ * targets use it): the completion reaches the WR's ib_cqe through the
+ * device's completion handler */
+struct wq_done {
+    struct ib_cqe cqe;
+    struct completion done;
+    int status, opcode;
+};
+
+static void wq_done_fn(struct ib_cq *cq, struct ib_wc *wc)
+{
+    struct wq_done *d = container_of(wc->wr_cqe, struct wq_done, cqe);
+
+    d->status = wc->status;
+    d->opcode = wc->opcode;
+    complete(&d->done);
+}
+
+static void test_cq_workqueue(struct ib_device *ib, struct ib_pd *pd, struct ib_mr *mr)
+{
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct wq_done d = {.cqe.done = wq_done_fn, .status = -1};
+    struct ib_send_wr w = {.opcode = IB_WR_LOCAL_INV,
+                           .wr_cqe = &d.cqe,
+                           .send_flags = IB_SEND_SIGNALED,
+                           .ex.invalidate_rkey = mr->rkey};
+    struct ib_cq *cq;
+    struct ib_qp *qp;
+
+    init_completion(&d.done);
+    cq = ib_alloc_cq(ib, NULL, 8, 0, IB_POLL_WORKQUEUE);
+    CHECK(!IS_ERR(cq), "ib_alloc_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "ib_create_qp: %ld", PTR_ERR(qp));
+    if (!IS_ERR(qp)) {
+        CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0, "INIT");
+        CHECK(ib_post_send(qp, &w, NULL) == 0, "post LOCAL_INV");
+        CHECK(wait_for_completion_timeout(&d.done, 5 * HZ) > 0, "no completion in 5 s");
+        CHECK(d.status == IB_WC_SUCCESS && d.opcode == IB_WC_LOCAL_INV, "status %d opcode %d",
+              d.status, d.opcode);
+        CHECK(ib_destroy_qp(qp) == 0, "destroy");
+    }
+    ib_free_cq(cq);
+}
+
+/* Port events as a consumer sees them (ib_register_event_handler; the core
+ * delivers them from a workqueue): the interface down, then up */
+static struct completion port_ev_done;
+static enum ib_event_type port_ev_want;
+
+static void port_ev(struct ib_event_handler *h, struct ib_event *ev)
+{
+    if ((ev->event == IB_EVENT_PORT_ERR || ev->event == IB_EVENT_PORT_ACTIVE) &&
+        ev->element.port_num == 1 && ev->event == port_ev_want)
+        complete(&port_ev_done);
+}
+
+static bool port_flip(struct net_device *nd, bool up, enum ib_event_type want)
+{
+    int rc;
+
+    reinit_completion(&port_ev_done);
+    port_ev_want = want;
+    rtnl_lock();
+    rc = dev_change_flags(nd, up ? nd->flags | IFF_UP : nd->flags & ~IFF_UP, NULL);
+    rtnl_unlock();
+    return rc == 0 && wait_for_completion_timeout(&port_ev_done, 5 * HZ) > 0;
+}
+
+static void test_port_events(struct ib_device *ib)
+{
+    struct ib_event_handler h;
+    struct ib_port_attr pa;
+    struct net_device *nd = dev_get_by_name(&init_net, netdev);
+
+    CHECK(nd != NULL, "no interface %s", netdev);
+    if (!nd)
+        return;
+    init_completion(&port_ev_done);
+    INIT_IB_EVENT_HANDLER(&h, ib, port_ev);
+    ib_register_event_handler(&h);
+    CHECK(port_flip(nd, false, IB_EVENT_PORT_ERR), "no IB_EVENT_PORT_ERR after %s down", netdev);
+    CHECK(ib_query_port(ib, 1, &pa) == 0 && pa.state == IB_PORT_DOWN, "state %d", pa.state);
+    CHECK(port_flip(nd, true, IB_EVENT_PORT_ACTIVE), "no IB_EVENT_PORT_ACTIVE after %s up", netdev);
+    CHECK(ib_query_port(ib, 1, &pa) == 0 && pa.state == IB_PORT_ACTIVE, "state %d", pa.state);
+    ib_unregister_event_handler(&h);
+    dev_put(nd);
+}
+
+/* Two threads post Fast Register + Local Invalidate pairs on their own QPs
+ * sharing one CQ that the core polls in softirq context, retrying while the
+ * CQ is full: every WR completes once, successfully */
+#define STRESS_ROUNDS 500
+
+struct stress {
+    struct ib_qp *qp;
+    struct ib_mr *mr;
+    struct completion done;
+    int post_errors;
+};
+
+static atomic_t stress_ok = ATOMIC_INIT(0), stress_bad = ATOMIC_INIT(0);
+
+static void stress_done(struct ib_cq *cq, struct ib_wc *wc)
+{
+    atomic_inc(wc->status == IB_WC_SUCCESS ? &stress_ok : &stress_bad);
+}
+
+static struct ib_cqe stress_cqe = {.done = stress_done};
+
+static int stress_post(struct ib_qp *qp, const struct ib_send_wr *w)
+{
+    int rc, tries = 0;
+
+    while ((rc = ib_post_send(qp, w, NULL)) == -ENOMEM && tries++ < 100000)
+        cond_resched(); /* the CQ is full until the softirq polls it */
+    return rc;
+}
+
+static int stress_fn(void *arg)
+{
+    struct stress *st = arg;
+    int i;
+
+    for (i = 0; i < STRESS_ROUNDS; i++) {
+        struct ib_reg_wr r = {
+            .wr = {.opcode = IB_WR_REG_MR, .wr_cqe = &stress_cqe, .send_flags = IB_SEND_SIGNALED},
+            .mr = st->mr,
+            .access = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE,
+        };
+        struct ib_send_wr inv = {
+            .opcode = IB_WR_LOCAL_INV, .wr_cqe = &stress_cqe, .send_flags = IB_SEND_SIGNALED};
+
+        ib_update_fast_reg_key(st->mr, ib_inc_rkey(st->mr->rkey) & 0xff);
+        r.key = st->mr->rkey;
+        inv.ex.invalidate_rkey = st->mr->rkey;
+        if (stress_post(st->qp, &r.wr) || stress_post(st->qp, &inv))
+            st->post_errors++;
+    }
+    complete(&st->done);
+    return 0;
+}
+
+static void test_stress(struct ib_device *ib, struct ib_pd *pd, struct scatterlist *sg)
+{
+    struct ib_qp_init_attr init = {
+        .cap = {.max_send_wr = 16, .max_recv_wr = 1, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct stress st[2] = {};
+    struct ib_cq *cq;
+    int i, n, want = 2 * 2 * STRESS_ROUNDS;
+
+    cq = ib_alloc_cq(ib, NULL, 64, 0, IB_POLL_SOFTIRQ);
+    CHECK(!IS_ERR(cq), "ib_alloc_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq))
+        return;
+    init.send_cq = init.recv_cq = cq;
+    atomic_set(&stress_ok, 0);
+    atomic_set(&stress_bad, 0);
+    for (i = 0; i < 2; i++) {
+        init_completion(&st[i].done);
+        st[i].qp = ib_create_qp(pd, &init);
+        st[i].mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, 1);
+        if (IS_ERR(st[i].qp) || IS_ERR(st[i].mr) || to_state(st[i].qp, IB_QPS_INIT, 0, 0) ||
+            ib_map_mr_sg(st[i].mr, sg, 1, NULL, PAGE_SIZE) != 1)
+            goto out;
+    }
+    for (i = 0; i < 2; i++) {
+        struct task_struct *t = kthread_run(stress_fn, &st[i], "uiw_ktest%d", i);
+
+        if (IS_ERR(t)) {
+            st[i].post_errors = -1;
+            complete(&st[i].done);
+        }
+    }
+    for (i = 0; i < 2; i++)
+        wait_for_completion(&st[i].done);
+    for (n = 0; n < 500 && atomic_read(&stress_ok) + atomic_read(&stress_bad) < want; n++)
+        msleep(10);
+    CHECK(st[0].post_errors == 0 && st[1].post_errors == 0, "post errors %d %d", st[0].post_errors,
+          st[1].post_errors);
+    CHECK(atomic_read(&stress_ok) == want && atomic_read(&stress_bad) == 0,
+          "%d of %d completions successful, %d failed", atomic_read(&stress_ok), want,
+          atomic_read(&stress_bad));
+out:
+    CHECK(i == 2, "stress setup failed at QP/MR %d", i);
+    for (i = 0; i < 2; i++) {
+        if (!IS_ERR_OR_NULL(st[i].qp))
+            ib_destroy_qp(st[i].qp);
+        if (!IS_ERR_OR_NULL(st[i].mr))
+            ib_dereg_mr(st[i].mr);
+    }
+    ib_free_cq(cq);
+}
+
+static void run(struct ib_device *ib)
+{
+    struct ib_cq_init_attr cqa = {.cqe = 16};
+    struct ib_qp_init_attr init = {
+        .event_handler = qp_event,
+        .cap = {.max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1, .max_recv_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+    struct ib_pd *pd = NULL, *pd2 = NULL;
+    struct ib_mr *mr = NULL, *mr2 = NULL, *bad_mr;
+    struct ib_qp *qp = NULL, *bad_qp;
+    struct ib_cq *cq = NULL, *bad_cq;
+    const struct ib_send_wr *bad_s;
+    const struct ib_recv_wr *bad_r;
+    struct scatterlist sg[5];
+    struct page *pages = NULL;
+    struct ib_wc wc[8];
+    u32 key;
+    int n, i, mapped = 0;
+
+    test_port_events(ib);
+    CHECK(ib->attrs.device_cap_flags & IB_DEVICE_MEM_MGT_EXTENSIONS, "no MEM_MGT_EXTENSIONS");
+    CHECK(ib->attrs.max_fast_reg_page_list_len >= 4, "%u", ib->attrs.max_fast_reg_page_list_len);
+    CHECK(ib->attrs.max_srq > 0 && ib->attrs.max_srq_wr >= 8, "max_srq %d", ib->attrs.max_srq);
+
+    pd = ib_alloc_pd(ib, 0);
+    CHECK(!IS_ERR(pd), "ib_alloc_pd: %ld", PTR_ERR(pd));
+    if (IS_ERR(pd))
+        return;
+    /* no local DMA lkey: the core registered a DMA MR through get_dma_mr */
+    CHECK(pd->__internal_mr && pd->local_dma_lkey == pd->__internal_mr->lkey &&
+              (pd->local_dma_lkey >> 8) != 0,
+          "local_dma_lkey 0x%x", pd->local_dma_lkey);
+    pd2 = ib_alloc_pd(ib, 0);
+    CHECK(!IS_ERR(pd2), "second PD: %ld", PTR_ERR(pd2));
+    if (IS_ERR(pd2)) {
+        pd2 = NULL;
+        goto out;
+    }
+
+    /* CQ */
+    cqa.cqe = 0;
+    bad_cq = ib_create_cq(ib, comp_handler, NULL, NULL, &cqa);
+    CHECK(PTR_ERR(bad_cq) == -EINVAL, "CQ of 0 entries: %ld", PTR_ERR(bad_cq));
+    cqa.cqe = ib->attrs.max_cqe + 1;
+    bad_cq = ib_create_cq(ib, comp_handler, NULL, NULL, &cqa);
+    CHECK(PTR_ERR(bad_cq) == -EINVAL, "CQ above max_cqe: %ld", PTR_ERR(bad_cq));
+    cqa.cqe = 16;
+    cq = ib_create_cq(ib, comp_handler, NULL, NULL, &cqa);
+    CHECK(!IS_ERR(cq), "ib_create_cq: %ld", PTR_ERR(cq));
+    if (IS_ERR(cq)) {
+        cq = NULL;
+        goto out;
+    }
+    CHECK(ib_poll_cq(cq, 8, wc) == 0, "new CQ not empty");
+
+    /* QP: creation errors, then one in RESET */
+    init.send_cq = init.recv_cq = cq;
+    init.qp_type = IB_QPT_UD;
+    bad_qp = ib_create_qp(pd, &init);
+    CHECK(IS_ERR(bad_qp), "a UD QP was created");
+    init.qp_type = IB_QPT_RC;
+    init.cap.max_send_wr = ib->attrs.max_qp_wr + 1;
+    bad_qp = ib_create_qp(pd, &init);
+    CHECK(PTR_ERR(bad_qp) == -EINVAL, "max_send_wr above max_qp_wr: %ld", PTR_ERR(bad_qp));
+    init.cap.max_send_wr = 8;
+    qp = ib_create_qp(pd, &init);
+    CHECK(!IS_ERR(qp), "ib_create_qp: %ld", PTR_ERR(qp));
+    if (IS_ERR(qp)) {
+        qp = NULL;
+        goto out;
+    }
+    CHECK(qp->qp_num >= 16, "qp_num %u", qp->qp_num);
+    CHECK(init.cap.max_send_wr == 8 && init.cap.max_recv_wr == 8, "caps %u %u",
+          init.cap.max_send_wr, init.cap.max_recv_wr);
+    CHECK(qp_state(qp) == IB_QPS_RESET, "new QP in %d", qp_state(qp));
+
+    /* RESET: no posting; the state machine */
+    {
+        struct ib_send_wr w = {.opcode = IB_WR_LOCAL_INV};
+        struct ib_recv_wr r = {};
+
+        CHECK(ib_post_send(qp, &w, &bad_s) == -EINVAL && bad_s == &w, "post_send in RESET");
+        CHECK(ib_post_recv(qp, &r, &bad_r) == -EINVAL && bad_r == &r, "post_recv in RESET");
+    }
+    CHECK(to_state(qp, IB_QPS_RTR, 0, 0) == -EINVAL, "RESET -> RTR accepted");
+    CHECK(to_state(qp, IB_QPS_ERR, 0, 0) == -EINVAL, "RESET -> ERR accepted");
+    CHECK(to_state(qp, IB_QPS_RESET, 0, 0) == 0 && qp_state(qp) == IB_QPS_RESET, "RESET -> RESET");
+    CHECK(to_state(qp, IB_QPS_INIT, IB_QP_ACCESS_FLAGS | IB_QP_PORT, 0x4000) == -EINVAL,
+          "bad access flags accepted");
+    CHECK(to_state(qp, IB_QPS_INIT, IB_QP_ACCESS_FLAGS | IB_QP_PORT,
+                   IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ) == 0,
+          "RESET -> INIT");
+    CHECK(qp_state(qp) == IB_QPS_INIT, "state %d", qp_state(qp));
+    {
+        struct ib_qp_attr a = {};
+
+        CHECK(ib_modify_qp(qp, &a, 0) == 0, "empty mask (iw_cm's RTR/RTS)");
+    }
+    CHECK(to_state(qp, IB_QPS_RTS, 0, 0) == -ENOTCONN, "INIT -> RTS without a connection");
+    CHECK(to_state(qp, IB_QPS_RTR, 0, 0) == 0, "INIT -> RTR");
+    CHECK(qp_state(qp) == IB_QPS_RTR, "state %d", qp_state(qp));
+
+    /* receives queue; sends need a connection */
+    {
+        struct ib_recv_wr r2 = {.wr_id = 102}, r1 = {.wr_id = 101, .next = &r2};
+        struct ib_recv_wr rbad = {.wr_id = 103, .num_sge = 2};
+        struct ib_send_wr w = {.opcode = IB_WR_RDMA_WRITE};
+
+        CHECK(ib_post_recv(qp, &r1, NULL) == 0, "post_recv");
+        CHECK(ib_post_recv(qp, &rbad, &bad_r) == -EINVAL && bad_r == &rbad, "2 SGEs on 1");
+        CHECK(ib_post_send(qp, &w, &bad_s) == -ENOTCONN && bad_s == &w, "Write in RTR");
+        w.opcode = 0x7f;
+        CHECK(ib_post_send(qp, &w, &bad_s) == -EINVAL, "unknown opcode");
+        CHECK(ib_poll_cq(cq, 8, wc) == 0, "completions from refused posts");
+    }
+
+    /* fast-register MR */
+    bad_mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, ib->attrs.max_fast_reg_page_list_len + 1);
+    CHECK(IS_ERR(bad_mr), "MR above max_fast_reg_page_list_len");
+    if (!IS_ERR(bad_mr))
+        ib_dereg_mr(bad_mr);
+    mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, 4);
+    CHECK(!IS_ERR(mr), "ib_alloc_mr: %ld", PTR_ERR(mr));
+    if (IS_ERR(mr)) {
+        mr = NULL;
+        goto out;
+    }
+    CHECK(mr->lkey == mr->rkey && (mr->rkey >> 8) != 0, "stag 0x%x/0x%x", mr->lkey, mr->rkey);
+    mr2 = ib_alloc_mr(pd2, IB_MR_TYPE_MEM_REG, 4);
+    CHECK(!IS_ERR(mr2), "ib_alloc_mr on pd2: %ld", PTR_ERR(mr2));
+    if (IS_ERR(mr2)) {
+        mr2 = NULL;
+        goto out;
+    }
+    CHECK((mr2->rkey >> 8) != (mr->rkey >> 8), "two MRs, one index");
+
+    pages = alloc_pages(GFP_KERNEL, 3); /* 8 pages */
+    CHECK(pages != NULL, "alloc_pages");
+    if (!pages)
+        goto out;
+    /* 5 one-page entries: 4 fit the MR */
+    sg_init_table(sg, 5);
+    for (i = 0; i < 5; i++)
+        sg_set_page(&sg[i], pages + i, PAGE_SIZE, 0);
+    mapped = ib_dma_map_sg(ib, sg, 5, DMA_BIDIRECTIONAL);
+    CHECK(mapped == 5, "ib_dma_map_sg %d", mapped);
+    n = ib_map_mr_sg(mr, sg, 5, NULL, PAGE_SIZE);
+    CHECK(n == 4, "5 pages on a 4-page MR: %d mapped", n);
+    n = ib_map_mr_sg(mr, sg, 2, NULL, PAGE_SIZE);
+    CHECK(n == 2 && mr->length == 2 * PAGE_SIZE && mr->iova == sg_dma_address(&sg[0]),
+          "map 2: %d, length %llu", n, mr->length);
+    n = ib_map_mr_sg(mr2, sg, 1, NULL, PAGE_SIZE);
+    CHECK(n == 1, "map mr2: %d", n);
+
+    /* REG_MR signalled, with the completion handler armed */
+    key = ib_inc_rkey(mr->rkey);
+    ib_update_fast_reg_key(mr, key & 0xff);
+    CHECK(mr->rkey == key, "rkey 0x%x != 0x%x", mr->rkey, key);
+    CHECK(ib_req_notify_cq(cq, IB_CQ_NEXT_COMP) == 0, "arm");
+    atomic_set(&comp_calls, 0);
+    CHECK(post_reg(qp, mr, rw, 1, true) == 0, "post REG_MR");
+    CHECK(atomic_read(&comp_calls) == 1, "completion handler called %d times",
+          atomic_read(&comp_calls));
+    n = poll(cq, wc, 8);
+    CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].opcode == IB_WC_REG_MR &&
+              wc[0].wr_id == 1 && wc[0].qp == qp,
+          "REG_MR: n %d status %d opcode %d", n, wc[0].status, wc[0].opcode);
+    CHECK(ib_req_notify_cq(cq, IB_CQ_NEXT_COMP | IB_CQ_REPORT_MISSED_EVENTS) == 0, "rearm");
+    /* LOCAL_INV unsignalled: no completion; the handler stays armed */
+    CHECK(post_inv(qp, mr->rkey, 2, false) == 0, "post LOCAL_INV");
+    CHECK(poll(cq, wc, 8) == 0, "an unsignalled LOCAL_INV completed");
+    CHECK(atomic_read(&comp_calls) == 1, "handler without a completion");
+    /* invalidating an invalid STag succeeds, signalled */
+    CHECK(post_inv(qp, mr->rkey, 3, true) == 0, "post LOCAL_INV again");
+    n = poll(cq, wc, 8);
+    CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].opcode == IB_WC_LOCAL_INV &&
+              wc[0].wr_id == 3,
+          "LOCAL_INV: n %d status %d opcode %d", n, wc[0].status, wc[0].opcode);
+    CHECK(atomic_read(&comp_calls) == 2, "handler calls %d", atomic_read(&comp_calls));
+    /* a chain: REG_MR (new key, the page list reused) + LOCAL_INV, in order */
+    ib_update_fast_reg_key(mr, ib_inc_rkey(mr->rkey) & 0xff);
+    {
+        struct ib_send_wr inv = {
+            .opcode = IB_WR_LOCAL_INV,
+            .wr_id = 5,
+            .send_flags = IB_SEND_SIGNALED,
+            .ex.invalidate_rkey = mr->rkey,
+        };
+        struct ib_reg_wr r = {
+            .wr = {.opcode = IB_WR_REG_MR,
+                   .wr_id = 4,
+                   .send_flags = IB_SEND_SIGNALED,
+                   .next = &inv},
+            .mr = mr,
+            .key = mr->rkey,
+            .access = rw,
+        };
+
+        CHECK(ib_post_send(qp, &r.wr, NULL) == 0, "post REG_MR + LOCAL_INV");
+        n = poll(cq, wc, 8);
+        CHECK(n == 2 && wc[0].wr_id == 4 && wc[0].status == IB_WC_SUCCESS && wc[1].wr_id == 5 &&
+                  wc[1].status == IB_WC_SUCCESS && wc[1].opcode == IB_WC_LOCAL_INV,
+              "chain: n %d", n);
+    }
+    /* a REG_MR while valid, then a LOCAL_INV with the old key: both fail */
+    CHECK(post_reg(qp, mr, rw, 6, false) == 0, "REG_MR unsignalled");
+    CHECK(poll(cq, wc, 8) == 0, "an unsignalled REG_MR completed");
+    CHECK(qp_state(qp) == IB_QPS_RTR, "state %d", qp_state(qp));
+
+    /* misuse: REG_MR of a valid MR -> error completion (even unsignalled),
+     * ERR, QP_ACCESS_ERR, the two receives flushed */
+    atomic_set(&qp_events, 0);
+    CHECK(post_reg(qp, mr, rw, 7, false) == 0, "REG_MR of a valid MR posted");
+    n = poll(cq, wc, 8);
+    CHECK(n == 3 && wc[0].wr_id == 7 && wc[0].status == IB_WC_MW_BIND_ERR &&
+              wc[0].opcode == IB_WC_REG_MR,
+          "REG_MR of a valid MR: n %d status %d", n, wc[0].status);
+    CHECK(n == 3 && wc[1].wr_id == 101 && wc[2].wr_id == 102 &&
+              wc[1].status == IB_WC_WR_FLUSH_ERR && wc[2].status == IB_WC_WR_FLUSH_ERR &&
+              wc[1].opcode == IB_WC_RECV,
+          "receives not flushed in order");
+    CHECK(qp_state(qp) == IB_QPS_ERR, "state %d", qp_state(qp));
+    CHECK(atomic_read(&qp_events) == 1 && last_qp_event == IB_EVENT_QP_ACCESS_ERR,
+          "QP events %d, last %d", atomic_read(&qp_events), last_qp_event);
+    /* in ERR: new WRs are flushed at once, malformed ones refused */
+    {
+        struct ib_send_wr w = {.opcode = IB_WR_RDMA_WRITE, .wr_id = 8};
+        struct ib_recv_wr r = {.wr_id = 9};
+
+        CHECK(ib_post_send(qp, &w, NULL) == 0, "post_send in ERR");
+        CHECK(ib_post_recv(qp, &r, NULL) == 0, "post_recv in ERR");
+        n = poll(cq, wc, 8);
+        CHECK(n == 2 && wc[0].wr_id == 8 && wc[0].status == IB_WC_WR_FLUSH_ERR &&
+                  wc[0].opcode == IB_WC_RDMA_WRITE && wc[1].wr_id == 9 &&
+                  wc[1].status == IB_WC_WR_FLUSH_ERR && wc[1].opcode == IB_WC_RECV,
+              "flush in ERR: n %d", n);
+        w.num_sge = 5;
+        CHECK(ib_post_send(qp, &w, &bad_s) == -EINVAL && bad_s == &w, "5 SGEs on 1 in ERR");
+    }
+    CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == -EINVAL, "ERR -> INIT accepted");
+    CHECK(to_state(qp, IB_QPS_RESET, 0, 0) == 0, "ERR -> RESET");
+    CHECK(to_state(qp, IB_QPS_INIT, 0, 0) == 0, "RESET -> INIT");
+
+    /* LOCAL_INV with a stale key, REG_MR of another PD's MR: each fails
+     * with its status */
+    CHECK(post_inv(qp, mr->rkey ^ 1, 10, true) == 0, "post LOCAL_INV, wrong key");
+    n = poll(cq, wc, 8);
+    CHECK(n == 1 && wc[0].status == IB_WC_LOC_PROT_ERR && wc[0].opcode == IB_WC_LOCAL_INV,
+          "LOCAL_INV wrong key: n %d status %d", n, wc[0].status);
+    CHECK(to_state(qp, IB_QPS_RESET, 0, 0) == 0 && to_state(qp, IB_QPS_INIT, 0, 0) == 0,
+          "back to INIT");
+    CHECK(post_reg(qp, mr2, rw, 11, true) == 0, "post REG_MR of pd2's MR");
+    n = poll(cq, wc, 8);
+    CHECK(n == 1 && wc[0].status == IB_WC_MW_BIND_ERR, "REG_MR other PD: n %d status %d", n,
+          wc[0].status);
+    CHECK(to_state(qp, IB_QPS_RESET, 0, 0) == 0 && to_state(qp, IB_QPS_INIT, 0, 0) == 0,
+          "back to INIT");
+    /* remote write without local write (IB verbs) */
+    CHECK(post_inv(qp, mr->rkey, 12, true) == 0, "invalidate mr");
+    CHECK(post_reg(qp, mr, IB_ACCESS_REMOTE_WRITE, 13, true) == 0, "post REG_MR");
+    n = poll(cq, wc, 8);
+    CHECK(n == 2 && wc[0].status == IB_WC_SUCCESS && wc[1].status == IB_WC_MW_BIND_ERR,
+          "REMOTE_WRITE without LOCAL_WRITE: n %d", n);
+
+    test_srq(ib, pd, cq);
+    test_cq_full(ib, pd, mr);
+    test_cq_workqueue(ib, pd, mr);
+    test_stress(ib, pd, sg);
+
+out:
+    if (mapped > 0)
+        ib_dma_unmap_sg(ib, sg, 5, DMA_BIDIRECTIONAL);
+    if (pages)
+        __free_pages(pages, 3);
+    if (mr)
+        CHECK(ib_dereg_mr(mr) == 0, "dereg mr");
+    if (mr2)
+        CHECK(ib_dereg_mr(mr2) == 0, "dereg mr2");
+    if (qp)
+        CHECK(ib_destroy_qp(qp) == 0, "destroy qp");
+    if (cq)
+        ib_destroy_cq(cq); /* void on 6.1 */
+    test_drain(ib, pd);
+    if (pd2)
+        ib_dealloc_pd(pd2);
+    ib_dealloc_pd(pd);
+}
+
+static int __init uiw_ktest_init(void)
+{
+    struct ib_device *ib = ib_device_get_by_name(dev, RDMA_DRIVER_UNKNOWN);
+
+    if (!ib) {
+        pr_err("verbs test: FAIL (no device %s)\n", dev);
+        return 0;
+    }
+    run(ib);
+    ib_device_put(ib);
+    if (failed)
+        pr_err("verbs test: FAIL (%u of %u checks failed)\n", failed, passed + failed);
+    else
+        pr_info("verbs test: PASS (%u checks)\n", passed);
+    return 0;
+}
+
+static void __exit uiw_ktest_exit(void) {}
+
+module_init(uiw_ktest_init);
+module_exit(uiw_ktest_exit);
+
+MODULE_DESCRIPTION("uiwarp: the VM test's kernel verbs consumer");
+MODULE_AUTHOR("uiwarp");
+MODULE_LICENSE("Dual BSD/GPL");
