@@ -686,8 +686,13 @@ static int uiw_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
 {
     struct uiw_dev *d = to_udev(ibmr->device);
     struct uiw_mr *mr = to_umr(ibmr);
+    unsigned long fl;
 
+    /* lookups (do_local_inv, and the datapath to come) run under mr_lock:
+     * once erased under it, nobody holds a pointer to the MR */
+    spin_lock_irqsave(&d->mr_lock, fl);
     xa_erase(&d->mrs, mr->stag >> 8);
+    spin_unlock_irqrestore(&d->mr_lock, fl);
     kfree(mr->pages);
     kfree(mr->reg_pages);
     kfree(mr);
