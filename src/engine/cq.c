@@ -603,8 +603,8 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
          * fatal Terminate). */
         if (drive) {
             /* a thread that keeps polling owns the sockets it reads */
-            uiw_cq_drive(cq, false, empty_polls >= UIW_POLL_SPIN);
-            got = cq_pop(cq, n, wc, &overflow, &drive);
+            if (uiw_cq_drive(cq, false, empty_polls >= UIW_POLL_SPIN))
+                got = cq_pop(cq, n, wc, &overflow, &drive);
         }
         /* A thread polling in a loop that keeps finding nothing lets the
          * other runnable threads have the CPU: the progress thread (which

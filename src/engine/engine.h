@@ -669,7 +669,8 @@ void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint
  * and return 0 or a negative errno. */
 int uiw_qp_tx_progress(struct uiw_qp *qp); /* push queued FPDUs until EAGAIN */
 int uiw_qp_rx_progress(struct uiw_qp *qp); /* read and process until EAGAIN */
-int uiw_qp_rx_poll(struct uiw_qp *qp);     /* the same, bounded: for ibv_poll_cq (uiw_cq_drive) */
+int uiw_qp_rx_poll(struct uiw_qp *qp);     /* the same, bounded: for ibv_poll_cq (uiw_cq_drive);
+                                            * 0 if poll(2) found the socket empty */
 /* Payload bytes received straight into place, through the staging buffer,
  * and socket reads so far (zeros before the QP is connected). */
 void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied, uint64_t *reads);
@@ -749,8 +750,10 @@ void uiw_progress_timer_cancel(uint64_t id);
  * hand-off. One read per QP, or (drain: a thread waiting in
  * ibv_get_cq_event, cq.c) until the socket is empty, as the progress
  * thread does. own: the caller polls in a loop; its QPs' sockets leave the
- * progress thread's EPOLLIN while it does (qp_dp.c "Poll ownership"). */
-void uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own);
+ * progress thread's EPOLLIN while it does (qp_dp.c "Poll ownership").
+ * False when it read nothing (a QP's socket was found empty without a
+ * read, uiw_qp_rx_poll), so the caller need not look at the CQ again. */
+bool uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own);
 /* Transmit coalescing: hand the work requests that attached QPs deferred
  * to the transmitter (ibv_poll_cq, ibv_req_notify_cq; trylock per QP). */
 void uiw_cq_flush_tx(struct uiw_cq *cq);

@@ -754,16 +754,18 @@ unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max)
 /* Read qp's socket if its lock is free (lock order qp -> cq: only a
  * trylock, with cq->lock released): false if it is busy, its holder (or
  * the progress thread, which got the readiness edge) draining it. */
-static bool qp_try_rx(struct uiw_qp *qp, bool drain, bool own)
+static bool qp_try_rx(struct uiw_qp *qp, bool drain, bool own, bool *read)
 {
     if (pthread_mutex_trylock(&qp->lock) != 0)
         return false;
     if (qp->fd >= 0) {
         if (drain) {
             uiw_qp_rx_progress(qp);
+            *read = true;
         } else {
             uiw_qp_poll_own(qp, own); /* before the read: what comes after is ours */
-            uiw_qp_rx_poll(qp);
+            if (uiw_qp_rx_poll(qp))
+                *read = true;
         }
     }
     pthread_mutex_unlock(&qp->lock);
@@ -856,7 +858,7 @@ static void drive_ep_make(struct uiw_cq *cq)
 static void drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
 {
     struct epoll_event evs[16];
-    bool busy = false;
+    bool busy = false, read = false;
     int n;
 
     pthread_mutex_lock(&cq->lock);
@@ -866,7 +868,7 @@ static void drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
     for (int i = 0; i < n; i++) {
         struct uiw_qp *qp = evs[i].data.ptr; /* alive: cq_del_qp waits for drivers */
 
-        if (!qp_try_rx(qp, drain, own))
+        if (!qp_try_rx(qp, drain, own, &read))
             busy = true;
     }
     pthread_mutex_lock(&cq->lock);
@@ -877,18 +879,25 @@ static void drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
         sched_yield();
 }
 
-void uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own)
+bool uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own)
 {
-    bool busy = false;
-
+    struct uiw_qp *qs[UIW_CQ_DRIVE_SCAN];
+    bool busy = false, read = false;
+    unsigned n, k = 0;
     int ep;
-    bool many;
 
+    /* one look under the CQ's lock: the readiness set, or the few QPs
+     * (referenced) to try; an empty poll takes it once, not per QP */
     pthread_mutex_lock(&cq->lock);
     ep = cq->drive_ep;
-    many = cq->nqps > UIW_CQ_DRIVE_SCAN;
+    n = cq->nqps;
+    if (ep < 0 && n <= UIW_CQ_DRIVE_SCAN)
+        for (; k < n; k++) {
+            qs[k] = cq->qps[k];
+            uiw_qp_get(qs[k]);
+        }
     pthread_mutex_unlock(&cq->lock);
-    if (ep < 0 && many) {
+    if (ep < 0 && n > UIW_CQ_DRIVE_SCAN) {
         drive_ep_make(cq);
         pthread_mutex_lock(&cq->lock);
         ep = cq->drive_ep;
@@ -896,19 +905,17 @@ void uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own)
     }
     if (ep >= 0) {
         drive_ready(cq, ep, drain, own);
-        return;
+        return true;
     }
-
-    struct uiw_qp *qp;
-
-    for (unsigned i = 0; (qp = cq_qp_get(cq, i)); i++) {
-        if (!qp_try_rx(qp, drain, own))
+    for (unsigned i = 0; i < k; i++) {
+        if (!qp_try_rx(qs[i], drain, own, &read))
             busy = true;
-        uiw_qp_put(qp);
+        uiw_qp_put(qs[i]);
     }
     /* Someone (often the progress thread) is processing a QP of this CQ.
      * A busy-polling caller sharing its CPU would otherwise keep it from
      * finishing until the end of a scheduler time slice. */
     if (busy)
         sched_yield();
+    return read || busy;
 }

@@ -53,6 +53,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -127,6 +128,7 @@ struct dp_rx {
     bool got_first;
     bool dead;     /* parse and discard (Terminate, ERR) */
     bool eof;      /* EOF/error reported */
+    bool drained;  /* the last read found the socket empty (EAGAIN) */
     bool err_done; /* ERR cleanup done */
     /* statistics (UIWARP_DEBUG >= 1 logs them when the QP goes away) */
     uint64_t st_zc, st_copy, st_reads;
@@ -1410,13 +1412,16 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
         }
         n = rx_read(qp, r);
         if (n > 0) {
+            r->drained = false;
             budget = (size_t)n < budget ? budget - (size_t)n : 0;
             continue;
         }
         if (n == -EINTR)
             continue;
-        if (n == -EAGAIN || n == -EWOULDBLOCK)
+        if (n == -EAGAIN || n == -EWOULDBLOCK) {
+            r->drained = true;
             break;
+        }
         uiw_qp_llp_closed_locked(qp, (int)n);
         break;
     }
@@ -1436,9 +1441,26 @@ int uiw_qp_rx_progress(struct uiw_qp *qp)
  * instead of becoming the receive engine while the peer keeps sending. */
 int uiw_qp_rx_poll(struct uiw_qp *qp)
 {
+    struct dp_rx *r = RX(qp);
+
+    /* A busy poller's empty polls: when the last read drained the socket
+     * and nothing waits in staging, ask poll(2) first. It reads the
+     * socket's state without its lock; recv(2) takes the lock (contending
+     * with the peer's sendmsg, which on loopback delivers into this very
+     * socket) and the staging buffer from the shared pool, only to find
+     * nothing. Errors and EOF make poll report the socket, and recv then
+     * sees them. */
+    if (r && r->drained && qp->fd >= 0 && r->off >= r->len && !r->held && !r->eof &&
+        qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
+        struct pollfd p = {.fd = qp->fd, .events = POLLIN};
+
+        if (poll(&p, 1, 0) == 0)
+            return 0;
+    }
     /* a poller that owns the socket (qp_dp.c "Poll ownership") is the
      * only one reading it: as much as the progress thread would */
-    return rx_progress(qp, (qp->rx_muted & UIW_MUTE_POLL) ? RX_BUDGET : 1);
+    rx_progress(qp, (qp->rx_muted & UIW_MUTE_POLL) ? RX_BUDGET : 1);
+    return 1;
 }
 
 void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied, uint64_t *reads)
