@@ -29,6 +29,18 @@ enum dp_sqe_state {
  * loopback (MSS 65483), where nothing places FPDUs from segments */
 #define DP_ALIGN_MAX_MSS 16384u
 
+/* qp_dp.c: one staging buffer of each kind per thread, taken and given
+ * back without a lock (qp_rx.c's staging, qp_tx.c's batch), in front of
+ * the shared spares. NULL when it cannot be had (no memory); its contents
+ * are freed when the thread exits. The list of them is global, so that
+ * what a thread holds stays reachable (leak checkers). */
+struct dp_tl {
+    uint8_t *rx[2]; /* qp_rx.c: RX_BUF, RX_BUF_CRC */
+    void *txb;      /* qp_tx.c: a struct dp_txb */
+    struct dp_tl *prev, *next;
+};
+struct dp_tl *dp_tl(void);
+
 /* qp_dp.c: shared by both directions */
 unsigned dp_align_seg(int fd);
 enum ibv_wc_opcode dp_wc_opcode(enum ibv_wr_opcode op);

@@ -12,12 +12,74 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include "dp_int.h"
+
+/* ------------------------------------------------------------------------
+ * Per-thread staging (dp_int.h)
+ * ---------------------------------------------------------------------- */
+
+static struct {
+    pthread_once_t once;
+    bool ok;
+    pthread_key_t key;
+    pthread_mutex_t lock;
+    struct dp_tl *head;
+} tl = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
+static _Thread_local struct dp_tl *tl_mine;
+
+static void tl_exit(void *arg)
+{
+    struct dp_tl *c = arg;
+
+    pthread_mutex_lock(&tl.lock);
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        tl.head = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    pthread_mutex_unlock(&tl.lock);
+    free(c->rx[0]);
+    free(c->rx[1]);
+    free(c->txb);
+    free(c);
+    tl_mine = NULL;
+}
+
+static void tl_init(void)
+{
+    tl.ok = pthread_key_create(&tl.key, tl_exit) == 0;
+}
+
+struct dp_tl *dp_tl(void)
+{
+    struct dp_tl *c = tl_mine;
+
+    if (c)
+        return c;
+    pthread_once(&tl.once, tl_init);
+    if (!tl.ok || !(c = calloc(1, sizeof(*c))))
+        return NULL;
+    if (pthread_setspecific(tl.key, c) != 0) {
+        free(c);
+        return NULL;
+    }
+    pthread_mutex_lock(&tl.lock);
+    c->next = tl.head;
+    if (tl.head)
+        tl.head->prev = c;
+    tl.head = c;
+    pthread_mutex_unlock(&tl.lock);
+    tl_mine = c;
+    return c;
+}
 
 /* ------------------------------------------------------------------------
  * Mappings

@@ -1242,12 +1242,24 @@ static struct {
     int n[2];
 } rx_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* ... and in front of them one per thread and size (dp_tl): a thread that
+ * reads one QP after another (a poller, the progress thread) would
+ * otherwise take the shared lock twice per read, and the application's
+ * and the progress thread's reads would pass its cache line back and
+ * forth. */
 static bool rx_buf_get(struct dp_rx *r)
 {
     int k = r->cap == RX_BUF_CRC;
 
     if (r->buf)
         return true;
+    struct dp_tl *c = dp_tl();
+
+    if (c && c->rx[k]) {
+        r->buf = c->rx[k];
+        c->rx[k] = NULL;
+        return true;
+    }
     pthread_mutex_lock(&rx_cache.lock);
     if (rx_cache.n[k])
         r->buf = rx_cache.spare[k][--rx_cache.n[k]];
@@ -1266,6 +1278,12 @@ static void rx_buf_put(struct dp_rx *r)
         return;
     r->buf = NULL;
     r->off = r->len = 0;
+    struct dp_tl *c = dp_tl();
+
+    if (c && !c->rx[k]) {
+        c->rx[k] = b;
+        return;
+    }
     pthread_mutex_lock(&rx_cache.lock);
     if (rx_cache.n[k] < RX_SPARES) {
         rx_cache.spare[k][rx_cache.n[k]++] = b;

@@ -266,10 +266,20 @@ static struct {
     int n;
 } txb_cache = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
+/* ... and in front of them one per thread (dp_tl), without a lock (as
+ * qp_rx.c's staging): a ping-pong's every post took the shared lock
+ * twice. */
 static bool txb_get(struct dp_tx *t)
 {
     if (t->b)
         return true;
+    struct dp_tl *c = dp_tl();
+
+    if (c && c->txb) {
+        t->b = c->txb;
+        c->txb = NULL;
+        return true;
+    }
     pthread_mutex_lock(&txb_cache.lock);
     if (txb_cache.n)
         t->b = txb_cache.spare[--txb_cache.n];
@@ -287,6 +297,12 @@ static void txb_put(struct dp_tx *t)
     if (!b)
         return;
     t->b = NULL;
+    struct dp_tl *c = dp_tl();
+
+    if (c && !c->txb) {
+        c->txb = b;
+        return;
+    }
     pthread_mutex_lock(&txb_cache.lock);
     if (txb_cache.n < TXB_SPARES) {
         txb_cache.spare[txb_cache.n++] = b;
