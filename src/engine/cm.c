@@ -632,10 +632,11 @@ static void active_done(struct uiw_conn *c)
     int fd = c->fd;
     c->state = UIW_CS_ACCEPTING; /* attaching */
     busy_enter(c);
-    if (c->fd_reg) {
-        uiw_progress_del(fd); /* our own callback: returns at once */
-        c->fd_reg = false;
-    }
+    /* Our registration of the socket goes to the QP with it (attach turns
+     * it into the data path's by EPOLL_CTL_MOD): no DEL and ADD. It is ours
+     * again if the attach fails. */
+    bool reg = c->fd_reg;
+    c->fd_reg = false;
     struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
@@ -653,6 +654,7 @@ static void active_done(struct uiw_conn *c)
         c->fd = -1; /* the QP's now */
     } else {
         cap_take_back(c, qp);
+        c->fd_reg = reg;
     }
     if (c->state == UIW_CS_DEAD)
         return;

@@ -488,7 +488,13 @@ static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned
         qp->fd = -1;
         goto out;
     }
-    r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
+    /* cm.c's initiator hands over its own registration of the socket (the
+     * Reply was read through it): one EPOLL_CTL_MOD instead of a DEL and an
+     * ADD (docs/PERFORMANCE.md, 2026-11-27 (setup3)). Not registered (the
+     * responder, a caller's own socket): added. */
+    r = cm_socket ? uiw_progress_mod(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp) : -ENOENT;
+    if (r == -ENOENT)
+        r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
     if (r) {
         uiw_qp_to_error_locked(qp);
         qp->fd = -1;
