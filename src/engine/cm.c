@@ -294,22 +294,22 @@ static void make_policy(uiw_mpa_policy *pol, unsigned ird, unsigned ord, const u
  * (the decoders have rejected PD_Length > 512 by then). */
 static size_t frame_want(const struct uiw_conn *c)
 {
-    return uiw_mpa_frame_want(c->rbuf, c->rhave);
+    return uiw_mpa_frame_want(c->m->rbuf, c->rhave);
 }
 
-/* Read at most room bytes of the peer into c->rbuf. Returns the count read
+/* Read at most room bytes of the peer into c->m->rbuf. Returns the count read
  * (> 0, captured), 0 when the peer closed, -EAGAIN when nothing is there
  * yet, or another negative errno. c->lock held. */
 static ssize_t rbuf_recv(struct uiw_conn *c, size_t room)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->rbuf + c->rhave, room, 0);
+        ssize_t n = recv(c->fd, c->m->rbuf + c->rhave, room, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return errno == EWOULDBLOCK ? -EAGAIN : -errno;
         if (n > 0)
-            uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
+            uiw_cap_bytes(conn_cap(c), false, c->m->rbuf + c->rhave, (size_t)n);
         return n;
     }
 }
@@ -332,12 +332,16 @@ static struct uiw_conn *conn_new(struct uiw_context *ctx, struct uiw_cm_channel 
                                  bool active, int *err)
 {
     struct uiw_conn *c = calloc(1, sizeof(*c));
-    if (!c) {
+    if (c)
+        c->m = calloc(1, sizeof(*c->m));
+    if (!c || !c->m) {
+        free(c);
         *err = -ENOMEM;
         return NULL;
     }
     *err = uiw_timer_init(&c->timer, conn_timer_cb, c);
     if (*err) {
+        free(c->m);
         free(c);
         return NULL;
     }
@@ -369,8 +373,18 @@ static void conn_put(struct uiw_conn *c)
         close(c->fd);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->lock);
+    free(c->m);
     free(c);
     atomic_fetch_sub(&conn_count, 1);
+}
+
+/* ESTABLISHED was posted (it took the negotiated values from c->m): the
+ * negotiation's memory goes back to malloc for the next setup. c->lock
+ * held. */
+static void conn_mpa_done(struct uiw_conn *c)
+{
+    free(c->m);
+    c->m = NULL;
 }
 
 /* Drop c->lock and then, when release (passive_drop's answer, drain's),
@@ -465,8 +479,8 @@ static void ev_set_pd(struct uiw_cm_event *ev, const uint8_t *pd, uint16_t len)
 /* Fill the negotiated values (and, active side, the peer's private data). */
 static void ev_from_result(struct uiw_cm_event *ev, const struct uiw_conn *c)
 {
-    const uiw_mpa_result *r = &c->neg.result;
-    ev->enhanced = c->active ? c->neg.peer.enhanced : c->req.enhanced;
+    const uiw_mpa_result *r = &c->m->neg.result;
+    ev->enhanced = c->active ? c->m->neg.peer.enhanced : c->m->req.enhanced;
     ev->peer_ird = r->peer_ird;
     ev->peer_ord = r->peer_ord;
     ev->mpa_rev = r->rev;
@@ -502,7 +516,7 @@ static void post(struct uiw_conn *c, enum uiw_cm_event_type type, int status)
 static int post_connect_request(struct uiw_conn *c)
 {
     struct uiw_cm_event *ev = malloc(sizeof(*ev));
-    const uiw_mpa_frame *f = &c->req;
+    const uiw_mpa_frame *f = &c->m->req;
     int rc;
     if (!ev) {
         uiw_log("cm: out of memory, incoming connection reset");
@@ -616,7 +630,7 @@ static void conn_io_cb(void *obj, uint32_t events);
  * when P2P), then ESTABLISHED. c->lock held, progress thread. */
 static void active_done(struct uiw_conn *c)
 {
-    uiw_mpa_result res = c->neg.result;
+    uiw_mpa_result res = c->m->neg.result;
     timer_disarm(c);
     if (!c->qp) {
         if (c->had_qp) {
@@ -626,6 +640,7 @@ static void active_done(struct uiw_conn *c)
         /* MPA only: keep reading (and discarding) to see the peer's FIN. */
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
         return;
     }
     struct uiw_qp *qp = c->qp;
@@ -667,6 +682,7 @@ static void active_done(struct uiw_conn *c)
         return;
     c->state = UIW_CS_ESTABLISHED;
     post(c, UIW_CM_ESTABLISHED, 0);
+    conn_mpa_done(c);
     if (c->early_close) {
         c->state = UIW_CS_CLOSED;
         post(c, UIW_CM_DISCONNECTED, c->early_err);
@@ -695,11 +711,11 @@ static bool active_rev1_retry(struct uiw_conn *c)
         c->state != UIW_CS_WAIT_REP)
         return false;
     c->rev1_tried = true;
-    make_policy(&pol, c->param.ird, c->param.ord, c->pd, c->pd_len);
+    make_policy(&pol, c->param.ird, c->param.ord, c->m->pd, c->pd_len);
     pol.rev = 1;
     pol.p2p = false;
     pol.rtr_offer = 0;
-    rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    rc = uiw_mpa_neg_start_initiator(&c->m->neg, &pol, c->m->txframe, sizeof(c->m->txframe));
     if (rc < 0)
         return false;
     c->txframe_len = (uint16_t)rc;
@@ -754,28 +770,29 @@ static void active_read(struct uiw_conn *c)
             return;
         }
         size_t olen = 0;
-        int rc = uiw_mpa_neg_feed(&c->neg, c->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
+        int rc = uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
         c->rhave = (uint16_t)(c->rhave + n);
-        if (rc < 0 && c->neg.state != UIW_MPA_S_FAILED) {
+        if (rc < 0 && c->m->neg.state != UIW_MPA_S_FAILED) {
             active_fail(c, UIW_CM_CONNECT_ERROR, -EPROTO, true);
             return;
         }
-        switch (c->neg.state) {
+        switch (c->m->neg.state) {
         case UIW_MPA_S_WAIT_REP:
             continue;
         case UIW_MPA_S_DONE:
             active_done(c);
             return;
         case UIW_MPA_S_REJECTED:
-            uiw_dbg(1, "cm: connection rejected: %s", c->neg.why ? c->neg.why : "");
+            uiw_dbg(1, "cm: connection rejected: %s", c->m->neg.why ? c->m->neg.why : "");
             active_fail(c, UIW_CM_REJECTED, -ECONNREFUSED, false);
             return;
         default:
-            uiw_dbg(1, "cm: MPA Reply refused: %s (%d)", c->neg.why ? c->neg.why : "",
-                    c->neg.error);
-            if (c->neg.term_valid && c->neg.term_send)
-                send_terminate(c, &c->neg);
-            active_fail(c, UIW_CM_CONNECT_ERROR, c->neg.error ? c->neg.error : -EPROTO, false);
+            uiw_dbg(1, "cm: MPA Reply refused: %s (%d)", c->m->neg.why ? c->m->neg.why : "",
+                    c->m->neg.error);
+            if (c->m->neg.term_valid && c->m->neg.term_send)
+                send_terminate(c, &c->m->neg);
+            active_fail(c, UIW_CM_CONNECT_ERROR, c->m->neg.error ? c->m->neg.error : -EPROTO,
+                        false);
             return;
         }
     }
@@ -798,7 +815,7 @@ static void active_connected(struct uiw_conn *c)
         return; /* still connecting */
     l = sizeof(c->local);
     (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
-    int rc = conn_send(c, c->txframe, c->txframe_len);
+    int rc = conn_send(c, c->m->txframe, c->txframe_len);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
         return;
@@ -862,10 +879,10 @@ static bool passive_request(struct uiw_conn *c, bool drained)
     uint8_t out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
     make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, NULL, 0);
-    uiw_mpa_neg_start_responder(&c->neg, &pol);
-    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
-    if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
-        uiw_dbg(1, "cm: rejecting incoming connection: %s", c->neg.why ? c->neg.why : "");
+    uiw_mpa_neg_start_responder(&c->m->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->m->neg.state == UIW_MPA_S_REJECTED && olen) {
+        uiw_dbg(1, "cm: rejecting incoming connection: %s", c->m->neg.why ? c->m->neg.why : "");
         if (conn_send(c, out, olen) < 0)
             return passive_drop(c, "cannot send the Reject");
         (void)shutdown(c->fd, SHUT_WR);
@@ -873,13 +890,13 @@ static bool passive_request(struct uiw_conn *c, bool drained)
         timer_arm(c, c->timeout_ms);
         return false;
     }
-    if (c->neg.state != UIW_MPA_S_DONE) {
+    if (c->m->neg.state != UIW_MPA_S_DONE) {
         /* An enhanced (revision 2) Request to our revision 1 policy: RFC
          * 6581 §10 has us close; a reset, as RNICs answer it, is what makes
          * an RNIC initiator try again at revision 1 (docs/ENGINE.md "MPA
          * revision 1 fallback") */
-        bool newer = pol.rev == 1 && c->neg.peer.enhanced;
-        return passive_drop_how(c, c->neg.why ? c->neg.why : "unusable MPA Request", newer);
+        bool newer = pol.rev == 1 && c->m->neg.peer.enhanced;
+        return passive_drop_how(c, c->m->neg.why ? c->m->neg.why : "unusable MPA Request", newer);
     }
     timer_disarm(c);
     /* The ULP decides; the socket stays quiet meanwhile (accept peeks). */
@@ -900,7 +917,7 @@ static bool passive_request(struct uiw_conn *c, bool drained)
 static bool passive_read(struct uiw_conn *c)
 {
     for (;;) {
-        size_t room = sizeof(c->rbuf) - c->rhave;
+        size_t room = sizeof(c->m->rbuf) - c->rhave;
         ssize_t n = rbuf_recv(c, room);
         if (n == -EAGAIN)
             return false;
@@ -910,10 +927,10 @@ static bool passive_read(struct uiw_conn *c)
             return passive_drop(c, "peer closed before its MPA Request");
         c->rhave = (uint16_t)(c->rhave + n);
         size_t want = frame_want(c);
-        int rc =
-            uiw_mpa_decode(c->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST, &c->req);
+        int rc = uiw_mpa_decode(c->m->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST,
+                                &c->m->req);
         if (rc == -EAGAIN) {
-            if (c->rhave == sizeof(c->rbuf))
+            if (c->rhave == sizeof(c->m->rbuf))
                 return passive_drop(c, "malformed MPA Request");
             continue;
         }
@@ -1429,12 +1446,12 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
     if (!c)
         return rc;
     if (pd_len)
-        memcpy(c->pd, p->private_data, pd_len);
+        memcpy(c->m->pd, p->private_data, pd_len);
     c->pd_len = pd_len;
     unsigned ird = p ? p->ird : UIW_MPA_DEFAULT_IRD, ord = p ? p->ord : UIW_MPA_DEFAULT_ORD;
     uiw_mpa_policy pol;
-    make_policy(&pol, ird, ord, c->pd, pd_len);
-    rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    make_policy(&pol, ird, ord, c->m->pd, pd_len);
+    rc = uiw_mpa_neg_start_initiator(&c->m->neg, &pol, c->m->txframe, sizeof(c->m->txframe));
     if (rc < 0) {
         conn_put(c);
         return rc;
@@ -1538,14 +1555,14 @@ static int passive_begin(struct uiw_conn *c, uint16_t pd_len, const void *pd)
         return -EINVAL;
     }
     /* The Reply is enhanced exactly when the Request was (RFC 6581 §10). */
-    if (pd_len > UIW_CM_MAX_PD(c->req.enhanced ? 2 : 1)) {
+    if (pd_len > UIW_CM_MAX_PD(c->m->req.enhanced ? 2 : 1)) {
         pthread_mutex_unlock(&c->lock);
         return -EMSGSIZE;
     }
     c->state = UIW_CS_ACCEPTING;
     busy_enter(c);
     if (pd_len)
-        memcpy(c->pd, pd, pd_len);
+        memcpy(c->m->pd, pd, pd_len);
     c->pd_len = pd_len;
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -1586,7 +1603,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     int rc = passive_begin(c, pd_len, p ? p->private_data : NULL);
     if (rc < 0)
         return rc;
-    bool p2p = c->req.enhanced && c->req.p2p;
+    bool p2p = c->m->req.enhanced && c->m->req.p2p;
     if (!qp && p2p) {
         pthread_mutex_lock(&c->lock);
         c->state = UIW_CS_REQ_RCVD;
@@ -1619,19 +1636,20 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
-    make_policy(&pol, p ? p->ird : UIW_MPA_DEFAULT_IRD, p ? p->ord : UIW_MPA_DEFAULT_ORD, c->pd,
+    make_policy(&pol, p ? p->ird : UIW_MPA_DEFAULT_IRD, p ? p->ord : UIW_MPA_DEFAULT_ORD, c->m->pd,
                 c->pd_len);
-    uiw_mpa_neg_start_responder(&c->neg, &pol);
-    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
-    if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
+    uiw_mpa_neg_start_responder(&c->m->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->m->neg.state == UIW_MPA_S_REJECTED && olen) {
         /* The ULP's values made the MPA layer refuse (e.g. a Read RTR and
          * IRD 0): the initiator gets the Reject, the caller the reason. */
-        uiw_log("cm: accept refused by the MPA negotiation: %s", c->neg.why ? c->neg.why : "");
+        uiw_log("cm: accept refused by the MPA negotiation: %s",
+                c->m->neg.why ? c->m->neg.why : "");
         (void)conn_send(c, out, olen);
-        return passive_abort(c, c->neg.error ? c->neg.error : -ECONNREFUSED, false);
+        return passive_abort(c, c->m->neg.error ? c->m->neg.error : -ECONNREFUSED, false);
     }
-    if (c->neg.state != UIW_MPA_S_DONE)
-        return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
+    if (c->m->neg.state != UIW_MPA_S_DONE)
+        return passive_abort(c, c->m->neg.error ? c->m->neg.error : -EPROTO, true);
     rc = conn_send(c, out, olen);
     if (rc < 0)
         return passive_abort(c, rc, true);
@@ -1642,6 +1660,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         /* MPA only: watch the socket for the peer's FIN. */
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
         pthread_mutex_unlock(&c->lock);
         watch_fd(c);
         pthread_mutex_lock(&c->lock);
@@ -1656,7 +1675,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         timer_arm(c, c->timeout_ms);
     }
     int fd = c->fd;
-    uiw_mpa_result res = c->neg.result;
+    uiw_mpa_result res = c->m->neg.result;
     struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
@@ -1682,6 +1701,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     if (c->state == UIW_CS_ACCEPTING) {
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
         if (c->early_close) {
             c->state = UIW_CS_CLOSED;
             post(c, UIW_CM_DISCONNECTED, c->early_err);
@@ -1700,12 +1720,12 @@ UIW_EXPORT int uiw_cm_reject(struct uiw_conn *c, const void *pd, uint16_t pd_len
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
-    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, c->pd, c->pd_len);
+    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, c->m->pd, c->pd_len);
     pol.responder_rejects = true;
-    uiw_mpa_neg_start_responder(&c->neg, &pol);
-    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
-    if (c->neg.state != UIW_MPA_S_REJECTED || !olen)
-        return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
+    uiw_mpa_neg_start_responder(&c->m->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->m->neg.state != UIW_MPA_S_REJECTED || !olen)
+        return passive_abort(c, c->m->neg.error ? c->m->neg.error : -EPROTO, true);
     rc = conn_send(c, out, olen);
     if (rc < 0)
         return passive_abort(c, rc, true);
@@ -1865,6 +1885,7 @@ void uiw_cm_first_fpdu(struct uiw_conn *c)
         timer_disarm(c);
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
     }
     pthread_mutex_unlock(&c->lock);
 }
