@@ -510,8 +510,16 @@ static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned
             qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
     if (hold_ms)
         dp_tx_hold_first(qp, hold_ms);
-    /* bytes may be waiting already; the RTR goes out now */
-    uiw_qp_rx_progress(qp);
+    /* The RTR goes out now. Bytes already waiting are reported by the
+     * registration just made: an EPOLLET ADD or MOD polls the socket and
+     * queues it if readable (ep_insert / ep_modify), so cm.c's sockets are
+     * not read here (a recv that found nothing on both sides of nearly
+     * every connection, and a staging buffer taken and given back); a
+     * caller's own socket is, as before. */
+    if (cm_socket)
+        uiw_qp_tx_progress(qp);
+    else
+        uiw_qp_rx_progress(qp);
 out:
     pthread_mutex_unlock(&qp->lock);
     return r;
