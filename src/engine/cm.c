@@ -127,10 +127,15 @@ static void set_dead_peer(int fd, unsigned ms)
         uiw_dbg(1, "cm: dead-peer socket options: %s", strerror(errno));
 }
 
-static void set_sockopts(int fd, unsigned peer_timeout_ms)
+/* reuse: SO_REUSEADDR, for a bind() to a given port (a listener's, an
+ * application's own source port); a port left to connect() (port 0 with
+ * IP_BIND_ADDRESS_NO_PORT, or no bind) is chosen by inet_hash_connect,
+ * which does not look at it: one system call less per connection. */
+static void set_sockopts(int fd, unsigned peer_timeout_ms, bool reuse)
 {
     int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuse)
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     set_dead_peer(fd, peer_timeout_ms);
 }
@@ -596,7 +601,7 @@ static int active_socket(struct uiw_conn *c, const struct sockaddr *src)
 
     if (fd < 0)
         return -errno;
-    set_sockopts(fd, c->param.peer_timeout_ms);
+    set_sockopts(fd, c->param.peer_timeout_ms, src && sa_port(src));
     set_tos(fd, c->peer.ss_family, &c->param);
     if (src && !sa_port(src))
         (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
@@ -1319,7 +1324,7 @@ UIW_EXPORT int uiw_cm_listen_af(struct ibv_context *ibctx, const struct sockaddr
     }
     /* TCP_NODELAY, keepalive and TCP_USER_TIMEOUT: Linux copies them to
      * every accepted socket, which then needs no calls of its own */
-    set_sockopts(l->fd, 0);
+    set_sockopts(l->fd, 0, true);
     if (v6only >= 0 && addr->sa_family == AF_INET6)
         (void)setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
     socklen_t len = sizeof(l->addr);
