@@ -1464,6 +1464,7 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
     c->txframe_len = (uint16_t)rc;
     if (p)
         c->param = *p;
+    c->param.before_events = NULL; /* this call's (a revision 1 retry is not one) */
     c->param.private_data = NULL;
     c->param.private_data_len = pd_len;
     c->param.ird = (uint16_t)ird;
@@ -1483,26 +1484,31 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
     if (rc < 0)
         goto fail;
 
-    pthread_mutex_lock(&c->lock);
-    c->state = UIW_CS_CONNECTING;
-    if (connect(c->fd, dst, sa_len(dst)) < 0 && errno != EINPROGRESS) {
-        int e = errno;
-        fill_addrs(c);
-        c->state = UIW_CS_CLOSED;
-        close(c->fd);
-        c->fd = -1;
-        post(c, UIW_CM_UNREACHABLE, -e);
-        pthread_mutex_unlock(&c->lock);
-        *out = c;
-        return 0;
-    }
-    if (src && !sa_port(src)) {
+    /* c is nobody else's until it posts an event or registers its socket
+     * below: connect() (on loopback the whole handshake runs in it) and
+     * getsockname need no lock, and run before p->before_events. */
+    int cerr = connect(c->fd, dst, sa_len(dst)) < 0 && errno != EINPROGRESS ? errno : 0;
+    if (!cerr && src && !sa_port(src)) {
         /* the port connect() chose, for the caller (rdma_get_src_port) */
         struct sockaddr_storage l;
         socklen_t ll = sizeof(l);
 
         if (getsockname(c->fd, (struct sockaddr *)&l, &ll) == 0 && l.ss_family == src->sa_family)
             memcpy(src, &l, sa_len(src));
+    }
+    if (p && p->before_events)
+        p->before_events(user);
+    pthread_mutex_lock(&c->lock);
+    c->state = UIW_CS_CONNECTING;
+    if (cerr) {
+        fill_addrs(c);
+        c->state = UIW_CS_CLOSED;
+        close(c->fd);
+        c->fd = -1;
+        post(c, UIW_CM_UNREACHABLE, -cerr);
+        pthread_mutex_unlock(&c->lock);
+        *out = c;
+        return 0;
     }
     c->fd_reg = true; /* before the first callback can run */
     pthread_mutex_unlock(&c->lock);
