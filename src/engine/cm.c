@@ -712,6 +712,7 @@ static bool active_rev1_retry(struct uiw_conn *c)
     uiw_mpa_policy pol;
     int rc;
 
+    memset(&c->local, 0, sizeof(c->local)); /* the new socket's, at connect */
     if (c->rev1_tried || !cfg->mpa_rev1_fallback || cfg->mpa_rev != 2 || c->rhave ||
         c->state != UIW_CS_WAIT_REP)
         return false;
@@ -806,20 +807,24 @@ static void active_read(struct uiw_conn *c)
 /* TCP connect finished (EPOLLOUT). c->lock held. */
 static void active_connected(struct uiw_conn *c)
 {
-    int err = 0;
-    socklen_t l = sizeof(err);
-    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
-        err = errno;
-    if (err) {
-        active_fail(c, UIW_CM_UNREACHABLE, -err, false);
-        return;
+    /* A connected socket has a peer; a failed or unfinished one has not,
+     * and only then is SO_ERROR asked (one system call less per
+     * connection: the error of a connection that got as far as
+     * ESTABLISHED is its recv's). */
+    socklen_t l = sizeof(c->peer);
+    if (getpeername(c->fd, (struct sockaddr *)&c->peer, &l) < 0) {
+        int err = 0;
+        l = sizeof(err);
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+            err = errno;
+        if (err)
+            active_fail(c, UIW_CM_UNREACHABLE, -err, false);
+        return; /* else still connecting */
     }
-    /* getpeername (in fill_addrs) fails while still connecting */
-    l = sizeof(c->peer);
-    if (getpeername(c->fd, (struct sockaddr *)&c->peer, &l) < 0)
-        return; /* still connecting */
-    l = sizeof(c->local);
-    (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
+    if (!c->local.ss_family) { /* uiw_cm_connect read it when connect() chose the port */
+        l = sizeof(c->local);
+        (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
+    }
     int rc = conn_send(c, c->m->txframe, c->txframe_len);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
@@ -1201,7 +1206,9 @@ static bool listener_exhausted(struct uiw_listener *l, int err)
     if ((err == EMFILE || err == ENFILE) && reserve_fd >= 0) {
         close(reserve_fd);
         reserve_fd = -1;
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         int e = fd < 0 ? errno : 0;
         if (fd >= 0) {
             close_abort(fd);
@@ -1229,7 +1236,9 @@ static void listener_cb(void *obj, uint32_t events)
              * listener reports the rest at once */
             return;
         }
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
             if (e == EINTR || e == ECONNABORTED)
@@ -1263,7 +1272,17 @@ static void listener_cb(void *obj, uint32_t events)
         }
         c->fd = fd;
         c->born_ns = uiw_now_ns(); /* its socket options: the listener's */
-        fill_addrs(c);
+        /* The peer from accept4, the local address from a listener bound
+         * to one IPv4 address (a wildcard one asks the socket): no
+         * getpeername and, mostly, no getsockname per connection. */
+        memcpy(&c->peer, &peer, plen < sizeof(peer) ? plen : sizeof(peer));
+        if (l->addr.ss_family == AF_INET &&
+            ((const struct sockaddr_in *)&l->addr)->sin_addr.s_addr != htonl(INADDR_ANY))
+            c->local = l->addr;
+        else {
+            socklen_t ll = sizeof(c->local);
+            (void)getsockname(fd, (struct sockaddr *)&c->local, &ll);
+        }
         c->state = UIW_CS_WAIT_REQ;
         pthread_mutex_lock(&cm_list_lock);
         c->listener = l;
@@ -1493,8 +1512,10 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
         struct sockaddr_storage l;
         socklen_t ll = sizeof(l);
 
-        if (getsockname(c->fd, (struct sockaddr *)&l, &ll) == 0 && l.ss_family == src->sa_family)
+        if (getsockname(c->fd, (struct sockaddr *)&l, &ll) == 0 && l.ss_family == src->sa_family) {
             memcpy(src, &l, sa_len(src));
+            c->local = l; /* final once connect() has begun: not asked again */
+        }
     }
     if (p && p->before_events)
         p->before_events(user);

@@ -521,8 +521,20 @@ static void t_limits(void)
                             NULL, &cc),
              0);
     CHECK_EQ(uiw_cm_disconnect(cc), -ENOTCONN);
+    /* connect() chose the port and it was written back */
+    CHECK(ss_port(&src) != 0);
     if (expect_event(e.chs, &ev, UIW_CM_CONNECT_REQUEST, 0, NULL, "clamp")) {
         sc = ev.conn;
+        /* the addresses cm.c takes from accept4 and the listener instead of
+         * asking the socket: exactly the initiator's and the listener's */
+        CHECK_EQ(ev.peer.ss_family, AF_INET);
+        CHECK_EQ(ss_port(&ev.peer), ss_port(&src));
+        CHECK_EQ(((struct sockaddr_in *)&ev.peer)->sin_addr.s_addr,
+                 ((struct sockaddr_in *)&src)->sin_addr.s_addr);
+        CHECK_EQ(ev.local.ss_family, AF_INET);
+        CHECK_EQ(ss_port(&ev.local), ss_port(&e.addr));
+        CHECK_EQ(((struct sockaddr_in *)&ev.local)->sin_addr.s_addr,
+                 ((struct sockaddr_in *)&e.addr)->sin_addr.s_addr);
         CHECK_EQ(ev.peer_ird, UIW_MAX_IRD);
         CHECK_EQ(ev.peer_ord, UIW_MAX_ORD);
         p.private_data = pd;
@@ -541,7 +553,8 @@ static void t_limits(void)
             CHECK_EQ(ev.peer_ird, UIW_MAX_IRD);
             CHECK_EQ(ev.peer_ord, UIW_MAX_ORD);
             CHECK_EQ(ev.local.ss_family, AF_INET);
-            CHECK(ss_port(&ev.local) != 0);
+            CHECK_EQ(ss_port(&ev.local), ss_port(&src)); /* read once, at connect() */
+            CHECK_EQ(ss_port(&ev.peer), ss_port(&e.addr));
         }
         struct sockaddr_storage la, pa;
         CHECK_EQ(uiw_cm_conn_addr(cc, &la, &pa), 0);
