@@ -438,7 +438,9 @@ static void timer_disarm(struct uiw_conn *c)
 }
 
 /* Give up cm.c's socket: unregister and close. c->lock held; on a user
- * thread only when the fd is not registered (else progress thread only). */
+ * thread only when the fd is not registered or its registration cannot
+ * fire (the responder's one-shot after the Request), else progress thread
+ * only (a running callback would wait for c->lock). */
 static void conn_close_fd(struct uiw_conn *c, bool abortive)
 {
     if (c->fd < 0)
@@ -896,6 +898,9 @@ static bool passive_request(struct uiw_conn *c, bool drained)
         if (conn_send(c, out, olen) < 0)
             return passive_drop(c, "cannot send the Reject");
         (void)shutdown(c->fd, SHUT_WR);
+        /* watched for the initiator's close (drain): level-triggered again */
+        if (uiw_progress_mod(c->fd, EPOLLIN, conn_io_cb, c) < 0)
+            return passive_drop(c, "cannot watch the socket");
         c->state = UIW_CS_REJECTED;
         timer_arm(c, c->timeout_ms);
         return false;
@@ -909,11 +914,9 @@ static bool passive_request(struct uiw_conn *c, bool drained)
         return passive_drop_how(c, c->m->neg.why ? c->m->neg.why : "unusable MPA Request", newer);
     }
     timer_disarm(c);
-    /* The ULP decides; the socket stays quiet meanwhile (accept peeks). */
-    if (c->fd_reg) {
-        uiw_progress_del(c->fd);
-        c->fd_reg = false;
-    }
+    /* The ULP decides; the socket stays quiet meanwhile (accept peeks): its
+     * one-shot registration fired for this read and stays disarmed, still
+     * registered (fd_reg) for uiw_cm_accept's attach to take over. */
     c->state = UIW_CS_REQ_RCVD;
     if (post_connect_request(c) < 0)
         return passive_drop_how(c, "out of memory for its CONNECT_REQUEST", true);
@@ -929,8 +932,12 @@ static bool passive_read(struct uiw_conn *c)
     for (;;) {
         size_t room = sizeof(c->m->rbuf) - c->rhave;
         ssize_t n = rbuf_recv(c, room);
-        if (n == -EAGAIN)
+        if (n == -EAGAIN) {
+            /* the rest of the Request is to come: arm the one-shot again */
+            if (uiw_progress_mod(c->fd, EPOLLIN | EPOLLONESHOT, conn_io_cb, c) < 0)
+                return passive_drop(c, "cannot re-arm the socket");
             return false;
+        }
         if (n < 0)
             return passive_drop(c, "socket error");
         if (n == 0)
@@ -1293,7 +1300,11 @@ static void listener_cb(void *obj, uint32_t events)
         l->conns = c;
         pthread_mutex_unlock(&cm_list_lock);
         pthread_mutex_lock(&c->lock);
-        int rc = uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
+        /* One-shot: the event that brings the Request disarms it, so the
+         * socket stays quiet while the ULP decides without an EPOLL_CTL_DEL,
+         * and the QP's attach turns it into its own by one MOD (no ADD);
+         * a Request that comes in pieces re-arms it (passive_read). */
+        int rc = uiw_progress_add(fd, EPOLLIN | EPOLLONESHOT, conn_io_cb, c);
         if (rc == 0) {
             c->fd_reg = true;
             timer_arm(c, c->timeout_ms);
@@ -1563,14 +1574,16 @@ static void watch_fd(struct uiw_conn *c)
 {
     pthread_mutex_lock(&c->lock);
     int fd = c->fd;
+    bool had = c->fd_reg; /* the responder's one-shot, disarmed since the Request */
     c->fd_reg = fd >= 0;
     pthread_mutex_unlock(&c->lock);
     if (fd < 0)
         return;
-    int rc = uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
+    int rc = had ? uiw_progress_mod(fd, EPOLLIN, conn_io_cb, c)
+                 : uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
     if (rc < 0) {
         pthread_mutex_lock(&c->lock);
-        c->fd_reg = false;
+        c->fd_reg = had; /* a failed MOD leaves it registered */
         uiw_log("cm: cannot watch the socket: %d", rc);
         pthread_mutex_unlock(&c->lock);
     }
@@ -1604,7 +1617,9 @@ static int passive_begin(struct uiw_conn *c, uint16_t pd_len, const void *pd)
 static int passive_abort(struct uiw_conn *c, int err, bool abortive)
 {
     pthread_mutex_lock(&c->lock);
-    conn_close_fd(c, abortive); /* not registered: safe on this thread */
+    /* registered but disarmed (one-shot, fired for the Request): its
+     * callback cannot run, so unregistering here cannot wait for it */
+    conn_close_fd(c, abortive);
     if (c->state != UIW_CS_DEAD)
         c->state = UIW_CS_CLOSED;
     busy_leave(c);
@@ -1729,7 +1744,8 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         return rc;
     }
     c->attached = true;
-    c->fd = -1; /* the QP's now */
+    c->fd = -1;        /* the QP's now */
+    c->fd_reg = false; /* and so is the registration (attach's MOD) */
     if (c->state == UIW_CS_ACCEPTING) {
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
