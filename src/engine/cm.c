@@ -714,11 +714,11 @@ static bool active_rev1_retry(struct uiw_conn *c)
     uiw_mpa_policy pol;
     int rc;
 
-    memset(&c->local, 0, sizeof(c->local)); /* the new socket's, at connect */
     if (c->rev1_tried || !cfg->mpa_rev1_fallback || cfg->mpa_rev != 2 || c->rhave ||
         c->state != UIW_CS_WAIT_REP)
         return false;
     c->rev1_tried = true;
+    memset(&c->local, 0, sizeof(c->local)); /* the new socket's, read once connected */
     make_policy(&pol, c->param.ird, c->param.ord, c->m->pd, c->pd_len);
     pol.rev = 1;
     pol.p2p = false;
@@ -1213,9 +1213,7 @@ static bool listener_exhausted(struct uiw_listener *l, int err)
     if ((err == EMFILE || err == ENFILE) && reserve_fd >= 0) {
         close(reserve_fd);
         reserve_fd = -1;
-        struct sockaddr_storage peer;
-        socklen_t plen = sizeof(peer);
-        int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
         int e = fd < 0 ? errno : 0;
         if (fd >= 0) {
             close_abort(fd);
