@@ -488,10 +488,11 @@ static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned
         qp->fd = -1;
         goto out;
     }
-    /* cm.c's initiator hands over its own registration of the socket (the
-     * Reply was read through it): one EPOLL_CTL_MOD instead of a DEL and an
-     * ADD (docs/PERFORMANCE.md, 2026-11-27 (setup3)). Not registered (the
-     * responder, a caller's own socket): added. */
+    /* cm.c hands over its own registration of the socket (the initiator's,
+     * through which the Reply was read; the responder's one-shot, which
+     * brought the Request): one EPOLL_CTL_MOD instead of a DEL and an ADD
+     * (docs/PERFORMANCE.md, 2026-11-27 (setup3)). A caller's own socket
+     * is not registered: added. */
     r = cm_socket ? uiw_progress_mod(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp) : -ENOENT;
     if (r == -ENOENT)
         r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
