@@ -127,10 +127,15 @@ static void set_dead_peer(int fd, unsigned ms)
         uiw_dbg(1, "cm: dead-peer socket options: %s", strerror(errno));
 }
 
-static void set_sockopts(int fd, unsigned peer_timeout_ms)
+/* reuse: SO_REUSEADDR, for a bind() to a given port (a listener's, an
+ * application's own source port); a port left to connect() (port 0 with
+ * IP_BIND_ADDRESS_NO_PORT, or no bind) is chosen by inet_hash_connect,
+ * which does not look at it: one system call less per connection. */
+static void set_sockopts(int fd, unsigned peer_timeout_ms, bool reuse)
 {
     int one = 1;
-    (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (reuse)
+        (void)setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
     (void)setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
     set_dead_peer(fd, peer_timeout_ms);
 }
@@ -294,22 +299,22 @@ static void make_policy(uiw_mpa_policy *pol, unsigned ird, unsigned ord, const u
  * (the decoders have rejected PD_Length > 512 by then). */
 static size_t frame_want(const struct uiw_conn *c)
 {
-    return uiw_mpa_frame_want(c->rbuf, c->rhave);
+    return uiw_mpa_frame_want(c->m->rbuf, c->rhave);
 }
 
-/* Read at most room bytes of the peer into c->rbuf. Returns the count read
+/* Read at most room bytes of the peer into c->m->rbuf. Returns the count read
  * (> 0, captured), 0 when the peer closed, -EAGAIN when nothing is there
  * yet, or another negative errno. c->lock held. */
 static ssize_t rbuf_recv(struct uiw_conn *c, size_t room)
 {
     for (;;) {
-        ssize_t n = recv(c->fd, c->rbuf + c->rhave, room, 0);
+        ssize_t n = recv(c->fd, c->m->rbuf + c->rhave, room, 0);
         if (n < 0 && errno == EINTR)
             continue;
         if (n < 0)
             return errno == EWOULDBLOCK ? -EAGAIN : -errno;
         if (n > 0)
-            uiw_cap_bytes(conn_cap(c), false, c->rbuf + c->rhave, (size_t)n);
+            uiw_cap_bytes(conn_cap(c), false, c->m->rbuf + c->rhave, (size_t)n);
         return n;
     }
 }
@@ -332,12 +337,16 @@ static struct uiw_conn *conn_new(struct uiw_context *ctx, struct uiw_cm_channel 
                                  bool active, int *err)
 {
     struct uiw_conn *c = calloc(1, sizeof(*c));
-    if (!c) {
+    if (c)
+        c->m = calloc(1, sizeof(*c->m));
+    if (!c || !c->m) {
+        free(c);
         *err = -ENOMEM;
         return NULL;
     }
     *err = uiw_timer_init(&c->timer, conn_timer_cb, c);
     if (*err) {
+        free(c->m);
         free(c);
         return NULL;
     }
@@ -369,8 +378,18 @@ static void conn_put(struct uiw_conn *c)
         close(c->fd);
     pthread_cond_destroy(&c->idle);
     pthread_mutex_destroy(&c->lock);
+    free(c->m);
     free(c);
     atomic_fetch_sub(&conn_count, 1);
+}
+
+/* ESTABLISHED was posted (it took the negotiated values from c->m): the
+ * negotiation's memory goes back to malloc for the next setup. c->lock
+ * held. */
+static void conn_mpa_done(struct uiw_conn *c)
+{
+    free(c->m);
+    c->m = NULL;
 }
 
 /* Drop c->lock and then, when release (passive_drop's answer, drain's),
@@ -419,7 +438,9 @@ static void timer_disarm(struct uiw_conn *c)
 }
 
 /* Give up cm.c's socket: unregister and close. c->lock held; on a user
- * thread only when the fd is not registered (else progress thread only). */
+ * thread only when the fd is not registered or its registration cannot
+ * fire (the responder's one-shot after the Request), else progress thread
+ * only (a running callback would wait for c->lock). */
 static void conn_close_fd(struct uiw_conn *c, bool abortive)
 {
     if (c->fd < 0)
@@ -465,8 +486,8 @@ static void ev_set_pd(struct uiw_cm_event *ev, const uint8_t *pd, uint16_t len)
 /* Fill the negotiated values (and, active side, the peer's private data). */
 static void ev_from_result(struct uiw_cm_event *ev, const struct uiw_conn *c)
 {
-    const uiw_mpa_result *r = &c->neg.result;
-    ev->enhanced = c->active ? c->neg.peer.enhanced : c->req.enhanced;
+    const uiw_mpa_result *r = &c->m->neg.result;
+    ev->enhanced = c->active ? c->m->neg.peer.enhanced : c->m->req.enhanced;
     ev->peer_ird = r->peer_ird;
     ev->peer_ord = r->peer_ord;
     ev->mpa_rev = r->rev;
@@ -502,7 +523,7 @@ static void post(struct uiw_conn *c, enum uiw_cm_event_type type, int status)
 static int post_connect_request(struct uiw_conn *c)
 {
     struct uiw_cm_event *ev = malloc(sizeof(*ev));
-    const uiw_mpa_frame *f = &c->req;
+    const uiw_mpa_frame *f = &c->m->req;
     int rc;
     if (!ev) {
         uiw_log("cm: out of memory, incoming connection reset");
@@ -582,7 +603,7 @@ static int active_socket(struct uiw_conn *c, const struct sockaddr *src)
 
     if (fd < 0)
         return -errno;
-    set_sockopts(fd, c->param.peer_timeout_ms);
+    set_sockopts(fd, c->param.peer_timeout_ms, src && sa_port(src));
     set_tos(fd, c->peer.ss_family, &c->param);
     if (src && !sa_port(src))
         (void)setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
@@ -616,7 +637,7 @@ static void conn_io_cb(void *obj, uint32_t events);
  * when P2P), then ESTABLISHED. c->lock held, progress thread. */
 static void active_done(struct uiw_conn *c)
 {
-    uiw_mpa_result res = c->neg.result;
+    uiw_mpa_result res = c->m->neg.result;
     timer_disarm(c);
     if (!c->qp) {
         if (c->had_qp) {
@@ -626,16 +647,18 @@ static void active_done(struct uiw_conn *c)
         /* MPA only: keep reading (and discarding) to see the peer's FIN. */
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
         return;
     }
     struct uiw_qp *qp = c->qp;
     int fd = c->fd;
     c->state = UIW_CS_ACCEPTING; /* attaching */
     busy_enter(c);
-    if (c->fd_reg) {
-        uiw_progress_del(fd); /* our own callback: returns at once */
-        c->fd_reg = false;
-    }
+    /* Our registration of the socket goes to the QP with it (attach turns
+     * it into the data path's by EPOLL_CTL_MOD): no DEL and ADD. It is ours
+     * again if the attach fails. */
+    bool reg = c->fd_reg;
+    c->fd_reg = false;
     struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
@@ -653,6 +676,7 @@ static void active_done(struct uiw_conn *c)
         c->fd = -1; /* the QP's now */
     } else {
         cap_take_back(c, qp);
+        c->fd_reg = reg;
     }
     if (c->state == UIW_CS_DEAD)
         return;
@@ -665,6 +689,7 @@ static void active_done(struct uiw_conn *c)
         return;
     c->state = UIW_CS_ESTABLISHED;
     post(c, UIW_CM_ESTABLISHED, 0);
+    conn_mpa_done(c);
     if (c->early_close) {
         c->state = UIW_CS_CLOSED;
         post(c, UIW_CM_DISCONNECTED, c->early_err);
@@ -693,11 +718,12 @@ static bool active_rev1_retry(struct uiw_conn *c)
         c->state != UIW_CS_WAIT_REP)
         return false;
     c->rev1_tried = true;
-    make_policy(&pol, c->param.ird, c->param.ord, c->pd, c->pd_len);
+    memset(&c->local, 0, sizeof(c->local)); /* the new socket's, read once connected */
+    make_policy(&pol, c->param.ird, c->param.ord, c->m->pd, c->pd_len);
     pol.rev = 1;
     pol.p2p = false;
     pol.rtr_offer = 0;
-    rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    rc = uiw_mpa_neg_start_initiator(&c->m->neg, &pol, c->m->txframe, sizeof(c->m->txframe));
     if (rc < 0)
         return false;
     c->txframe_len = (uint16_t)rc;
@@ -752,28 +778,29 @@ static void active_read(struct uiw_conn *c)
             return;
         }
         size_t olen = 0;
-        int rc = uiw_mpa_neg_feed(&c->neg, c->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
+        int rc = uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf + c->rhave, (size_t)n, NULL, 0, &olen);
         c->rhave = (uint16_t)(c->rhave + n);
-        if (rc < 0 && c->neg.state != UIW_MPA_S_FAILED) {
+        if (rc < 0 && c->m->neg.state != UIW_MPA_S_FAILED) {
             active_fail(c, UIW_CM_CONNECT_ERROR, -EPROTO, true);
             return;
         }
-        switch (c->neg.state) {
+        switch (c->m->neg.state) {
         case UIW_MPA_S_WAIT_REP:
             continue;
         case UIW_MPA_S_DONE:
             active_done(c);
             return;
         case UIW_MPA_S_REJECTED:
-            uiw_dbg(1, "cm: connection rejected: %s", c->neg.why ? c->neg.why : "");
+            uiw_dbg(1, "cm: connection rejected: %s", c->m->neg.why ? c->m->neg.why : "");
             active_fail(c, UIW_CM_REJECTED, -ECONNREFUSED, false);
             return;
         default:
-            uiw_dbg(1, "cm: MPA Reply refused: %s (%d)", c->neg.why ? c->neg.why : "",
-                    c->neg.error);
-            if (c->neg.term_valid && c->neg.term_send)
-                send_terminate(c, &c->neg);
-            active_fail(c, UIW_CM_CONNECT_ERROR, c->neg.error ? c->neg.error : -EPROTO, false);
+            uiw_dbg(1, "cm: MPA Reply refused: %s (%d)", c->m->neg.why ? c->m->neg.why : "",
+                    c->m->neg.error);
+            if (c->m->neg.term_valid && c->m->neg.term_send)
+                send_terminate(c, &c->m->neg);
+            active_fail(c, UIW_CM_CONNECT_ERROR, c->m->neg.error ? c->m->neg.error : -EPROTO,
+                        false);
             return;
         }
     }
@@ -782,21 +809,25 @@ static void active_read(struct uiw_conn *c)
 /* TCP connect finished (EPOLLOUT). c->lock held. */
 static void active_connected(struct uiw_conn *c)
 {
-    int err = 0;
-    socklen_t l = sizeof(err);
-    if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
-        err = errno;
-    if (err) {
-        active_fail(c, UIW_CM_UNREACHABLE, -err, false);
-        return;
+    /* A connected socket has a peer; a failed or unfinished one has not,
+     * and only then is SO_ERROR asked (one system call less per
+     * connection: the error of a connection that got as far as
+     * ESTABLISHED is its recv's). */
+    socklen_t l = sizeof(c->peer);
+    if (getpeername(c->fd, (struct sockaddr *)&c->peer, &l) < 0) {
+        int err = 0;
+        l = sizeof(err);
+        if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) < 0)
+            err = errno;
+        if (err)
+            active_fail(c, UIW_CM_UNREACHABLE, -err, false);
+        return; /* else still connecting */
     }
-    /* getpeername (in fill_addrs) fails while still connecting */
-    l = sizeof(c->peer);
-    if (getpeername(c->fd, (struct sockaddr *)&c->peer, &l) < 0)
-        return; /* still connecting */
-    l = sizeof(c->local);
-    (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
-    int rc = conn_send(c, c->txframe, c->txframe_len);
+    if (!c->local.ss_family) { /* uiw_cm_connect read it when connect() chose the port */
+        l = sizeof(c->local);
+        (void)getsockname(c->fd, (struct sockaddr *)&c->local, &l);
+    }
+    int rc = conn_send(c, c->m->txframe, c->txframe_len);
     if (rc < 0) {
         active_fail(c, UIW_CM_CONNECT_ERROR, rc, true);
         return;
@@ -860,31 +891,32 @@ static bool passive_request(struct uiw_conn *c, bool drained)
     uint8_t out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
     make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, NULL, 0);
-    uiw_mpa_neg_start_responder(&c->neg, &pol);
-    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
-    if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
-        uiw_dbg(1, "cm: rejecting incoming connection: %s", c->neg.why ? c->neg.why : "");
+    uiw_mpa_neg_start_responder(&c->m->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->m->neg.state == UIW_MPA_S_REJECTED && olen) {
+        uiw_dbg(1, "cm: rejecting incoming connection: %s", c->m->neg.why ? c->m->neg.why : "");
         if (conn_send(c, out, olen) < 0)
             return passive_drop(c, "cannot send the Reject");
         (void)shutdown(c->fd, SHUT_WR);
+        /* watched for the initiator's close (drain): level-triggered again */
+        if (uiw_progress_mod(c->fd, EPOLLIN, conn_io_cb, c) < 0)
+            return passive_drop(c, "cannot watch the socket");
         c->state = UIW_CS_REJECTED;
         timer_arm(c, c->timeout_ms);
         return false;
     }
-    if (c->neg.state != UIW_MPA_S_DONE) {
+    if (c->m->neg.state != UIW_MPA_S_DONE) {
         /* An enhanced (revision 2) Request to our revision 1 policy: RFC
          * 6581 §10 has us close; a reset, as RNICs answer it, is what makes
          * an RNIC initiator try again at revision 1 (docs/ENGINE.md "MPA
          * revision 1 fallback") */
-        bool newer = pol.rev == 1 && c->neg.peer.enhanced;
-        return passive_drop_how(c, c->neg.why ? c->neg.why : "unusable MPA Request", newer);
+        bool newer = pol.rev == 1 && c->m->neg.peer.enhanced;
+        return passive_drop_how(c, c->m->neg.why ? c->m->neg.why : "unusable MPA Request", newer);
     }
     timer_disarm(c);
-    /* The ULP decides; the socket stays quiet meanwhile (accept peeks). */
-    if (c->fd_reg) {
-        uiw_progress_del(c->fd);
-        c->fd_reg = false;
-    }
+    /* The ULP decides; the socket stays quiet meanwhile (accept peeks): its
+     * one-shot registration fired for this read and stays disarmed, still
+     * registered (fd_reg) for uiw_cm_accept's attach to take over. */
     c->state = UIW_CS_REQ_RCVD;
     if (post_connect_request(c) < 0)
         return passive_drop_how(c, "out of memory for its CONNECT_REQUEST", true);
@@ -898,20 +930,24 @@ static bool passive_request(struct uiw_conn *c, bool drained)
 static bool passive_read(struct uiw_conn *c)
 {
     for (;;) {
-        size_t room = sizeof(c->rbuf) - c->rhave;
+        size_t room = sizeof(c->m->rbuf) - c->rhave;
         ssize_t n = rbuf_recv(c, room);
-        if (n == -EAGAIN)
+        if (n == -EAGAIN) {
+            /* the rest of the Request is to come: arm the one-shot again */
+            if (uiw_progress_mod(c->fd, EPOLLIN | EPOLLONESHOT, conn_io_cb, c) < 0)
+                return passive_drop(c, "cannot re-arm the socket");
             return false;
+        }
         if (n < 0)
             return passive_drop(c, "socket error");
         if (n == 0)
             return passive_drop(c, "peer closed before its MPA Request");
         c->rhave = (uint16_t)(c->rhave + n);
         size_t want = frame_want(c);
-        int rc =
-            uiw_mpa_decode(c->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST, &c->req);
+        int rc = uiw_mpa_decode(c->m->rbuf, c->rhave < want ? c->rhave : want, UIW_MPA_REQUEST,
+                                &c->m->req);
         if (rc == -EAGAIN) {
-            if (c->rhave == sizeof(c->rbuf))
+            if (c->rhave == sizeof(c->m->rbuf))
                 return passive_drop(c, "malformed MPA Request");
             continue;
         }
@@ -1205,7 +1241,9 @@ static void listener_cb(void *obj, uint32_t events)
              * listener reports the rest at once */
             return;
         }
-        int fd = accept4(l->fd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        struct sockaddr_storage peer;
+        socklen_t plen = sizeof(peer);
+        int fd = accept4(l->fd, (struct sockaddr *)&peer, &plen, SOCK_NONBLOCK | SOCK_CLOEXEC);
         if (fd < 0) {
             int e = errno;
             if (e == EINTR || e == ECONNABORTED)
@@ -1239,7 +1277,17 @@ static void listener_cb(void *obj, uint32_t events)
         }
         c->fd = fd;
         c->born_ns = uiw_now_ns(); /* its socket options: the listener's */
-        fill_addrs(c);
+        /* The peer from accept4, the local address from a listener bound
+         * to one IPv4 address (a wildcard one asks the socket): no
+         * getpeername and, mostly, no getsockname per connection. */
+        memcpy(&c->peer, &peer, plen < sizeof(peer) ? plen : sizeof(peer));
+        if (l->addr.ss_family == AF_INET &&
+            ((const struct sockaddr_in *)&l->addr)->sin_addr.s_addr != htonl(INADDR_ANY))
+            c->local = l->addr;
+        else {
+            socklen_t ll = sizeof(c->local);
+            (void)getsockname(fd, (struct sockaddr *)&c->local, &ll);
+        }
         c->state = UIW_CS_WAIT_REQ;
         pthread_mutex_lock(&cm_list_lock);
         c->listener = l;
@@ -1250,7 +1298,11 @@ static void listener_cb(void *obj, uint32_t events)
         l->conns = c;
         pthread_mutex_unlock(&cm_list_lock);
         pthread_mutex_lock(&c->lock);
-        int rc = uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
+        /* One-shot: the event that brings the Request disarms it, so the
+         * socket stays quiet while the ULP decides without an EPOLL_CTL_DEL,
+         * and the QP's attach turns it into its own by one MOD (no ADD);
+         * a Request that comes in pieces re-arms it (passive_read). */
+        int rc = uiw_progress_add(fd, EPOLLIN | EPOLLONESHOT, conn_io_cb, c);
         if (rc == 0) {
             c->fd_reg = true;
             timer_arm(c, c->timeout_ms);
@@ -1300,7 +1352,7 @@ UIW_EXPORT int uiw_cm_listen_af(struct ibv_context *ibctx, const struct sockaddr
     }
     /* TCP_NODELAY, keepalive and TCP_USER_TIMEOUT: Linux copies them to
      * every accepted socket, which then needs no calls of its own */
-    set_sockopts(l->fd, 0);
+    set_sockopts(l->fd, 0, true);
     if (v6only >= 0 && addr->sa_family == AF_INET6)
         (void)setsockopt(l->fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only));
     socklen_t len = sizeof(l->addr);
@@ -1427,12 +1479,12 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
     if (!c)
         return rc;
     if (pd_len)
-        memcpy(c->pd, p->private_data, pd_len);
+        memcpy(c->m->pd, p->private_data, pd_len);
     c->pd_len = pd_len;
     unsigned ird = p ? p->ird : UIW_MPA_DEFAULT_IRD, ord = p ? p->ord : UIW_MPA_DEFAULT_ORD;
     uiw_mpa_policy pol;
-    make_policy(&pol, ird, ord, c->pd, pd_len);
-    rc = uiw_mpa_neg_start_initiator(&c->neg, &pol, c->txframe, sizeof(c->txframe));
+    make_policy(&pol, ird, ord, c->m->pd, pd_len);
+    rc = uiw_mpa_neg_start_initiator(&c->m->neg, &pol, c->m->txframe, sizeof(c->m->txframe));
     if (rc < 0) {
         conn_put(c);
         return rc;
@@ -1440,6 +1492,7 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
     c->txframe_len = (uint16_t)rc;
     if (p)
         c->param = *p;
+    c->param.before_events = NULL; /* this call's (a revision 1 retry is not one) */
     c->param.private_data = NULL;
     c->param.private_data_len = pd_len;
     c->param.ird = (uint16_t)ird;
@@ -1459,26 +1512,33 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
     if (rc < 0)
         goto fail;
 
-    pthread_mutex_lock(&c->lock);
-    c->state = UIW_CS_CONNECTING;
-    if (connect(c->fd, dst, sa_len(dst)) < 0 && errno != EINPROGRESS) {
-        int e = errno;
-        fill_addrs(c);
-        c->state = UIW_CS_CLOSED;
-        close(c->fd);
-        c->fd = -1;
-        post(c, UIW_CM_UNREACHABLE, -e);
-        pthread_mutex_unlock(&c->lock);
-        *out = c;
-        return 0;
-    }
-    if (src && !sa_port(src)) {
+    /* c is nobody else's until it posts an event or registers its socket
+     * below: connect() (on loopback the whole handshake runs in it) and
+     * getsockname need no lock, and run before p->before_events. */
+    int cerr = connect(c->fd, dst, sa_len(dst)) < 0 && errno != EINPROGRESS ? errno : 0;
+    if (!cerr && src && !sa_port(src)) {
         /* the port connect() chose, for the caller (rdma_get_src_port) */
         struct sockaddr_storage l;
         socklen_t ll = sizeof(l);
 
-        if (getsockname(c->fd, (struct sockaddr *)&l, &ll) == 0 && l.ss_family == src->sa_family)
+        if (getsockname(c->fd, (struct sockaddr *)&l, &ll) == 0 && l.ss_family == src->sa_family) {
             memcpy(src, &l, sa_len(src));
+            c->local = l; /* final once connect() has begun: not asked again */
+        }
+    }
+    if (p && p->before_events)
+        p->before_events(user);
+    pthread_mutex_lock(&c->lock);
+    c->state = UIW_CS_CONNECTING;
+    if (cerr) {
+        fill_addrs(c);
+        c->state = UIW_CS_CLOSED;
+        close(c->fd);
+        c->fd = -1;
+        post(c, UIW_CM_UNREACHABLE, -cerr);
+        pthread_mutex_unlock(&c->lock);
+        *out = c;
+        return 0;
     }
     c->fd_reg = true; /* before the first callback can run */
     pthread_mutex_unlock(&c->lock);
@@ -1512,14 +1572,16 @@ static void watch_fd(struct uiw_conn *c)
 {
     pthread_mutex_lock(&c->lock);
     int fd = c->fd;
+    bool had = c->fd_reg; /* the responder's one-shot, disarmed since the Request */
     c->fd_reg = fd >= 0;
     pthread_mutex_unlock(&c->lock);
     if (fd < 0)
         return;
-    int rc = uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
+    int rc = had ? uiw_progress_mod(fd, EPOLLIN, conn_io_cb, c)
+                 : uiw_progress_add(fd, EPOLLIN, conn_io_cb, c);
     if (rc < 0) {
         pthread_mutex_lock(&c->lock);
-        c->fd_reg = false;
+        c->fd_reg = had; /* a failed MOD leaves it registered */
         uiw_log("cm: cannot watch the socket: %d", rc);
         pthread_mutex_unlock(&c->lock);
     }
@@ -1536,14 +1598,14 @@ static int passive_begin(struct uiw_conn *c, uint16_t pd_len, const void *pd)
         return -EINVAL;
     }
     /* The Reply is enhanced exactly when the Request was (RFC 6581 §10). */
-    if (pd_len > UIW_CM_MAX_PD(c->req.enhanced ? 2 : 1)) {
+    if (pd_len > UIW_CM_MAX_PD(c->m->req.enhanced ? 2 : 1)) {
         pthread_mutex_unlock(&c->lock);
         return -EMSGSIZE;
     }
     c->state = UIW_CS_ACCEPTING;
     busy_enter(c);
     if (pd_len)
-        memcpy(c->pd, pd, pd_len);
+        memcpy(c->m->pd, pd, pd_len);
     c->pd_len = pd_len;
     pthread_mutex_unlock(&c->lock);
     return 0;
@@ -1553,7 +1615,9 @@ static int passive_begin(struct uiw_conn *c, uint16_t pd_len, const void *pd)
 static int passive_abort(struct uiw_conn *c, int err, bool abortive)
 {
     pthread_mutex_lock(&c->lock);
-    conn_close_fd(c, abortive); /* not registered: safe on this thread */
+    /* registered but disarmed (one-shot, fired for the Request): its
+     * callback cannot run, so unregistering here cannot wait for it */
+    conn_close_fd(c, abortive);
     if (c->state != UIW_CS_DEAD)
         c->state = UIW_CS_CLOSED;
     busy_leave(c);
@@ -1584,7 +1648,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     int rc = passive_begin(c, pd_len, p ? p->private_data : NULL);
     if (rc < 0)
         return rc;
-    bool p2p = c->req.enhanced && c->req.p2p;
+    bool p2p = c->m->req.enhanced && c->m->req.p2p;
     if (!qp && p2p) {
         pthread_mutex_lock(&c->lock);
         c->state = UIW_CS_REQ_RCVD;
@@ -1617,19 +1681,20 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
-    make_policy(&pol, p ? p->ird : UIW_MPA_DEFAULT_IRD, p ? p->ord : UIW_MPA_DEFAULT_ORD, c->pd,
+    make_policy(&pol, p ? p->ird : UIW_MPA_DEFAULT_IRD, p ? p->ord : UIW_MPA_DEFAULT_ORD, c->m->pd,
                 c->pd_len);
-    uiw_mpa_neg_start_responder(&c->neg, &pol);
-    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
-    if (c->neg.state == UIW_MPA_S_REJECTED && olen) {
+    uiw_mpa_neg_start_responder(&c->m->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->m->neg.state == UIW_MPA_S_REJECTED && olen) {
         /* The ULP's values made the MPA layer refuse (e.g. a Read RTR and
          * IRD 0): the initiator gets the Reject, the caller the reason. */
-        uiw_log("cm: accept refused by the MPA negotiation: %s", c->neg.why ? c->neg.why : "");
+        uiw_log("cm: accept refused by the MPA negotiation: %s",
+                c->m->neg.why ? c->m->neg.why : "");
         (void)conn_send(c, out, olen);
-        return passive_abort(c, c->neg.error ? c->neg.error : -ECONNREFUSED, false);
+        return passive_abort(c, c->m->neg.error ? c->m->neg.error : -ECONNREFUSED, false);
     }
-    if (c->neg.state != UIW_MPA_S_DONE)
-        return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
+    if (c->m->neg.state != UIW_MPA_S_DONE)
+        return passive_abort(c, c->m->neg.error ? c->m->neg.error : -EPROTO, true);
     rc = conn_send(c, out, olen);
     if (rc < 0)
         return passive_abort(c, rc, true);
@@ -1640,6 +1705,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         /* MPA only: watch the socket for the peer's FIN. */
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
         pthread_mutex_unlock(&c->lock);
         watch_fd(c);
         pthread_mutex_lock(&c->lock);
@@ -1654,7 +1720,7 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         timer_arm(c, c->timeout_ms);
     }
     int fd = c->fd;
-    uiw_mpa_result res = c->neg.result;
+    uiw_mpa_result res = c->m->neg.result;
     struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
@@ -1676,10 +1742,12 @@ UIW_EXPORT int uiw_cm_accept(struct uiw_conn *c, struct ibv_qp *ibqp,
         return rc;
     }
     c->attached = true;
-    c->fd = -1; /* the QP's now */
+    c->fd = -1;        /* the QP's now */
+    c->fd_reg = false; /* and so is the registration (attach's MOD) */
     if (c->state == UIW_CS_ACCEPTING) {
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
         if (c->early_close) {
             c->state = UIW_CS_CLOSED;
             post(c, UIW_CM_DISCONNECTED, c->early_err);
@@ -1698,12 +1766,12 @@ UIW_EXPORT int uiw_cm_reject(struct uiw_conn *c, const void *pd, uint16_t pd_len
     uiw_mpa_policy pol;
     uint8_t out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
-    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, c->pd, c->pd_len);
+    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, c->m->pd, c->pd_len);
     pol.responder_rejects = true;
-    uiw_mpa_neg_start_responder(&c->neg, &pol);
-    (void)uiw_mpa_neg_feed(&c->neg, c->rbuf, c->rhave, out, sizeof(out), &olen);
-    if (c->neg.state != UIW_MPA_S_REJECTED || !olen)
-        return passive_abort(c, c->neg.error ? c->neg.error : -EPROTO, true);
+    uiw_mpa_neg_start_responder(&c->m->neg, &pol);
+    (void)uiw_mpa_neg_feed(&c->m->neg, c->m->rbuf, c->rhave, out, sizeof(out), &olen);
+    if (c->m->neg.state != UIW_MPA_S_REJECTED || !olen)
+        return passive_abort(c, c->m->neg.error ? c->m->neg.error : -EPROTO, true);
     rc = conn_send(c, out, olen);
     if (rc < 0)
         return passive_abort(c, rc, true);
@@ -1863,6 +1931,7 @@ void uiw_cm_first_fpdu(struct uiw_conn *c)
         timer_disarm(c);
         c->state = UIW_CS_ESTABLISHED;
         post(c, UIW_CM_ESTABLISHED, 0);
+        conn_mpa_done(c);
     }
     pthread_mutex_unlock(&c->lock);
 }

@@ -49,6 +49,19 @@ struct uiw_listener {
     unsigned backoff_ms;    /* progress thread only */
 };
 
+/* What a connection needs only until it is established: the MPA
+ * negotiation, both frames and our private data (3.7 KiB of the 4.3 KiB a
+ * connection took). Freed when ESTABLISHED is posted, so a live connection
+ * keeps 0.6 KiB and the next setup reuses the block from malloc instead of
+ * touching new pages (docs/PERFORMANCE.md, 2026-11-27 (setup3)). */
+struct uiw_conn_mpa {
+    uiw_mpa_neg neg;
+    uint8_t pd[UIW_MPA_MAX_PD];         /* our private data (neg keeps a pointer) */
+    uint8_t txframe[UIW_MPA_MAX_FRAME]; /* active: our Request, sent once TCP is up */
+    uint8_t rbuf[UIW_MPA_MAX_FRAME];    /* the peer's frame, read exactly */
+    uiw_mpa_frame req;                  /* passive: the decoded Request */
+};
+
 struct uiw_conn {
     pthread_mutex_t lock;
     pthread_cond_t idle; /* signalled when busy drops to 0 */
@@ -79,19 +92,15 @@ struct uiw_conn {
     struct uiw_conn *lnext, **lpprev; /* lpprev: the pointer to us (O(1) unlink) */
     struct sockaddr_storage local, peer;
     /* negotiation */
-    uiw_mpa_neg neg;
-    uint8_t pd[UIW_MPA_MAX_PD]; /* our private data (neg keeps a pointer) */
+    struct uiw_conn_mpa *m; /* until ESTABLISHED is posted (conn_mpa_done), then NULL */
     uint16_t pd_len;
-    uint8_t txframe[UIW_MPA_MAX_FRAME]; /* active: our Request, sent once TCP is up */
     uint16_t txframe_len;
     /* active: what a revision 1 retry needs (active_rev1_retry) */
     struct uiw_conn_param param; /* private_data: NULL (pd above) */
     bool rev1_tried;             /* the Request went out again at revision 1 */
     bool early_close;            /* the data path reported EOF while we were attaching */
     int early_err;
-    uint8_t rbuf[UIW_MPA_MAX_FRAME]; /* the peer's frame, read exactly */
     uint16_t rhave;
-    uiw_mpa_frame req; /* passive: the decoded Request */
 };
 
 /* cm_channel.c */

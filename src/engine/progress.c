@@ -461,13 +461,15 @@ static int reg_set_locked(struct preg *r, int op, uint32_t events, uiw_progress_
 {
     struct epoll_event ev;
 
-    r->events = events;
-    r->cb = cb;
-    r->obj = obj;
     memset(&ev, 0, sizeof(ev));
     ev.events = events;
     ev.data.u64 = key_of(r);
-    return epoll_ctl(pg.epfd, op, r->fd, &ev) < 0 ? -errno : 0;
+    if (epoll_ctl(pg.epfd, op, r->fd, &ev) < 0)
+        return -errno; /* the registration keeps its owner (a failed hand-over) */
+    r->events = events;
+    r->cb = cb;
+    r->obj = obj;
+    return 0;
 }
 
 int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)

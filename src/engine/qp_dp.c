@@ -550,7 +550,14 @@ static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned
         qp->fd = -1;
         goto out;
     }
-    r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
+    /* cm.c hands over its own registration of the socket (the initiator's,
+     * through which the Reply was read; the responder's one-shot, which
+     * brought the Request): one EPOLL_CTL_MOD instead of a DEL and an ADD
+     * (docs/PERFORMANCE.md, 2026-11-27 (setup3)). A caller's own socket
+     * is not registered: added. */
+    r = cm_socket ? uiw_progress_mod(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp) : -ENOENT;
+    if (r == -ENOENT)
+        r = uiw_progress_add(fd, EPOLLIN | EPOLLRDHUP | EPOLLET, dp_event_cb, qp);
     if (r) {
         uiw_qp_to_error_locked(qp);
         qp->fd = -1;
@@ -566,8 +573,16 @@ static int attach(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa, unsigned
             qp->ord, mpa->send_rtr ? " send-rtr" : "", mpa->await_rtr ? " await-rtr" : "");
     if (hold_ms)
         dp_tx_hold_first(qp, hold_ms);
-    /* bytes may be waiting already; the RTR goes out now */
-    uiw_qp_rx_progress(qp);
+    /* The RTR goes out now. Bytes already waiting are reported by the
+     * registration just made: an EPOLLET ADD or MOD polls the socket and
+     * queues it if readable (ep_insert / ep_modify), so cm.c's sockets are
+     * not read here (a recv that found nothing on both sides of nearly
+     * every connection, and a staging buffer taken and given back); a
+     * caller's own socket is, as before. */
+    if (cm_socket)
+        uiw_qp_tx_progress(qp);
+    else
+        uiw_qp_rx_progress(qp);
 out:
     pthread_mutex_unlock(&qp->lock);
     return r;

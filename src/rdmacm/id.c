@@ -443,6 +443,15 @@ static struct uiw_conn_param conn_param_of(const struct rcm_id *x, const struct 
  * Active side
  * ---------------------------------------------------------------------- */
 
+/* uiw_conn_param.before_events of rdma_connect's uiw_cm_connect: the
+ * calling thread, no engine lock held. */
+static void connect_route_lock(void *user)
+{
+    struct rcm_id *x = user;
+    pthread_mutex_lock(&rcm_route_lock);
+    x->connect_locked = true;
+}
+
 UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
 {
     if (!id)
@@ -474,11 +483,20 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     pthread_mutex_unlock(&x->lock);
 
     /* Under the route lock: the outcome (possibly posted before
-     * uiw_cm_connect returns) reaches the id only once x->conn is set. */
+     * uiw_cm_connect returns) reaches the id only once x->conn is set. The
+     * lock is taken by connect_route_lock when the connection can first
+     * raise an event, after its socket, options and connect(): held around
+     * the whole call, it made the ESTABLISHED of other connections finding
+     * it taken go through the router thread (docs/PERFORMANCE.md,
+     * 2026-11-27 (setup3)). */
     struct uiw_conn *c = NULL;
-    pthread_mutex_lock(&rcm_route_lock);
-    rc = uiw_cm_connect(qp, (struct sockaddr *)&x->conn_src, (struct sockaddr *)&x->conn_dst,
-                        &x->conn_param, rcm_uch, x, &c);
+    struct uiw_conn_param cp = x->conn_param; /* a retry (event.c) runs under the lock */
+    cp.before_events = connect_route_lock;
+    x->connect_locked = false;
+    rc = uiw_cm_connect(qp, (struct sockaddr *)&x->conn_src, (struct sockaddr *)&x->conn_dst, &cp,
+                        rcm_uch, x, &c);
+    if (!x->connect_locked) /* failed before: the rest as before, under it */
+        pthread_mutex_lock(&rcm_route_lock);
     if (ext)
         uiw_cm_qp_release(qp); /* the connection holds its own */
     pthread_mutex_lock(&x->lock);

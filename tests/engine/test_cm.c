@@ -521,8 +521,20 @@ static void t_limits(void)
                             NULL, &cc),
              0);
     CHECK_EQ(uiw_cm_disconnect(cc), -ENOTCONN);
+    /* connect() chose the port and it was written back */
+    CHECK(ss_port(&src) != 0);
     if (expect_event(e.chs, &ev, UIW_CM_CONNECT_REQUEST, 0, NULL, "clamp")) {
         sc = ev.conn;
+        /* the addresses cm.c takes from accept4 and the listener instead of
+         * asking the socket: exactly the initiator's and the listener's */
+        CHECK_EQ(ev.peer.ss_family, AF_INET);
+        CHECK_EQ(ss_port(&ev.peer), ss_port(&src));
+        CHECK_EQ(((struct sockaddr_in *)&ev.peer)->sin_addr.s_addr,
+                 ((struct sockaddr_in *)&src)->sin_addr.s_addr);
+        CHECK_EQ(ev.local.ss_family, AF_INET);
+        CHECK_EQ(ss_port(&ev.local), ss_port(&e.addr));
+        CHECK_EQ(((struct sockaddr_in *)&ev.local)->sin_addr.s_addr,
+                 ((struct sockaddr_in *)&e.addr)->sin_addr.s_addr);
         CHECK_EQ(ev.peer_ird, UIW_MAX_IRD);
         CHECK_EQ(ev.peer_ord, UIW_MAX_ORD);
         p.private_data = pd;
@@ -541,7 +553,8 @@ static void t_limits(void)
             CHECK_EQ(ev.peer_ird, UIW_MAX_IRD);
             CHECK_EQ(ev.peer_ord, UIW_MAX_ORD);
             CHECK_EQ(ev.local.ss_family, AF_INET);
-            CHECK(ss_port(&ev.local) != 0);
+            CHECK_EQ(ss_port(&ev.local), ss_port(&src)); /* read once, at connect() */
+            CHECK_EQ(ss_port(&ev.peer), ss_port(&e.addr));
         }
         struct sockaddr_storage la, pa;
         CHECK_EQ(uiw_cm_conn_addr(cc, &la, &pa), 0);
@@ -1122,6 +1135,42 @@ static void t_raw_requests(int fam)
         CHECK(wait_close(fd, EV_MS) <= 0);
         close(fd);
         uiw_cm_conn_destroy(ev.conn);
+    }
+
+    /* 6. a Request in pieces, 30 ms apart (the header cut, then the
+     * private data cut): the responder's one-shot registration is armed
+     * again after each partial read; the Request arrives whole, nothing
+     * before; the Reply, then the initiator's close: DISCONNECTED */
+    {
+        uint8_t pd[100];
+        fill_pattern(pd, sizeof(pd), 91);
+        n = mk_frame(f, true, S, 2, 3, 4, pd, sizeof(pd));
+        const size_t cut[] = {0, 7, 20, 61, n};
+        fd = raw_initiator(&e, f, 0);
+        for (unsigned i = 0; fd >= 0 && i + 1 < sizeof(cut) / sizeof(cut[0]); i++) {
+            if (i)
+                CHECK(no_event(e.chs, 30));
+            eng_send_all(fd, f + cut[i], cut[i + 1] - cut[i]);
+        }
+        if (fd >= 0 && expect_event(e.chs, &ev, UIW_CM_CONNECT_REQUEST, 0, NULL, "pieces")) {
+            struct uiw_conn *sc = ev.conn;
+            CHECK_EQ(ev.peer_ird, 3);
+            CHECK_EQ(ev.peer_ord, 4);
+            CHECK_EQ(ev.private_data_len, sizeof(pd));
+            CHECK_MEM(ev.private_data, pd, sizeof(pd));
+            CHECK_EQ(uiw_cm_accept(sc, NULL, NULL, NULL), 0);
+            int rn6 = read_frame(fd, r, EV_MS);
+            CHECK(rn6 > 0);
+            if (rn6 > 0 && uiw_mpa_decode(r, (size_t)rn6, UIW_MPA_REPLY, &rp) == rn6)
+                CHECK(!rp.reject);
+            expect_event(e.chs, &ev, UIW_CM_ESTABLISHED, 0, sc, "pieces est");
+            shutdown(fd, SHUT_WR);
+            expect_event(e.chs, &ev, UIW_CM_DISCONNECTED, 0, sc, "pieces FIN");
+            CHECK_EQ(wait_close(fd, EV_MS), 0);
+            uiw_cm_conn_destroy(sc);
+        }
+        if (fd >= 0)
+            close(fd);
     }
     env_down(&e);
 }

@@ -74,6 +74,12 @@ struct uiw_conn_param {
      * IPV6_TCLASS (IPv6), when tos_set */
     bool tos_set;
     uint8_t tos;
+    /* uiw_cm_connect only, optional: called once on the calling thread,
+     * with user, after the socket's connect() and before the first moment
+     * the connection can raise an event (no lock of cm.c held). rdmacm
+     * takes its route lock there instead of around the whole call, so the
+     * events of other connections may go straight to their ids meanwhile. */
+    void (*before_events)(void *user);
 };
 #define UIW_PEER_TIMEOUT_OFF UINT_MAX
 
