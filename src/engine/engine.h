@@ -744,6 +744,12 @@ int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id)
 void uiw_progress_data_seen(void);
 /* ... and it answered a Read or Atomic Request (qp_rx.c) */
 void uiw_progress_responder_seen(void);
+/* One timer that a busy thread pushes later without waking the progress
+ * thread (a timerfd in its epoll set, made with the thread): cb runs on the
+ * progress thread when the timer expires. One user: poll ownership
+ * (qp_dp.c). uiw_progress_deadman: 0, or -errno (no timerfd: no user). */
+int uiw_progress_deadman(void (*cb)(void));
+void uiw_progress_deadman_arm(uint64_t ns_from_now);
 void uiw_progress_timer_cancel(uint64_t id);
 /* Poll-driven progress: called by ibv_poll_cq when its CQ is empty; tries
  * each attached QP (trylock) so a polling application needs no thread

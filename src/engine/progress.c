@@ -49,6 +49,7 @@
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/eventfd.h>
+#include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -56,6 +57,7 @@
 
 #define PG_MAX_EVENTS 64
 #define PG_WAKE_KEY   UINT64_MAX
+#define PG_DM_KEY     (UINT64_MAX - 1)
 
 struct preg {
     int fd;
@@ -338,6 +340,50 @@ static bool should_spin(void)
     return now - atomic_load_explicit(&uiw_last_arm_ns, memory_order_relaxed) < 2 * spin_ns;
 }
 
+/* The dead man's switch (engine.h uiw_progress_deadman): a timerfd made
+ * with the thread, so that it is there before any connection (one fd per
+ * process, counted in every program's baseline). */
+static int dm_fd = -1;
+static void (*dm_cb)(void);
+static int progress_start(void);
+
+int uiw_progress_deadman(void (*cb)(void))
+{
+    int r = progress_start();
+
+    if (r)
+        return r;
+    if (dm_fd < 0)
+        return -ENOSYS;
+    pthread_mutex_lock(&pg.lock);
+    dm_cb = cb;
+    pthread_mutex_unlock(&pg.lock);
+    return 0;
+}
+
+void uiw_progress_deadman_arm(uint64_t ns)
+{
+    struct itimerspec it = {
+        .it_value = {.tv_sec = (time_t)(ns / 1000000000u), .tv_nsec = (long)(ns % 1000000000u)}};
+
+    if (dm_fd >= 0)
+        (void)timerfd_settime(dm_fd, 0, &it, NULL);
+}
+
+static void deadman_fired(void)
+{
+    void (*cb)(void);
+    uint64_t v;
+    ssize_t rd = read(dm_fd, &v, sizeof(v)); /* clears the expiry */
+
+    (void)rd;
+    pthread_mutex_lock(&pg.lock);
+    cb = dm_cb;
+    pthread_mutex_unlock(&pg.lock);
+    if (cb)
+        cb();
+}
+
 static void *progress_main(void *arg)
 {
     struct epoll_event evs[PG_MAX_EVENTS];
@@ -371,6 +417,10 @@ static void *progress_main(void *arg)
             continue;
         }
         for (int i = 0; i < n; i++) {
+            if (evs[i].data.u64 == PG_DM_KEY) {
+                deadman_fired();
+                continue;
+            }
             if (evs[i].data.u64 == PG_WAKE_KEY) {
                 uint64_t v;
                 ssize_t rd = read(pg.wakefd, &v, sizeof(v));
@@ -408,6 +458,16 @@ static void progress_init(void)
     if (epoll_ctl(pg.epfd, EPOLL_CTL_ADD, pg.wakefd, &ev) < 0) {
         pg.init_err = -errno;
         goto fail;
+    }
+    /* without it, nobody owns sockets (qp_dp.c): not fatal */
+    dm_fd = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+    if (dm_fd >= 0) {
+        ev.events = EPOLLIN;
+        ev.data.u64 = PG_DM_KEY;
+        if (epoll_ctl(pg.epfd, EPOLL_CTL_ADD, dm_fd, &ev) < 0) {
+            close(dm_fd);
+            dm_fd = -1;
+        }
     }
     /* The application's signal handlers must not run on our thread. */
     sigfillset(&all);

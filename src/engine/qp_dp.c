@@ -210,46 +210,59 @@ void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute)
  * ownership alone). So a thread that keeps
  * polling (UIW_POLL_SPIN empty polls in a row, cq.c) owns the sockets it
  * drives: they leave the progress thread's EPOLLIN (UIW_MUTE_POLL). It gives
- * them back when it has not driven them for UIWARP_POLL_OWN_US: one timer
- * per process in the progress thread's heap, armed while some QP is owned,
- * looks at the owned list each UIWARP_POLL_OWN_US. Putting
+ * them back when it has not driven them for UIWARP_POLL_OWN_US. Putting
  * EPOLLIN back reports data that came meanwhile, so a program that stops
  * polling (to compute, or to block elsewhere) has its Read Requests,
- * Atomics and Sends served by the progress thread at most that much later.
- * A thread that blocks in ibv_get_cq_event gives them back at once
- * (uiw_qp_rx_mute). One timer firing per UIWARP_POLL_OWN_US replaces a
- * wake-up per segment.
+ * Atomics and Sends served by the progress thread shortly after. A thread
+ * that blocks in ibv_get_cq_event gives them back at once
+ * (uiw_qp_rx_mute).
+ *
+ * Who looks: the pollers themselves while any polls, the progress thread
+ * when none does. A poller that drives an owned QP looks at the whole
+ * owned list once per half UIWARP_POLL_OWN_US (own_check: a trylock per
+ * QP, as the progress thread would), and keeps a timer in the progress
+ * thread's epoll set at least UIWARP_POLL_OWN_US ahead, pushing it to 4x
+ * when it comes closer: a dead man's switch (uiw_progress_deadman), one
+ * timerfd_settime per 3x UIWARP_POLL_OWN_US of polling and no wake-up.
+ * It fires only when no poller has looked for that long; the progress
+ * thread then looks, and sets it for the QPs still owned. So what a
+ * stopped poller owned goes back at most 4x UIWARP_POLL_OWN_US (800 us)
+ * after its last poll, at once if another thread polls (2x with the
+ * periodic timer before), and the progress thread is not woken while
+ * programs poll: with a timer in its heap every UIWARP_POLL_OWN_US, each
+ * firing took a CPU from a spinning program on a machine whose CPUs all
+ * spin (ib_send_lat -s 64: p99 21-26 us against a typical 4; 12.7-13.3
+ * with the switch; pushing it at every look instead, a timerfd_settime per
+ * 100 us, cost 0.3-0.6 us of average latency: on a VM a timer reprogram
+ * is an exit; docs/PERFORMANCE.md).
  * ---------------------------------------------------------------------- */
 
 static struct {
     pthread_once_t once;
-    bool ok; /* the timer is there: ownership possible */
+    bool ok; /* the progress thread's dead man's switch is ours: ownership possible */
     pthread_mutex_t lock;
-    struct uiw_qp *head; /* rx_own_prev/next, under lock */
-    bool armed;
-    struct uiw_timer t;
+    struct uiw_qp *head;            /* rx_own_prev/next, under lock */
+    _Atomic uint64_t next_check_ns; /* when a poller looks next (0: none owned) */
+    uint64_t switch_ns;             /* when the switch fires, as a poller set it */
 } own = {.once = PTHREAD_ONCE_INIT, .lock = PTHREAD_MUTEX_INITIALIZER};
 
-static void own_fire(void *obj);
+static void own_fire(void);
 
 static void own_init(void)
 {
-    bool ok = uiw_timer_init(&own.t, own_fire, NULL) == 0;
+    bool ok = uiw_progress_deadman(own_fire) == 0;
 
     pthread_mutex_lock(&own.lock);
     own.ok = ok;
     pthread_mutex_unlock(&own.lock);
 }
 
-/* own.lock held. A timer in the progress thread's heap: arming it from a
- * poller wakes that thread once (to shorten its sleep), once per
- * ownership, not per poll. */
+/* own.lock held: the switch fires ns from now (replacing any earlier
+ * setting: a poller pushes it later, the progress thread sets it to the
+ * next hand-back it expects) */
 static void own_arm_locked(uint64_t ns)
 {
-    if (!own.armed) {
-        uiw_timer_arm_us(&own.t, (ns + 999u) / 1000u);
-        own.armed = true;
-    }
+    uiw_progress_deadman_arm(ns);
 }
 
 /* own.lock held (and the QP's lock, or the QP cannot go away: it is
@@ -264,32 +277,96 @@ static void own_unlink_locked(struct uiw_qp *qp)
         qp->rx_own_next->rx_own_prev = qp->rx_own_prev;
     qp->rx_own_prev = qp->rx_own_next = NULL;
     qp->rx_owned_listed = false;
+    if (!own.head)
+        atomic_store_explicit(&own.next_check_ns, 0, memory_order_relaxed);
+}
+
+/* own.lock held: give back what was not driven for UIWARP_POLL_OWN_US.
+ * Lock order is qp -> own, so only a trylock here: a QP whose lock is busy
+ * is being driven (or is about to be), and is looked at again next time.
+ * Returns the time until the next QP would be due (hold if none). */
+static uint64_t own_scan_locked(uint64_t hold)
+{
+    uint64_t next = hold;
+    struct uiw_qp *q, *nx;
+
+    for (q = own.head; q; q = nx) {
+        nx = q->rx_own_next;
+        if (pthread_mutex_trylock(&q->lock) != 0)
+            continue;
+        uint64_t now = uiw_now_ns(); /* after the lock: rx_owned_ns is not later */
+        uint64_t idle = now - q->rx_owned_ns;
+
+        if (!(q->rx_muted & UIW_MUTE_POLL) || idle >= hold) {
+            q->rx_muted &= (uint8_t)~UIW_MUTE_POLL;
+            own_unlink_locked(q);
+            dp_arm(q); /* reports what came meanwhile */
+        } else if (hold - idle < next) {
+            next = hold - idle;
+        }
+        pthread_mutex_unlock(&q->lock);
+    }
+    return next;
+}
+
+/* A poller's look (qp->lock of the QP it drives held: a trylock of that
+ * one fails, and it is fresh anyway) */
+static void own_check(uint64_t now, uint64_t hold)
+{
+    uint64_t due = atomic_load_explicit(&own.next_check_ns, memory_order_relaxed);
+
+    if (!due || now < due || pthread_mutex_trylock(&own.lock) != 0)
+        return;
+    if (own.head) {
+        (void)own_scan_locked(hold);
+        if (own.head) {
+            atomic_store_explicit(&own.next_check_ns, now + hold / 2, memory_order_relaxed);
+            /* pushed only when it would fire within a hold, by four: a
+             * timerfd_settime reprograms the CPU's timer (on a VM an exit),
+             * and one per look (every 100 us) cost a ping-pong 0.3 us on
+             * average */
+            if (own.switch_ns < now + hold) {
+                own.switch_ns = now + 4 * hold;
+                own_arm_locked(4 * hold);
+            }
+        }
+    }
+    pthread_mutex_unlock(&own.lock);
 }
 
 void uiw_qp_poll_own(struct uiw_qp *qp, bool take)
 {
     unsigned us = uiw_config()->poll_own_us;
+    uint64_t now, hold = (uint64_t)us * 1000u;
 
     if (qp->rx_muted & UIW_MUTE_POLL) { /* any poll keeps it */
-        qp->rx_owned_ns = uiw_now_ns();
+        now = uiw_now_ns();
+        qp->rx_owned_ns = now;
+        own_check(now, hold);
         return;
     }
     if (!take || !us || qp->fd < 0 || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)
         return;
-    qp->rx_owned_ns = uiw_now_ns();
+    now = uiw_now_ns();
+    qp->rx_owned_ns = now;
     pthread_once(&own.once, own_init);
-    if (!own.ok)
-        return;
     pthread_mutex_lock(&own.lock);
+    if (!own.ok) {
+        pthread_mutex_unlock(&own.lock);
+        return;
+    }
     if (!qp->rx_owned_listed) {
         qp->rx_own_prev = NULL;
         qp->rx_own_next = own.head;
         if (own.head)
             own.head->rx_own_prev = qp;
+        else /* the first owned QP: looks start, the switch is set */
+            atomic_store_explicit(&own.next_check_ns, now + hold / 2, memory_order_relaxed);
         own.head = qp;
         qp->rx_owned_listed = true;
+        own.switch_ns = now + hold + hold / 2;
+        own_arm_locked(hold + hold / 2);
     }
-    own_arm_locked((uint64_t)us * 1000u);
     pthread_mutex_unlock(&own.lock);
     qp->rx_muted |= UIW_MUTE_POLL;
     dp_arm(qp);
@@ -306,36 +383,19 @@ void dp_rx_unown(struct uiw_qp *qp)
     pthread_mutex_unlock(&own.lock);
 }
 
-/* The timer: give back what was not driven for UIWARP_POLL_OWN_US. Lock
- * order is qp -> own, so only a trylock here: a QP whose lock is busy is
- * being driven (or is about to be), and is looked at again at the next
- * firing. */
-static void own_fire(void *obj)
+/* The switch fired: no poller looked for 1.5 UIWARP_POLL_OWN_US (or the
+ * progress thread set it for the next QP due). */
+static void own_fire(void)
 {
-    uint64_t now, hold = (uint64_t)uiw_config()->poll_own_us * 1000u, next = hold;
-    struct uiw_qp *q, *nx;
+    uint64_t hold = (uint64_t)uiw_config()->poll_own_us * 1000u, next;
 
-    (void)obj;
     pthread_mutex_lock(&own.lock);
-    own.armed = false;
-    for (q = own.head; q; q = nx) {
-        nx = q->rx_own_next;
-        if (pthread_mutex_trylock(&q->lock) != 0)
-            continue;
-        now = uiw_now_ns(); /* after the lock: rx_owned_ns is not later */
-        uint64_t idle = now - q->rx_owned_ns;
-
-        if (!(q->rx_muted & UIW_MUTE_POLL) || idle >= hold) {
-            q->rx_muted &= (uint8_t)~UIW_MUTE_POLL;
-            own_unlink_locked(q);
-            dp_arm(q); /* reports what came meanwhile */
-        } else if (hold - idle < next) {
-            next = hold - idle;
-        }
-        pthread_mutex_unlock(&q->lock);
-    }
+    next = own_scan_locked(hold);
+    if (next < 10000u)
+        next = 10000u;
+    own.switch_ns = uiw_now_ns() + next;
     if (own.head)
-        own_arm_locked(next < 10000u ? 10000u : next);
+        own_arm_locked(next);
     pthread_mutex_unlock(&own.lock);
 }
 
