@@ -24,7 +24,10 @@
 #include <linux/rtnetlink.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/inetdevice.h>
+#include <linux/wait.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
 
 static char *dev = "uiw0";
 module_param(dev, charp, 0444);
@@ -769,6 +772,298 @@ out:
     ib_dealloc_pd(pd);
 }
 
+
+/* ------------------------------------------------------------------------
+ * Connections through rdma_cm (iw_cm, the driver's MPA over kernel TCP),
+ * both ends on the device, to its interface's own IPv4 address
+ * ---------------------------------------------------------------------- */
+
+static unsigned int port = 7471;
+module_param(port, uint, 0444);
+MODULE_PARM_DESC(port, "the TCP port of the connection test's listener");
+
+static bool conn = true;
+module_param(conn, bool, 0444);
+MODULE_PARM_DESC(conn, "run the connection test (default 1)");
+
+struct evq {
+    spinlock_t lock;
+    wait_queue_head_t wq;
+    unsigned int in, out;
+    struct {
+        int ev, status;
+        struct rdma_cm_id *id;
+        u8 pd[64];
+        u8 pd_len;
+    } e[16];
+};
+
+static struct evq q_cli, q_srv;
+
+static void evq_init(struct evq *q)
+{
+    spin_lock_init(&q->lock);
+    init_waitqueue_head(&q->wq);
+    q->in = q->out = 0;
+}
+
+static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
+{
+    struct evq *q = id->context;
+    unsigned long fl;
+
+    spin_lock_irqsave(&q->lock, fl);
+    if (q->in - q->out < ARRAY_SIZE(q->e)) {
+        typeof(q->e[0]) *e = &q->e[q->in % ARRAY_SIZE(q->e)];
+
+        e->ev = ev->event;
+        e->status = ev->status;
+        e->id = id;
+        e->pd_len = 0;
+        if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+            e->pd_len = min_t(u8, ev->param.conn.private_data_len, sizeof(e->pd));
+            memcpy(e->pd, ev->param.conn.private_data, e->pd_len);
+        }
+        q->in++;
+    }
+    spin_unlock_irqrestore(&q->lock, fl);
+    wake_up(&q->wq);
+    return 0;
+}
+
+/* The next event; its type must be want. Returns its index or -1. */
+static int evq_wait(struct evq *q, int want, const char *what)
+{
+    int i;
+
+    if (!wait_event_timeout(q->wq, READ_ONCE(q->in) != READ_ONCE(q->out), 10 * HZ)) {
+        CHECK(0, "%s: no event (want %s)", what, rdma_event_msg(want));
+        return -1;
+    }
+    i = q->out++ % ARRAY_SIZE(q->e);
+    CHECK(q->e[i].ev == want, "%s: event %s (%d), status %d, want %s", what,
+          rdma_event_msg(q->e[i].ev), q->e[i].ev, q->e[i].status, rdma_event_msg(want));
+    return q->e[i].ev == want ? i : -1;
+}
+
+struct end {
+    struct rdma_cm_id *id;
+    struct ib_pd *pd;
+    struct ib_cq *cq;
+    struct ib_mr *mr; /* fast-register MR over buf's pages */
+    u8 *buf;          /* BUF_LEN bytes, kvmalloc'd? no: pages, for the FR MR */
+    struct page *pages;
+    struct scatterlist sg[1];
+};
+
+static int conn_qp(struct end *e)
+{
+    struct ib_qp_init_attr a = {
+        .send_cq = e->cq,
+        .recv_cq = e->cq,
+        .cap = {.max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2, .max_recv_sge = 2},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+
+    return rdma_create_qp(e->id, e->pd, &a);
+}
+
+static bool end_init(struct ib_device *ib, struct end *e)
+{
+    e->pd = ib_alloc_pd(ib, 0);
+    if (IS_ERR(e->pd)) {
+        e->pd = NULL;
+        return false;
+    }
+    e->cq = ib_alloc_cq(ib, NULL, 128, 0, IB_POLL_DIRECT);
+    if (IS_ERR(e->cq)) {
+        e->cq = NULL;
+        return false;
+    }
+    return true;
+}
+
+static void end_fini(struct end *e)
+{
+    if (e->id && e->id->qp)
+        rdma_destroy_qp(e->id);
+    if (e->id)
+        rdma_destroy_id(e->id);
+    if (e->cq)
+        ib_free_cq(e->cq);
+    if (e->pd)
+        ib_dealloc_pd(e->pd);
+    memset(e, 0, sizeof(*e));
+}
+
+/* waits up to 10 s for n completions */
+static int __maybe_unused poll_n(struct ib_cq *cq, struct ib_wc *wc, int n)
+{
+    unsigned long end = jiffies + 10 * HZ;
+    int got = 0;
+
+    while (got < n && time_before(jiffies, end)) {
+        int r = ib_poll_cq(cq, n - got, wc + got);
+
+        if (r > 0)
+            got += r;
+        else
+            usleep_range(200, 1000);
+    }
+    return got;
+}
+
+static void conn_data(struct end *c, struct end *s);
+
+/* Client connects; server accepts (or rejects). 0 when established. */
+static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c, struct end *s,
+                   bool reject)
+{
+    static const char hello[] = "uiwarp-ktest-hello", welcome[] = "uiwarp-ktest-accept";
+    struct rdma_conn_param p = {.responder_resources = 4, .initiator_depth = 4,
+                                .private_data = hello, .private_data_len = sizeof(hello)};
+    int i, rc;
+
+    c->id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    CHECK(!IS_ERR(c->id), "rdma_create_id: %ld", PTR_ERR(c->id));
+    if (IS_ERR(c->id)) {
+        c->id = NULL;
+        return -1;
+    }
+    rc = rdma_resolve_addr(c->id, NULL, (struct sockaddr *)sin, 2000);
+    CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "resolve_addr") < 0)
+        return -1;
+    CHECK(c->id->device == ib, "resolved to %s", c->id->device ? dev_name(&c->id->device->dev) : "none");
+    rc = rdma_resolve_route(c->id, 2000);
+    CHECK(rc == 0, "rdma_resolve_route: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "resolve_route") < 0)
+        return -1;
+    if (!end_init(ib, c) || conn_qp(c)) {
+        CHECK(0, "client PD/CQ/QP");
+        return -1;
+    }
+    rc = rdma_connect(c->id, &p);
+    CHECK(rc == 0, "rdma_connect: %d", rc);
+    if (rc)
+        return -1;
+    i = evq_wait(&q_srv, RDMA_CM_EVENT_CONNECT_REQUEST, "server");
+    if (i < 0)
+        return -1;
+    s->id = q_srv.e[i].id;
+    CHECK(q_srv.e[i].pd_len >= sizeof(hello) && !memcmp(q_srv.e[i].pd, hello, sizeof(hello)),
+          "the Request's private data (%u bytes)", q_srv.e[i].pd_len);
+    if (reject) {
+        rdma_lock_handler(s->id);
+        rc = rdma_reject(s->id, "no", 2, 0);
+        rdma_unlock_handler(s->id);
+        CHECK(rc == 0, "rdma_reject: %d", rc);
+        i = evq_wait(&q_cli, RDMA_CM_EVENT_REJECTED, "client, rejected");
+        CHECK(i >= 0 && q_cli.e[i].pd_len >= 2 && !memcmp(q_cli.e[i].pd, "no", 2),
+              "the Reject's private data");
+        return 1;
+    }
+    if (!end_init(ib, s) || conn_qp(s)) {
+        CHECK(0, "server PD/CQ/QP");
+        return -1;
+    }
+    p.private_data = welcome;
+    p.private_data_len = sizeof(welcome);
+    p.qp_num = s->id->qp->qp_num;
+    /* the server's receives before it accepts: the client may send at once */
+    conn_data(NULL, s);
+    rdma_lock_handler(s->id);
+    rc = rdma_accept(s->id, &p);
+    rdma_unlock_handler(s->id);
+    CHECK(rc == 0, "rdma_accept: %d", rc);
+    if (rc)
+        return -1;
+    i = evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "client");
+    CHECK(i >= 0 && q_cli.e[i].pd_len >= sizeof(welcome) &&
+              !memcmp(q_cli.e[i].pd, welcome, sizeof(welcome)),
+          "the Reply's private data");
+    if (evq_wait(&q_srv, RDMA_CM_EVENT_ESTABLISHED, "server") < 0 || i < 0)
+        return -1;
+    CHECK(qp_state(c->id->qp) == IB_QPS_RTS, "client QP state %d", qp_state(c->id->qp));
+    CHECK(qp_state(s->id->qp) == IB_QPS_RTS, "server QP state %d", qp_state(s->id->qp));
+    return 0;
+}
+
+
+/* stage 1: the server's receives only (the data path comes next) */
+static void conn_data(struct end *c, struct end *s)
+{
+    if (!c) {
+        struct ib_recv_wr r = {.wr_id = 1000};
+        int i, rc = 0;
+
+        for (i = 0; i < 4 && !rc; i++, r.wr_id++)
+            rc = ib_post_recv(s->id->qp, &r, NULL);
+        CHECK(rc == 0, "server post_recv: %d", rc);
+    }
+}
+
+static void test_conn(struct ib_device *ib)
+{
+    struct end c = {}, s = {};
+    struct rdma_cm_id *lid;
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    struct net_device *nd = dev_get_by_name(&init_net, netdev);
+    static struct ib_wc wc[64];
+    int rc, n;
+
+    if (!nd) {
+        CHECK(0, "no interface %s", netdev);
+        return;
+    }
+    sin.sin_addr.s_addr = inet_select_addr(nd, 0, RT_SCOPE_UNIVERSE);
+    dev_put(nd);
+    CHECK(sin.sin_addr.s_addr != 0, "no IPv4 address on %s", netdev);
+    evq_init(&q_cli);
+    evq_init(&q_srv);
+    lid = rdma_create_id(&init_net, cm_handler, &q_srv, RDMA_PS_TCP, IB_QPT_RC);
+    CHECK(!IS_ERR(lid), "rdma_create_id (listener): %ld", PTR_ERR(lid));
+    if (IS_ERR(lid))
+        return;
+    rc = rdma_bind_addr(lid, (struct sockaddr *)&sin);
+    CHECK(rc == 0, "rdma_bind_addr %pI4: %d", &sin.sin_addr, rc);
+    rc = rc ?: rdma_listen(lid, 4);
+    CHECK(rc == 0, "rdma_listen: %d", rc);
+    CHECK(lid->device == ib, "listener on %s", lid->device ? dev_name(&lid->device->dev) : "none");
+    if (rc)
+        goto out;
+
+    /* connect, the data path, a graceful disconnect from the client */
+    if (conn_up(ib, &sin, &c, &s, false) == 0) {
+        conn_data(&c, &s);
+        rc = rdma_disconnect(c.id);
+        CHECK(rc == 0, "rdma_disconnect: %d", rc);
+        evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client");
+        evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server");
+        CHECK(qp_state(c.id->qp) == IB_QPS_ERR, "client QP after disconnect: %d",
+              qp_state(c.id->qp));
+        CHECK(qp_state(s.id->qp) == IB_QPS_ERR, "server QP after disconnect: %d",
+              qp_state(s.id->qp));
+        /* the server's receives left are flushed */
+        n = ib_poll_cq(s.cq, 64, wc);
+        while (n > 0) {
+            CHECK(wc[n - 1].status == IB_WC_WR_FLUSH_ERR, "server flush status %d",
+                  wc[n - 1].status);
+            n--;
+        }
+    }
+    end_fini(&c);
+    end_fini(&s);
+
+    /* a rejected connection */
+    conn_up(ib, &sin, &c, &s, true);
+    end_fini(&c);
+    end_fini(&s);
+out:
+    rdma_destroy_id(lid);
+}
+
 static int __init uiw_ktest_init(void)
 {
     struct ib_device *ib = ib_device_get_by_name(dev, RDMA_DRIVER_UNKNOWN);
@@ -778,6 +1073,8 @@ static int __init uiw_ktest_init(void)
         return 0;
     }
     run(ib);
+    if (conn)
+        test_conn(ib);
     ib_device_put(ib);
     if (failed)
         pr_err("verbs test: FAIL (%u of %u checks failed)\n", failed, passed + failed);
