@@ -24,6 +24,7 @@
 #include <linux/rtnetlink.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/vmalloc.h>
 #include <linux/inetdevice.h>
 #include <linux/wait.h>
 #include <rdma/ib_verbs.h>
@@ -898,7 +899,7 @@ static void end_fini(struct end *e)
 }
 
 /* waits up to 10 s for n completions */
-static int __maybe_unused poll_n(struct ib_cq *cq, struct ib_wc *wc, int n)
+static int poll_n(struct ib_cq *cq, struct ib_wc *wc, int n)
 {
     unsigned long end = jiffies + 10 * HZ;
     int got = 0;
@@ -991,17 +992,260 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
 }
 
 
-/* stage 1: the server's receives only (the data path comes next) */
+/* The data path over the connection, data checked byte for byte:
+ * c == NULL: the server's buffers, MR and receives, before it accepts.
+ * Sends of 1, 4109 (more than a page) and 200000 bytes (more than a
+ * maximum FPDU), two SGEs; RDMA Writes into the server's fast-registered
+ * MR (200000 bytes and 5 bytes at an odd offset), each followed by a Send
+ * that says it arrived; RDMA Reads of 200000 bytes from it into the
+ * client's DMA-MR memory and of 777 bytes into a client fast-register MR;
+ * a Send from the server back to the client. */
+#define DBUF_ORDER 8 /* 1 MiB per side */
+#define DBUF_LEN   (PAGE_SIZE << DBUF_ORDER)
+#define RSLOT      (256 * 1024)
+
+static u8 *sbuf, *cbuf;
+static struct ib_mr *smr, *cmr;
+static struct scatterlist ssg, csg;
+
+static void fill(u8 *p, size_t n, u8 seed)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        p[i] = (u8)(i * 7 + seed + (i >> 9));
+}
+
+static bool same(const u8 *a, const u8 *b, size_t n, const char *what)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            pr_err("%s: byte %zu of %zu differs: 0x%02x, want 0x%02x\n", what, i, n, a[i], b[i]);
+            return false;
+        }
+    return true;
+}
+
+static int post_srecv(struct end *s, int slot)
+{
+    struct ib_sge sge = {.addr = (u64)(uintptr_t)(sbuf + slot * RSLOT), .length = RSLOT,
+                         .lkey = s->pd->local_dma_lkey};
+    struct ib_recv_wr r = {.wr_id = 1000 + slot, .sg_list = &sge, .num_sge = 1};
+
+    return ib_post_recv(s->id->qp, &r, NULL);
+}
+
+static struct ib_mr *fr_mr(struct ib_qp *qp, struct ib_pd *pd, struct scatterlist *sg, u8 *buf,
+                           size_t len, int access)
+{
+    struct ib_reg_wr r = {.wr = {.opcode = IB_WR_REG_MR}, .access = access};
+    struct ib_mr *mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, len / PAGE_SIZE);
+    int n;
+
+    if (IS_ERR(mr))
+        return NULL;
+    sg_init_one(sg, buf, len);
+    n = ib_dma_map_sg(pd->device, sg, 1, DMA_BIDIRECTIONAL);
+    if (n != 1 || ib_map_mr_sg(mr, sg, 1, NULL, PAGE_SIZE) != 1) {
+        ib_dereg_mr(mr);
+        return NULL;
+    }
+    r.mr = mr;
+    r.key = mr->rkey;
+    if (ib_post_send(qp, &r.wr, NULL)) {
+        ib_dereg_mr(mr);
+        return NULL;
+    }
+    return mr;
+}
+
+static int post_one(struct ib_qp *qp, enum ib_wr_opcode op, u64 id, struct ib_sge *sge, int nsge,
+                    u64 raddr, u32 rkey)
+{
+    struct ib_rdma_wr w = {
+        .wr = {.opcode = op, .wr_id = id, .sg_list = sge, .num_sge = nsge,
+               .send_flags = IB_SEND_SIGNALED},
+        .remote_addr = raddr,
+        .rkey = rkey,
+    };
+
+    return ib_post_send(qp, &w.wr, NULL);
+}
+
+/* one send completion on the client and one receive on the server */
+static bool xfer_done(struct end *c, struct end *s, u64 cid, u64 sid, u32 len, const char *what)
+{
+    struct ib_wc wc[2];
+    int n = poll_n(c->cq, wc, 1);
+
+    CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == cid, "%s: client n %d status %d id %llu",
+          what, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0);
+    if (!s)
+        return n == 1 && wc[0].status == IB_WC_SUCCESS;
+    n = poll_n(s->cq, wc + 1, 1);
+    CHECK(n == 1 && wc[1].status == IB_WC_SUCCESS && wc[1].wr_id == sid &&
+              wc[1].opcode == IB_WC_RECV && wc[1].byte_len == len,
+          "%s: server n %d status %d id %llu len %u (want %u)", what, n, n ? wc[1].status : -1,
+          n ? wc[1].wr_id : 0, n ? wc[1].byte_len : 0, len);
+    return n == 1 && wc[1].status == IB_WC_SUCCESS;
+}
+
 static void conn_data(struct end *c, struct end *s)
 {
-    if (!c) {
-        struct ib_recv_wr r = {.wr_id = 1000};
-        int i, rc = 0;
+    static const u32 sizes[] = {1, 4096 + 13, 200000};
+    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+    struct ib_sge sge[2];
+    struct ib_wc wc[4];
+    u8 *want;
+    int i, rc, n;
 
-        for (i = 0; i < 4 && !rc; i++, r.wr_id++)
-            rc = ib_post_recv(s->id->qp, &r, NULL);
+    if (!c) {
+        sbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+        CHECK(sbuf, "server buffer");
+        if (!sbuf)
+            return;
+        for (i = 0, rc = 0; i < 3 && !rc; i++)
+            rc = post_srecv(s, i);
         CHECK(rc == 0, "server post_recv: %d", rc);
+        /* slot 3: the Write/Read target, fast-registered */
+        smr = fr_mr(s->id->qp, s->pd, &ssg, sbuf + 3 * RSLOT, RSLOT, rw);
+        CHECK(smr, "server fast-register MR");
+        return;
     }
+    cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+    want = vmalloc(RSLOT);
+    CHECK(cbuf && want && sbuf && smr, "buffers");
+    if (!cbuf || !want || !sbuf || !smr)
+        goto out;
+    fill(cbuf, DBUF_LEN, 0x11);
+
+    /* Sends (the last with two SGEs) */
+    for (i = 0; i < ARRAY_SIZE(sizes); i++) {
+        u32 len = sizes[i], off = 1000 * i + 3;
+        int nsge = 1;
+
+        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + off), .length = len,
+                                 .lkey = c->pd->local_dma_lkey};
+        if (len > 1000) {
+            sge[0].length = 999;
+            sge[1] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + RSLOT + off),
+                                     .length = len - 999, .lkey = c->pd->local_dma_lkey};
+            nsge = 2;
+        }
+        rc = post_one(c->id->qp, IB_WR_SEND, 1 + i, sge, nsge, 0, 0);
+        CHECK(rc == 0, "post Send %u: %d", len, rc);
+        if (rc || !xfer_done(c, s, 1 + i, 1000 + i, len, "Send"))
+            goto out;
+        memcpy(want, cbuf + off, min(len, 999u));
+        if (len > 999)
+            memcpy(want + 999, cbuf + RSLOT + off, len - 999);
+        CHECK(same(sbuf + i * RSLOT, want, len, "Send"), "Send of %u bytes: data", len);
+        CHECK(sbuf[i * RSLOT + len] == 0, "Send of %u bytes: a byte past it", len);
+        rc = post_srecv(s, i);
+        CHECK(rc == 0, "repost: %d", rc);
+    }
+
+    /* RDMA Writes into the server's MR, each followed by a Send */
+    {
+        static const struct { u32 off, len; } wr[] = {{0, 200000}, {200003, 5}};
+
+        for (i = 0; i < ARRAY_SIZE(wr); i++) {
+            u8 *src = cbuf + 2 * RSLOT + 17 + i;
+
+            sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)src, .length = wr[i].len,
+                                     .lkey = c->pd->local_dma_lkey};
+            rc = post_one(c->id->qp, IB_WR_RDMA_WRITE, 10 + i, sge, 1, smr->iova + wr[i].off,
+                          smr->rkey);
+            CHECK(rc == 0, "post Write: %d", rc);
+            sge[0].length = 1;
+            rc = rc ?: post_one(c->id->qp, IB_WR_SEND, 20 + i, sge, 1, 0, 0);
+            if (rc)
+                goto out;
+            n = poll_n(c->cq, wc, 2);
+            CHECK(n == 2 && wc[0].wr_id == 10 + i && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == IB_WC_RDMA_WRITE && wc[1].wr_id == 20 + i &&
+                      wc[1].status == IB_WC_SUCCESS,
+                  "Write + Send completions: n %d", n);
+            n = poll_n(s->cq, wc, 1);
+            CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].byte_len == 1,
+                  "the Send after the Write: n %d", n);
+            if (n != 1)
+                goto out;
+            post_srecv(s, wc[0].wr_id - 1000);
+            CHECK(same(sbuf + 3 * RSLOT + wr[i].off, src, wr[i].len, "Write"),
+                  "Write of %u bytes at %u: data", wr[i].len, wr[i].off);
+        }
+        CHECK(sbuf[3 * RSLOT + 200000] == 0 && sbuf[3 * RSLOT + 200008] == 0,
+              "Write: bytes next to the target");
+    }
+
+    /* RDMA Reads from the server's MR: into DMA-MR memory, then into a
+     * client fast-register MR */
+    fill(sbuf + 3 * RSLOT, RSLOT, 0x5a);
+    memset(cbuf + 3 * RSLOT, 0, RSLOT);
+    sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 3 * RSLOT + 1), .length = 200000,
+                             .lkey = c->pd->local_dma_lkey};
+    rc = post_one(c->id->qp, IB_WR_RDMA_READ, 30, sge, 1, smr->iova + 4, smr->rkey);
+    CHECK(rc == 0, "post Read: %d", rc);
+    if (rc || !xfer_done(c, NULL, 30, 0, 0, "Read"))
+        goto out;
+    CHECK(same(cbuf + 3 * RSLOT + 1, sbuf + 3 * RSLOT + 4, 200000, "Read"), "Read 200000: data");
+    CHECK(cbuf[3 * RSLOT] == 0 && cbuf[3 * RSLOT + 200001] == 0, "Read: bytes next to the sink");
+
+    memset(cbuf, 0, 4 * PAGE_SIZE);
+    cmr = fr_mr(c->id->qp, c->pd, &csg, cbuf, 4 * PAGE_SIZE, rw);
+    CHECK(cmr, "client fast-register MR");
+    if (!cmr)
+        goto out;
+    sge[0] = (struct ib_sge){.addr = cmr->iova + 4000, .length = 777, .lkey = cmr->lkey};
+    rc = post_one(c->id->qp, IB_WR_RDMA_READ, 31, sge, 1, smr->iova + 100001, smr->rkey);
+    CHECK(rc == 0, "post Read into an FR MR: %d", rc);
+    if (rc || !xfer_done(c, NULL, 31, 0, 0, "Read into an FR MR"))
+        goto out;
+    CHECK(same(cbuf + 4000, sbuf + 3 * RSLOT + 100001, 777, "Read FR"), "Read 777 into FR: data");
+
+    /* the server sends to the client */
+    {
+        struct ib_sge rs = {.addr = cmr->iova + 8, .length = 3000, .lkey = cmr->lkey};
+        struct ib_recv_wr r = {.wr_id = 40, .sg_list = &rs, .num_sge = 1};
+
+        rc = ib_post_recv(c->id->qp, &r, NULL);
+        CHECK(rc == 0, "client post_recv: %d", rc);
+        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(sbuf + 3 * RSLOT + 50), .length = 2500,
+                                 .lkey = s->pd->local_dma_lkey};
+        rc = rc ?: post_one(s->id->qp, IB_WR_SEND, 41, sge, 1, 0, 0);
+        CHECK(rc == 0, "server post Send: %d", rc);
+        n = rc ? 0 : poll_n(s->cq, wc, 1);
+        CHECK(n == 1 && wc[0].wr_id == 41 && wc[0].status == IB_WC_SUCCESS, "server Send: n %d", n);
+        n = rc ? 0 : poll_n(c->cq, wc, 1);
+        CHECK(n == 1 && wc[0].wr_id == 40 && wc[0].status == IB_WC_SUCCESS &&
+                  wc[0].byte_len == 2500,
+              "client receive: n %d len %u", n, n ? wc[0].byte_len : 0);
+        CHECK(same(cbuf + 8, sbuf + 3 * RSLOT + 50, 2500, "server Send"), "server Send: data");
+    }
+out:
+    vfree(want);
+}
+
+/* after the disconnect: MRs and buffers */
+static void conn_data_free(struct end *c, struct end *s)
+{
+    if (cmr) {
+        ib_dma_unmap_sg(c->pd->device, &csg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(cmr);
+    }
+    if (smr) {
+        ib_dma_unmap_sg(s->pd->device, &ssg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(smr);
+    }
+    cmr = smr = NULL;
+    if (cbuf)
+        free_pages((unsigned long)cbuf, DBUF_ORDER);
+    if (sbuf)
+        free_pages((unsigned long)sbuf, DBUF_ORDER);
+    cbuf = sbuf = NULL;
 }
 
 static void test_conn(struct ib_device *ib)
@@ -1047,12 +1291,14 @@ static void test_conn(struct ib_device *ib)
               qp_state(s.id->qp));
         /* the server's receives left are flushed */
         n = ib_poll_cq(s.cq, 64, wc);
+        CHECK(n == 3, "server receives flushed: %d", n);
         while (n > 0) {
             CHECK(wc[n - 1].status == IB_WC_WR_FLUSH_ERR, "server flush status %d",
                   wc[n - 1].status);
             n--;
         }
     }
+    conn_data_free(&c, &s);
     end_fini(&c);
     end_fini(&s);
 
