@@ -1200,7 +1200,7 @@ static void ep_stream(struct uiw_ep *ep)
         }
         if (ep->state != EP_RDMA)
             return;
-        if (ep->term_sent && !ep->fpdu_busy) {
+        if (!ep->qp || (ep->term_sent && !ep->fpdu_busy)) {
             ep_teardown(ep, false, -1);
             return;
         }

@@ -40,6 +40,10 @@ MODULE_PARM_DESC(netdev, "the device's interface, taken down and up for the port
 
 static unsigned int passed, failed;
 
+static bool verbs = true;
+module_param(verbs, bool, 0444);
+MODULE_PARM_DESC(verbs, "run the verbs tests (default 1; 0: the connection test only)");
+
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
         if (cond) {                                                                                \
@@ -860,6 +864,7 @@ struct end {
 static int conn_qp(struct end *e)
 {
     struct ib_qp_init_attr a = {
+        .event_handler = qp_event,
         .send_cq = e->cq,
         .recv_cq = e->cq,
         .cap = {.max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2, .max_recv_sge = 2},
@@ -1206,19 +1211,85 @@ static void conn_data(struct end *c, struct end *s)
         goto out;
     CHECK(same(cbuf + 4000, sbuf + 3 * RSLOT + 100001, 777, "Read FR"), "Read 777 into FR: data");
 
-    /* the server sends to the client */
+    /* a burst posted at once: 4 Writes of 60000 bytes, 3 Reads of 40000
+     * from what they wrote, a Send; completions in order */
+    {
+        struct ib_send_wr *first = NULL, **link = &first;
+        static struct ib_rdma_wr ws[8];
+        static struct ib_sge gs[8];
+
+        memset(cbuf + RSLOT, 0, RSLOT);
+        fill(cbuf + 2 * RSLOT, RSLOT, 0x77);
+        for (i = 0; i < 8; i++) {
+            struct ib_rdma_wr *w = &ws[i];
+
+            memset(w, 0, sizeof(*w));
+            w->wr.wr_id = 50 + i;
+            w->wr.send_flags = IB_SEND_SIGNALED;
+            w->wr.sg_list = &gs[i];
+            w->wr.num_sge = 1;
+            w->rkey = smr->rkey;
+            if (i < 4) {
+                w->wr.opcode = IB_WR_RDMA_WRITE;
+                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 2 * RSLOT + i * 60000),
+                                        .length = 60000, .lkey = c->pd->local_dma_lkey};
+                w->remote_addr = smr->iova + i * 60000;
+            } else if (i < 7) {
+                w->wr.opcode = IB_WR_RDMA_READ;
+                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + RSLOT + (i - 4) * 40000),
+                                        .length = 40000, .lkey = c->pd->local_dma_lkey};
+                w->remote_addr = smr->iova + 10000 + (i - 4) * 70000;
+            } else {
+                w->wr.opcode = IB_WR_SEND;
+                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)cbuf, .length = 10,
+                                        .lkey = c->pd->local_dma_lkey};
+            }
+            *link = &w->wr;
+            link = &w->wr.next;
+        }
+        rc = ib_post_send(c->id->qp, first, NULL);
+        CHECK(rc == 0, "post the burst: %d", rc);
+        n = rc ? 0 : poll_n(c->cq, wc, 4);
+        CHECK(n == 4, "burst: %d completions", n);
+        {
+            static struct ib_wc all[8];
+            int k;
+
+            memcpy(all, wc, 4 * sizeof(*wc));
+            k = 4 + poll_n(c->cq, all + 4, 4);
+            CHECK(k == 8, "burst: %d completions of 8", k);
+            for (i = 0; i < k; i++)
+                CHECK(all[i].wr_id == 50 + i && all[i].status == IB_WC_SUCCESS,
+                      "burst completion %d: id %llu status %d", i, all[i].wr_id, all[i].status);
+        }
+        n = poll_n(s->cq, wc, 1);
+        CHECK(n == 1 && wc[0].byte_len == 10, "burst: the server's receive");
+        if (n == 1)
+            post_srecv(s, wc[0].wr_id - 1000);
+        CHECK(same(sbuf + 3 * RSLOT, cbuf + 2 * RSLOT, 240000, "burst Writes"),
+              "burst Writes: data");
+        for (i = 0; i < 3; i++)
+            CHECK(same(cbuf + RSLOT + i * 40000, cbuf + 2 * RSLOT + 10000 + i * 70000, 40000,
+                       "burst Reads"),
+                  "burst Read %d: data", i);
+    }
+
+    /* the server sends to the client, which has no receive posted yet:
+     * the Send waits for it ("receiver not ready") */
     {
         struct ib_sge rs = {.addr = cmr->iova + 8, .length = 3000, .lkey = cmr->lkey};
         struct ib_recv_wr r = {.wr_id = 40, .sg_list = &rs, .num_sge = 1};
 
-        rc = ib_post_recv(c->id->qp, &r, NULL);
-        CHECK(rc == 0, "client post_recv: %d", rc);
         sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(sbuf + 3 * RSLOT + 50), .length = 2500,
                                  .lkey = s->pd->local_dma_lkey};
-        rc = rc ?: post_one(s->id->qp, IB_WR_SEND, 41, sge, 1, 0, 0);
+        rc = post_one(s->id->qp, IB_WR_SEND, 41, sge, 1, 0, 0);
         CHECK(rc == 0, "server post Send: %d", rc);
         n = rc ? 0 : poll_n(s->cq, wc, 1);
         CHECK(n == 1 && wc[0].wr_id == 41 && wc[0].status == IB_WC_SUCCESS, "server Send: n %d", n);
+        msleep(100);
+        CHECK(ib_poll_cq(c->cq, 1, wc) == 0, "a completion on the client without a receive");
+        rc = ib_post_recv(c->id->qp, &r, NULL);
+        CHECK(rc == 0, "client post_recv: %d", rc);
         n = rc ? 0 : poll_n(c->cq, wc, 1);
         CHECK(n == 1 && wc[0].wr_id == 40 && wc[0].status == IB_WC_SUCCESS &&
                   wc[0].byte_len == 2500,
@@ -1302,6 +1373,39 @@ static void test_conn(struct ib_device *ib)
     end_fini(&c);
     end_fini(&s);
 
+    /* a protocol violation: a Write to a bad STag. The server sends a
+     * Terminate (DDP tagged, invalid STag), both QPs go to ERR with a
+     * fatal event, the connection closes (DISCONNECTED on both sides) */
+    if (conn_up(ib, &sin, &c, &s, false) == 0 && smr) {
+        struct ib_sge sge = {.addr = (u64)(uintptr_t)sbuf, .length = 100,
+                             .lkey = s.pd->local_dma_lkey};
+
+        atomic_set(&qp_events, 0);
+        last_qp_event = -1;
+        cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+        if (cbuf) {
+            sge.addr = (u64)(uintptr_t)cbuf;
+            sge.lkey = c.pd->local_dma_lkey;
+            rc = post_one(c.id->qp, IB_WR_RDMA_WRITE, 60, &sge, 1, smr->iova, smr->rkey + 1);
+            CHECK(rc == 0, "post a Write to a bad STag: %d", rc);
+            evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server after the Terminate");
+            evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client after the Terminate");
+            CHECK(qp_state(c.id->qp) == IB_QPS_ERR && qp_state(s.id->qp) == IB_QPS_ERR,
+                  "QP states after the Terminate: %d %d", qp_state(c.id->qp),
+                  qp_state(s.id->qp));
+            CHECK(atomic_read(&qp_events) == 2 && last_qp_event == IB_EVENT_QP_FATAL,
+                  "QP events %d, last %d", atomic_read(&qp_events), last_qp_event);
+            CHECK(sbuf[0] == 0, "the bad Write placed nothing");
+            n = ib_poll_cq(s.cq, 64, wc);
+            CHECK(n == 3 && wc[0].status == IB_WC_WR_FLUSH_ERR, "server receives flushed: %d", n);
+            n = ib_poll_cq(c.cq, 64, wc);
+            CHECK(n == 1 && wc[0].wr_id == 60, "client Write completion: %d", n);
+        }
+    }
+    conn_data_free(&c, &s);
+    end_fini(&c);
+    end_fini(&s);
+
     /* a rejected connection */
     conn_up(ib, &sin, &c, &s, true);
     end_fini(&c);
@@ -1318,7 +1422,8 @@ static int __init uiw_ktest_init(void)
         pr_err("verbs test: FAIL (no device %s)\n", dev);
         return 0;
     }
-    run(ib);
+    if (verbs)
+        run(ib);
     if (conn)
         test_conn(ib);
     ib_device_put(ib);

@@ -202,7 +202,10 @@ dmesg -c >/dev/null
 if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
+  dmesg | grep -E 'Terminate' | head -4
   case "\$line" in *"verbs test: PASS"*) ok "kernel verbs consumer";; *) dmesg | grep uiwarp_ktest; bad "kernel verbs consumer: \${line:-no summary line}";; esac
+  dmesg | grep -q 'Terminate DDP/tagged buffer/invalid STag' && dmesg | grep -q 'Terminate received: DDP/tagged buffer/invalid STag' &&
+    ok "the bad Write: Terminate sent and received" || bad "the bad Write: no Terminate in dmesg"
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
@@ -211,6 +214,22 @@ if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 
     bad "removal after the consumer"
 else
   bad "kernel verbs consumer: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
+# the connection test again with MPA CRC asked for (mpa_crc=2) and
+# 1000-byte FPDUs (max_fpdu): the same data over CRC-protected,
+# many-FPDU streams
+dmesg -c >/dev/null
+if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 && rdma link add uiw0 type uiwarp netdev eth0 &&
+  { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko verbs=0; then
+  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000)' && ok "CRC negotiated, 1000-byte FPDUs" || bad "no 'in RTS (CRC 1, FPDU 1000)' line"
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  case "\$line" in *"verbs test: PASS"*) ok "connection test with CRC, 1000-byte FPDUs";; *) dmesg | grep uiwarp_ktest; bad "connection test with CRC: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  rdma link delete uiw0 && rmmod uiwarp || bad "removal after the CRC test"
+else
+  bad "connection test with CRC: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
 # load/unload rounds, with a device on every other one
