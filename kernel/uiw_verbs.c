@@ -4,30 +4,27 @@
  * QP, SRQ and MR, as kernel consumers use them through the ib core, with the
  * userspace engine's rules (docs/ENGINE.md) where they apply.
  *
- * There is no connection and no data path yet (the iw_cm callbacks are the
- * next phase). What that means here:
- *   - A QP cannot reach RTS: on iWARP the CM moves it there once the LLP
- *     stream is up (RDMAC verbs Idle -> RTS; the engine's rule), so any move
- *     into RTS fails with -ENOTCONN.
- *   - post_send takes the two work requests that touch no wire, Fast
- *     Register (IB_WR_REG_MR) and Local Invalidate (IB_WR_LOCAL_INV), and
- *     executes them at once, in order, in INIT and RTR as well: before RTS
- *     nothing else can be queued ahead of them, so send-queue order holds.
- *     (siw and the engine refuse every send WR before RTS; this is the one
- *     extension, so that a consumer can prepare its MRs, and it is what
- *     the phase's tests exercise.) Any other opcode fails with -ENOTCONN.
- *   - post_recv queues receives (their wr_id only), which are flushed when
- *     the QP enters ERR; post_srq_recv queues them on a shared receive
- *     queue, whose limit event (IB_EVENT_SRQ_LIMIT_REACHED) will come with
- *     the data path that consumes receives.
+ * Connections and the data path are uiw_cm.c's (phase 3). Here:
+ *   - A QP reaches RTS only through the CM, which attaches the stream
+ *     (RDMAC verbs Idle -> RTS; the engine's rule): a consumer's move into
+ *     RTS fails with -ENOTCONN.
+ *   - post_send executes Fast Register (IB_WR_REG_MR) and Local Invalidate
+ *     (IB_WR_LOCAL_INV) at once, in INIT and RTR as well (siw and the
+ *     engine refuse every send WR before RTS; this is the one extension, so
+ *     that a consumer can prepare its MRs); in RTS it queues Send, Send with
+ *     Invalidate, RDMA Write and RDMA Read on the send queue ring for the
+ *     CM's work item. Other opcodes: -ENOTCONN before RTS, -EOPNOTSUPP in
+ *     RTS.
+ *   - post_recv queues receives with their SGEs; post_srq_recv queues on a
+ *     shared receive queue (not consumed by the data path yet).
  *
  * State machine: the IB verbs table for RC (the engine's, src/engine/qp.c)
  * plus iWARP's INIT -> RTS, with no required attributes (TCP provides the
  * path); an empty mask is a successful no-op (iw_cm's RTR/RTS masks are 0).
  * A new QP is in RESET.
  *
- * Flush: moving to ERR completes every queued receive with
- * IB_WC_WR_FLUSH_ERR (IB_WC_RECV). In ERR, post_send and post_recv flush
+ * Flush: moving to ERR completes every send queue entry, then every queued
+ * receive, with IB_WC_WR_FLUSH_ERR. In ERR, post_send and post_recv flush
  * each new WR at once, signalled or not (what ib_drain_qp relies on); a
  * malformed WR is still refused with -EINVAL. In RESET both fail with
  * -EINVAL. A failed local operation completes with its error status
