@@ -58,6 +58,12 @@ static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
 MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: from the TCP MSS, as siw)");
 
+static unsigned int first_hold_ms = 20;
+module_param(first_hold_ms, uint, 0644);
+MODULE_PARM_DESC(first_hold_ms,
+                 "initiator: ms between the MPA Reply and the first FPDU (siw's responder "
+                 "misses bytes that come before it watches its socket; default 20)");
+
 static struct workqueue_struct *uiw_wq;
 
 #define RXBUF_LEN (64 * 1024)
@@ -89,6 +95,9 @@ struct uiw_ep {
     struct kref ref;
     struct mutex mu;
     struct work_struct work;
+    struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms) */
+    bool hold_armed, first_sent;
+    unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
     struct socket *sock;
@@ -170,6 +179,16 @@ static void ep_put(struct uiw_ep *ep)
     kref_put(&ep->ref, ep_free);
 }
 
+static void ep_queue(struct uiw_ep *ep);
+
+static void ep_hold_fn(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, hold);
+
+    ep_queue(ep);
+    ep_put(ep); /* the reference taken when it was armed */
+}
+
 static struct uiw_ep *ep_new(struct uiw_dev *d)
 {
     struct uiw_ep *ep = kzalloc(sizeof(*ep), GFP_KERNEL);
@@ -179,6 +198,7 @@ static struct uiw_ep *ep_new(struct uiw_dev *d)
     kref_init(&ep->ref);
     mutex_init(&ep->mu);
     INIT_WORK(&ep->work, ep_work);
+    INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
     ep->dev = d;
     return ep;
 }
@@ -349,6 +369,7 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->msn_send = ep->msn_read = 1;
     ep->rx_have = ep->rx_off = 0;
     ep->tx_hold = !ep->active && r->await_rtr;
+    ep->first_tx_at = jiffies + msecs_to_jiffies(first_hold_ms);
     ep->ird = r->ird;
     ep->ord = r->ord;
 
@@ -410,6 +431,10 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
 {
     bool was_rdma = ep->state == EP_RDMA;
     struct iw_cm_id *id = ep->cm_id;
+
+    if (ep->hold_armed && cancel_delayed_work(&ep->hold))
+        ep_put(ep);
+    ep->hold_armed = false;
 
     sock_close(ep);
     qp_unlink(ep, qp_ev);
@@ -666,6 +691,20 @@ static int tx_start(struct uiw_ep *ep)
     }
     if (ep->term_sent || !qp || ep->tx_hold)
         return 0;
+    if (ep->active && !ep->first_sent) {
+        long left = (long)(ep->first_tx_at - jiffies);
+
+        if (left > 0) {
+            if (!ep->hold_armed) {
+                ep->hold_armed = true;
+                kref_get(&ep->ref);
+                if (!queue_delayed_work(uiw_wq, &ep->hold, left))
+                    ep_put(ep);
+            }
+            return 0;
+        }
+        ep->first_sent = true;
+    }
     if (ep->irq_count) {
         const uiw_rreq *r = &ep->irq[ep->irq_head];
 

@@ -25,6 +25,7 @@
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
 #include <linux/vmalloc.h>
+#include <linux/inet.h>
 #include <linux/inetdevice.h>
 #include <linux/wait.h>
 #include <rdma/ib_verbs.h>
@@ -1414,6 +1415,146 @@ out:
     rdma_destroy_id(lid);
 }
 
+
+/* ------------------------------------------------------------------------
+ * Interop: an rping client (rdma-core's rping protocol) against `rping -s`
+ * on another device (siw), rping_dst= its address, rping_src= ours
+ * ---------------------------------------------------------------------- */
+
+static char *rping_dst, *rping_src;
+module_param(rping_dst, charp, 0444);
+MODULE_PARM_DESC(rping_dst, "run only the rping client test, to this IPv4 address");
+module_param(rping_src, charp, 0444);
+MODULE_PARM_DESC(rping_src, "the rping client's source IPv4 address (picks the device)");
+static unsigned int rping_port = 7174, rping_size = 100000, rping_count = 3;
+module_param(rping_port, uint, 0444);
+module_param(rping_size, uint, 0444);
+module_param(rping_count, uint, 0444);
+
+struct rping_info {
+    __be64 buf;
+    __be32 rkey;
+    __be32 size;
+};
+
+static void test_rping(struct ib_device *ib)
+{
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET,
+                                                              .sin_port = htons(rping_port)};
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    size_t rlen = PAGE_ALIGN(rping_size);
+    struct end c = {};
+    struct ib_mr *mr = NULL;
+    struct scatterlist sg;
+    struct rping_info *rx = NULL, *tx = NULL;
+    u8 *buf = NULL;
+    struct ib_wc wc[2];
+    int order = get_order(2 * rlen), rc, i, n;
+
+    evq_init(&q_cli);
+    CHECK(in4_pton(rping_dst, -1, (u8 *)&dst.sin_addr, -1, NULL) &&
+              (!rping_src || in4_pton(rping_src, -1, (u8 *)&src.sin_addr, -1, NULL)),
+          "rping addresses");
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "rdma_create_id");
+        return;
+    }
+    rc = rdma_resolve_addr(c.id, rping_src ? (struct sockaddr *)&src : NULL,
+                           (struct sockaddr *)&dst, 2000);
+    CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "rping resolve_addr") < 0)
+        goto out;
+    CHECK(c.id->device == ib, "resolved to %s, not %s",
+          c.id->device ? dev_name(&c.id->device->dev) : "none", dev_name(&ib->dev));
+    rc = rdma_resolve_route(c.id, 2000);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "rping resolve_route") < 0)
+        goto out;
+    if (!end_init(ib, &c) || conn_qp(&c)) {
+        CHECK(0, "rping PD/CQ/QP");
+        goto out;
+    }
+    buf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, order);
+    rx = kzalloc(sizeof(*rx), GFP_KERNEL);
+    tx = kzalloc(sizeof(*tx), GFP_KERNEL);
+    CHECK(buf && rx && tx, "rping buffers");
+    if (!buf || !rx || !tx)
+        goto out;
+    /* start_buf at buf, rdma_buf at buf + rlen: one fast-register MR */
+    mr = fr_mr(c.id->qp, c.pd, &sg, buf, 2 * rlen,
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ);
+    CHECK(mr, "rping MR");
+    if (!mr)
+        goto out;
+    {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+
+        rc = ib_post_recv(c.id->qp, &r, NULL);
+        CHECK(rc == 0, "rping post_recv: %d", rc);
+    }
+    rc = rdma_connect(c.id, &p);
+    CHECK(rc == 0, "rping rdma_connect: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "rping connect") < 0)
+        goto out;
+    for (i = 0; i < rping_count; i++) {
+        struct ib_sge ts = {.addr = (u64)(uintptr_t)tx, .length = sizeof(*tx),
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+        int k, step;
+        size_t j;
+
+        /* start_buf: rping's pattern, NUL-terminated */
+        for (j = 0; j < rping_size - 1; j++)
+            buf[j] = 0x21 + (j + i) % 94;
+        buf[rping_size - 1] = 0;
+        memset(buf + rlen, 0, rping_size);
+        /* advertise start_buf (the server Reads it), then rdma_buf (it
+         * Writes there); each answered by the server's Send */
+        for (step = 0; step < 2; step++) {
+            tx->buf = cpu_to_be64(mr->iova + step * rlen);
+            tx->rkey = cpu_to_be32(mr->rkey);
+            tx->size = cpu_to_be32(rping_size);
+            rc = post_one(c.id->qp, IB_WR_SEND, 10 + step, &ts, 1, 0, 0);
+            CHECK(rc == 0, "rping post Send: %d", rc);
+            if (rc)
+                goto disc;
+            /* the Send's completion and the server's answer, any order */
+            for (k = 0; k < 2;) {
+                n = poll_n(c.cq, wc, 1);
+                CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS, "rping %d.%d: n %d status %d", i,
+                      step, n, n ? wc[0].status : -1);
+                if (n != 1 || wc[0].status != IB_WC_SUCCESS)
+                    goto disc;
+                k++;
+                if (wc[0].opcode == IB_WC_RECV) {
+                    rc = ib_post_recv(c.id->qp, &r, NULL);
+                    if (rc)
+                        goto disc;
+                }
+            }
+        }
+        CHECK(!memcmp(buf, buf + rlen, rping_size), "rping %d: the data siw Read and Wrote back", i);
+    }
+disc:
+    rdma_disconnect(c.id);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "rping disconnect");
+out:
+    if (mr) {
+        ib_dma_unmap_sg(ib, &sg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(mr);
+    }
+    end_fini(&c);
+    if (buf)
+        free_pages((unsigned long)buf, order);
+    kfree(rx);
+    kfree(tx);
+}
+
 static int __init uiw_ktest_init(void)
 {
     struct ib_device *ib = ib_device_get_by_name(dev, RDMA_DRIVER_UNKNOWN);
@@ -1422,10 +1563,14 @@ static int __init uiw_ktest_init(void)
         pr_err("verbs test: FAIL (no device %s)\n", dev);
         return 0;
     }
-    if (verbs)
-        run(ib);
-    if (conn)
-        test_conn(ib);
+    if (rping_dst) {
+        test_rping(ib);
+    } else {
+        if (verbs)
+            run(ib);
+        if (conn)
+            test_conn(ib);
+    }
     ib_device_put(ib);
     if (failed)
         pr_err("verbs test: FAIL (%u of %u checks failed)\n", failed, passed + failed);

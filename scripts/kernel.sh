@@ -123,13 +123,15 @@ guest_modules() {
     local deb
     deb=$(ls "$CACHE/debs/linux-image-${KABI}_"*.deb 2>/dev/null | sort -V | tail -1 || true)
     mkdir -p "$B/mods"
-    if [ -f "$B/mods/dummy.ko" ] || [ -z "$deb" ]; then
-        return 0
-    fi
-    say "extracting dummy.ko from $(basename "$deb")"
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./lib/modules/$KABI/kernel/drivers/net/dummy.ko" \
-        >"$B/mods/dummy.ko.tmp" || die "cannot extract dummy.ko from $deb"
-    mv "$B/mods/dummy.ko.tmp" "$B/mods/dummy.ko"
+    [ -n "$deb" ] || return 0
+    local m
+    for m in dummy veth; do
+        [ ! -f "$B/mods/$m.ko" ] || continue
+        say "extracting $m.ko from $(basename "$deb")"
+        dpkg-deb --fsys-tarfile "$deb" | tar -xO "./lib/modules/$KABI/kernel/drivers/net/$m.ko" \
+            >"$B/mods/$m.ko.tmp" || die "cannot extract $m.ko from $deb"
+        mv "$B/mods/$m.ko.tmp" "$B/mods/$m.ko"
+    done
 }
 
 # The guest side of the test: busybox sh in the rig's VM, the module in /x.
@@ -232,6 +234,41 @@ else
   bad "connection test with CRC: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
+# interop with siw: a veth pair, v0 (10.0.4.1) here with uiw0 on it, v1
+# (10.0.4.2) in a network namespace "peer" with siw0 on it (two devices in
+# one namespace would talk over loopback, and rdma_cm would bind both ends
+# to the destination's device); rdma-core's rping server on siw0 in the
+# namespace, uiwarp_ktest.ko's rping client on uiw0: 3 rounds of 65000
+# bytes that siw Reads from the module's memory and Writes back, compared
+# byte for byte
+if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
+  dmesg -c >/dev/null
+  insmod /x/veth.ko 2>/dev/null
+  unshare -n sleep 120 &
+  peer=\$!
+  sleep 0.2
+  ip link add v0 type veth peer name v1 2>/dev/null || ip link add v0 type veth
+  v1=\$(ip -o link show | sed -n 's/^[0-9]*: \\([a-z0-9]*\\)@v0.*/\\1/p' | head -1)
+  { [ -n "\$v1" ] && ip link set "\$v1" netns \$peer && ip addr add 10.0.4.1/24 dev v0 && ip link set v0 up &&
+    nsenter -t \$peer -n sh -c "ip link set \$v1 name v1; ip addr add 10.0.4.2/24 dev v1 && ip link set v1 up && ip link set lo up && rdma link add siw0 type siw netdev v1" &&
+    insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev v0; } || { ip -o link show; bad "siw interop: setup"; }
+  (nsenter -t \$peer -n rping -s -a 10.0.4.2 -p 7174 -C 3 -S 65000 >/tmp/rping.log 2>&1; echo "rping rc=\$?" >>/tmp/rping.log) &
+  i=0
+  while ! nsenter -t \$peer -n ss -ltn 2>/dev/null | grep -q ':7174 ' && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.4.2 rping_size=65000
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  i=0
+  while ! grep -q 'rping rc=' /tmp/rping.log && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+  cat /tmp/rping.log
+  case "\$line" in *"verbs test: PASS"*) ok "interop: rping client on uiw0, rping -s on siw0";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop with siw: \${line:-no summary line}";; esac
+  grep -q 'rping rc=0' /tmp/rping.log && ok "interop: siw's rping server exits 0" || bad "interop: siw's rping server: \$(tail -1 /tmp/rping.log)"
+  rmmod uiwarp_ktest
+  rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
+  nsenter -t \$peer -n rdma link delete siw0; ip link del v0; kill \$peer
+else
+  echo "KTEST skip siw interop (no veth.ko or siw.ko)"
+fi
 # load/unload rounds, with a device on every other one
 i=0 lf=0
 while [ \$i -lt \$loops ]; do
@@ -260,6 +297,7 @@ test_vm() {
     guest_modules
     cp "$B/uiwarp.ko" "$B/uiwarp_ktest.ko" "$x/"
     [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
+    [ ! -f "$B/mods/veth.ko" ] || cp "$B/mods/veth.ko" "$x/"
     guest_script "$loops" >"$x/guest.sh"
     local log=$B/test.log rc=0
     # -v none: siw is not needed; 300 s is far above a TCG boot (about 10 s)
