@@ -251,7 +251,11 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   v1=\$(ip -o link show | sed -n 's/^[0-9]*: \\([a-z0-9]*\\)@v0.*/\\1/p' | head -1)
   { [ -n "\$v1" ] && ip link set "\$v1" netns \$peer && ip addr add 10.0.4.1/24 dev v0 && ip link set v0 up &&
     nsenter -t \$peer -n sh -c "ip link set \$v1 name v1; ip addr add 10.0.4.2/24 dev v1 && ip link set v1 up && ip link set lo up && rdma link add siw0 type siw netdev v1" &&
-    insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev v0; } || { ip -o link show; bad "siw interop: setup"; }
+    true; } || { ip -o link show; bad "siw interop: setup"; }
+  for crc in 1 2; do
+  insmod /x/uiwarp.ko selftest=0 mpa_crc=\$crc && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop: uiw0 on v0"
+  echo 'module uiwarp +p' >/proc/dynamic_debug/control
+  rm -f /tmp/rping.log
   (nsenter -t \$peer -n rping -s -a 10.0.4.2 -p 7174 -C 3 -S 65000 >/tmp/rping.log 2>&1; echo "rping rc=\$?" >>/tmp/rping.log) &
   i=0
   while ! nsenter -t \$peer -n ss -ltn 2>/dev/null | grep -q ':7174 ' && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
@@ -261,10 +265,15 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   i=0
   while ! grep -q 'rping rc=' /tmp/rping.log && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
   cat /tmp/rping.log
-  case "\$line" in *"verbs test: PASS"*) ok "interop: rping client on uiw0, rping -s on siw0";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop with siw: \${line:-no summary line}";; esac
-  grep -q 'rping rc=0' /tmp/rping.log && ok "interop: siw's rping server exits 0" || bad "interop: siw's rping server: \$(tail -1 /tmp/rping.log)"
+  dmesg | grep 'in RTS' | tail -1
+  case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): rping client on uiw0, rping -s on siw0";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop with siw (mpa_crc=\$crc): \${line:-no summary line}";; esac
+  grep -q 'rping rc=0' /tmp/rping.log && ok "interop (mpa_crc=\$crc): siw's rping server exits 0" || bad "interop: siw's rping server: \$(tail -1 /tmp/rping.log)"
+  # siw asks for no CRC: it is on only when we ask (mpa_crc=2)
+  dmesg | grep -q "in RTS (CRC \$((crc - 1))" && ok "interop (mpa_crc=\$crc): CRC \$((crc - 1)) negotiated" || bad "interop (mpa_crc=\$crc): CRC not as negotiated"
   rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
+  dmesg -c >/dev/null
+  done
   nsenter -t \$peer -n rdma link delete siw0; ip link del v0; kill \$peer
 else
   echo "KTEST skip siw interop (no veth.ko or siw.ko)"
