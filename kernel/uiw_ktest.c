@@ -1555,6 +1555,166 @@ out:
     kfree(tx);
 }
 
+
+/* The server side of rping (rping_listen= our address): accepts one
+ * client (`rping -c -V` on siw), then per round Reads the client's
+ * start_buf into our MR, acknowledges, and Writes it back into the
+ * client's rdma_buf; the client validates the data itself. */
+static char *rping_listen;
+module_param(rping_listen, charp, 0444);
+MODULE_PARM_DESC(rping_listen, "run only the rping server test, listening on this IPv4 address");
+
+static int rsrv_recvs;
+
+/* polls until the completion of wr_id (or, wr_id 0, a receive) */
+static bool rsrv_wait(struct end *s, struct ib_sge *rs, u64 wr_id, struct ib_wc *out)
+{
+    struct ib_recv_wr r = {.wr_id = 1, .sg_list = rs, .num_sge = 1};
+    struct ib_wc wc;
+
+    if (!wr_id && rsrv_recvs) {
+        rsrv_recvs--;
+        return true;
+    }
+    for (;;) {
+        int n = poll_n(s->cq, &wc, 1);
+
+        CHECK(n == 1 && wc.status == IB_WC_SUCCESS, "rping server: n %d status %d id %llu", n,
+              n ? wc.status : -1, n ? wc.wr_id : 0);
+        if (n != 1 || wc.status != IB_WC_SUCCESS)
+            return false;
+        if (out)
+            *out = wc;
+        if (wc.opcode == IB_WC_RECV) {
+            if (!wr_id)
+                return true;
+            rsrv_recvs++;
+            continue;
+        }
+        if (wc.wr_id == wr_id)
+            return true;
+    }
+    (void)r;
+}
+
+static void test_rping_server(struct ib_device *ib)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(rping_port)};
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    size_t rlen = PAGE_ALIGN(65536);
+    struct rdma_cm_id *lid;
+    struct end s = {};
+    struct ib_mr *mr = NULL;
+    struct scatterlist sg;
+    struct rping_info *rx = NULL, *tx = NULL;
+    u8 *buf = NULL;
+    int order = get_order(rlen), rc, i;
+
+    evq_init(&q_srv);
+    CHECK(in4_pton(rping_listen, -1, (u8 *)&sin.sin_addr, -1, NULL), "rping_listen address");
+    lid = rdma_create_id(&init_net, cm_handler, &q_srv, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(lid)) {
+        CHECK(0, "rdma_create_id");
+        return;
+    }
+    rc = rdma_bind_addr(lid, (struct sockaddr *)&sin);
+    rc = rc ?: rdma_listen(lid, 4);
+    CHECK(rc == 0 && lid->device == ib, "rping server listen: %d", rc);
+    if (rc)
+        goto out;
+    pr_info("rping server: listening on %pI4:%u\n", &sin.sin_addr, rping_port);
+    {
+        int k;
+
+        /* the client comes when the VM script starts it: up to 30 s */
+        for (k = 0; k < 3 && READ_ONCE(q_srv.in) == READ_ONCE(q_srv.out); k++)
+            wait_event_timeout(q_srv.wq, READ_ONCE(q_srv.in) != READ_ONCE(q_srv.out), 10 * HZ);
+        k = evq_wait(&q_srv, RDMA_CM_EVENT_CONNECT_REQUEST, "rping server");
+        if (k < 0)
+            goto out;
+        s.id = q_srv.e[k].id;
+    }
+    buf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, order);
+    rx = kzalloc(sizeof(*rx), GFP_KERNEL);
+    tx = kzalloc(sizeof(*tx), GFP_KERNEL);
+    if (!buf || !rx || !tx || !end_init(ib, &s) || conn_qp(&s)) {
+        CHECK(0, "rping server resources");
+        goto out;
+    }
+    mr = fr_mr(s.id->qp, s.pd, &sg, buf, rlen,
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ);
+    CHECK(mr, "rping server MR");
+    if (!mr)
+        goto out;
+    {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
+                            .lkey = s.pd->local_dma_lkey};
+        struct ib_sge ts = {.addr = (u64)(uintptr_t)tx, .length = sizeof(*tx),
+                            .lkey = s.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+
+        rsrv_recvs = 0;
+        rc = ib_post_recv(s.id->qp, &r, NULL);
+        rdma_lock_handler(s.id);
+        rc = rc ?: rdma_accept(s.id, &p);
+        rdma_unlock_handler(s.id);
+        CHECK(rc == 0, "rping server accept: %d", rc);
+        if (rc || evq_wait(&q_srv, RDMA_CM_EVENT_ESTABLISHED, "rping server") < 0)
+            goto out;
+        for (i = 0; i < rping_count; i++) {
+            struct ib_sge ls;
+            u32 len;
+            int step;
+
+            for (step = 0; step < 2; step++) {
+                u64 raddr;
+                u32 rkey;
+
+                if (!rsrv_wait(&s, &rs, 0, NULL))
+                    goto out;
+                raddr = be64_to_cpu(rx->buf);
+                rkey = be32_to_cpu(rx->rkey);
+                len = be32_to_cpu(rx->size);
+                rc = ib_post_recv(s.id->qp, &r, NULL);
+                CHECK(rc == 0 && len <= rlen, "rping server: round %d: len %u", i, len);
+                if (rc || len > rlen)
+                    goto out;
+                ls = (struct ib_sge){.addr = mr->iova, .length = len, .lkey = mr->lkey};
+                /* step 0: Read the client's start_buf; step 1: Write it
+                 * back into its rdma_buf */
+                if (step == 0)
+                    memset(buf, 0, len);
+                rc = post_one(s.id->qp, step ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ, 20 + step,
+                              &ls, 1, raddr, rkey);
+                CHECK(rc == 0, "rping server: post %s: %d", step ? "Write" : "Read", rc);
+                if (rc || !rsrv_wait(&s, &rs, 20 + step, NULL))
+                    goto out;
+                if (step == 0)
+                    CHECK(!memcmp(buf, "rdma-ping-", 10), "rping server: what it Read: %.16s",
+                          buf);
+                tx->buf = cpu_to_be64(mr->iova);
+                tx->rkey = cpu_to_be32(mr->rkey);
+                tx->size = cpu_to_be32(len);
+                rc = post_one(s.id->qp, IB_WR_SEND, 30 + step, &ts, 1, 0, 0);
+                if (rc || !rsrv_wait(&s, &rs, 30 + step, NULL))
+                    goto out;
+            }
+        }
+        evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "rping server: the client's disconnect");
+    }
+out:
+    if (mr) {
+        ib_dma_unmap_sg(ib, &sg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(mr);
+    }
+    end_fini(&s);
+    rdma_destroy_id(lid);
+    if (buf)
+        free_pages((unsigned long)buf, order);
+    kfree(rx);
+    kfree(tx);
+}
+
 static int __init uiw_ktest_init(void)
 {
     struct ib_device *ib = ib_device_get_by_name(dev, RDMA_DRIVER_UNKNOWN);
@@ -1565,6 +1725,8 @@ static int __init uiw_ktest_init(void)
     }
     if (rping_dst) {
         test_rping(ib);
+    } else if (rping_listen) {
+        test_rping_server(ib);
     } else {
         if (verbs)
             run(ib);

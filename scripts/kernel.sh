@@ -271,6 +271,20 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   # siw asks for no CRC: it is on only when we ask (mpa_crc=2)
   dmesg | grep -q "in RTS (CRC \$((crc - 1))" && ok "interop (mpa_crc=\$crc): CRC \$((crc - 1)) negotiated" || bad "interop (mpa_crc=\$crc): CRC not as negotiated"
   rmmod uiwarp_ktest
+  # the other way: rping -c -V on siw0 against the ktest's rping server on
+  # uiw0 (it Reads the client's buffer and Writes it back; rping validates)
+  dmesg -c >/dev/null
+  insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=7175 &
+  kt=\$!
+  i=0
+  while ! ss -ltn 2>/dev/null | grep -q ':7175 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+  nsenter -t \$peer -n rping -c -a 10.0.4.1 -p 7175 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1 &&
+    ok "interop (mpa_crc=\$crc): rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "interop (mpa_crc=\$crc): rping -c on siw0: rc \$?"; }
+  wait \$kt
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   dmesg -c >/dev/null
   done
