@@ -374,11 +374,13 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->ord = r->ord;
 
     spin_lock_irqsave(&qp->lock, fl);
-    if (qp->ep || (qp->state != IB_QPS_INIT && qp->state != IB_QPS_RTR)) {
+    if ((qp->ep && qp->ep != ep) || (qp->state != IB_QPS_INIT && qp->state != IB_QPS_RTR)) {
         rv = -EINVAL;
     } else {
-        kref_get(&ep->ref);
-        qp->ep = ep;
+        if (!qp->ep) {
+            kref_get(&ep->ref);
+            qp->ep = ep;
+        }
         qp->state = IB_QPS_RTS;
         qp->sq_sent = 0;
     }
@@ -410,8 +412,8 @@ static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
         qp->ep = NULL;
         had = true;
     }
-    /* a QP that was attached goes to ERR (a failed connect leaves it) */
-    if (had && qp->state != IB_QPS_ERR && qp->state != IB_QPS_RESET) {
+    /* a connected QP goes to ERR (a failed connect leaves it as it was) */
+    if (had && (qp->state == IB_QPS_RTS || qp->state == IB_QPS_SQD)) {
         if ((int)ev >= 0)
             uiw_after_qp_event(&af, ev);
         uiw_qp_error_locked(qp, &af);
@@ -430,6 +432,7 @@ static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
 static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type qp_ev)
 {
     bool was_rdma = ep->state == EP_RDMA;
+    bool connecting = ep->active && (ep->state == EP_CONNECTING || ep->state == EP_WAIT_REP);
     struct iw_cm_id *id = ep->cm_id;
 
     if (ep->hold_armed && cancel_delayed_work(&ep->hold))
@@ -444,6 +447,9 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
             if (peer_closed)
                 upcall(ep, id, IW_CM_EVENT_DISCONNECT, 0, NULL, 0, NULL);
             upcall(ep, id, IW_CM_EVENT_CLOSE, 0, NULL, 0, NULL);
+        } else if (connecting) {
+            /* iw_cm waits for the reply of a connect (its destroy too) */
+            upcall(ep, id, IW_CM_EVENT_CONNECT_REPLY, -ECONNRESET, NULL, 0, NULL);
         }
         ep->cm_id = NULL;
         id->provider_data = NULL;
@@ -1529,6 +1535,7 @@ static int addr_len(const struct sockaddr_storage *a)
 static int uiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *p)
 {
     struct uiw_dev *d = to_udev(id->device);
+    unsigned long fl;
     struct uiw_qp *qp;
     struct uiw_ep *ep;
     int rc;
@@ -1561,6 +1568,17 @@ static int uiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *p)
     if (rc) {
         goto err;
     }
+    /* attached at once: destroy_qp ends a connect in progress too */
+    spin_lock_irqsave(&qp->lock, fl);
+    if (qp->ep) {
+        rc = -EBUSY;
+    } else {
+        kref_get(&ep->ref);
+        qp->ep = ep;
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    if (rc)
+        goto err;
     id->add_ref(id);
     ep->cm_id = id;
     id->provider_data = ep;

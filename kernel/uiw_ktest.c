@@ -1411,6 +1411,34 @@ static void test_conn(struct ib_device *ib)
     conn_up(ib, &sin, &c, &s, true);
     end_fini(&c);
     end_fini(&s);
+
+    /* nobody listens on the port: connection refused (REJECTED,
+     * -ECONNREFUSED), the QP left as it was */
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (!IS_ERR(c.id)) {
+        struct sockaddr_in none = sin;
+        struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+
+        none.sin_port = htons(port + 1);
+        rc = rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&none, 2000);
+        if (!rc && evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "refused: addr") >= 0 &&
+            !rdma_resolve_route(c.id, 2000) &&
+            evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "refused: route") >= 0 &&
+            end_init(ib, &c) && !conn_qp(&c)) {
+            rc = rdma_connect(c.id, &p);
+            CHECK(rc == 0, "rdma_connect to a closed port: %d", rc);
+            n = rc ? -1 : evq_wait(&q_cli, RDMA_CM_EVENT_REJECTED, "a closed port");
+            CHECK(n >= 0 && q_cli.e[n].status == -ECONNREFUSED, "a closed port: status %d",
+                  n >= 0 ? q_cli.e[n].status : 0);
+            CHECK(qp_state(c.id->qp) != IB_QPS_ERR && qp_state(c.id->qp) != IB_QPS_RTS,
+                  "QP after a refused connect: %d", qp_state(c.id->qp));
+        } else {
+            CHECK(0, "refused connect: setup");
+        }
+    } else {
+        c.id = NULL;
+    }
+    end_fini(&c);
 out:
     rdma_destroy_id(lid);
 }
