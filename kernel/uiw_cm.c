@@ -467,11 +467,19 @@ static int wc_op(u8 opcode)
     case IB_WR_RDMA_WRITE:
         return IB_WC_RDMA_WRITE;
     case IB_WR_RDMA_READ:
+    case IB_WR_RDMA_READ_WITH_INV:
         return IB_WC_RDMA_READ;
     default:
         return IB_WC_SEND;
     }
 }
+
+static bool is_read(u8 op)
+{
+    return op == IB_WR_RDMA_READ || op == IB_WR_RDMA_READ_WITH_INV;
+}
+
+static void local_inv(struct uiw_qp *qp, u32 stag);
 
 /* ep->mu held: marks a send queue slot done and completes the queue's
  * head entries that are, in order. */
@@ -484,6 +492,12 @@ static void sq_done(struct uiw_ep *ep, u32 slot, u32 gen)
 
     spin_lock_irqsave(&qp->lock, fl);
     if (qp->sq_gen == gen && qp->state != IB_QPS_ERR) {
+        /* Read with Invalidate (what rdma_rw posts on iWARP): the sink's
+         * STag is invalid once the data is there. The sink is the SGE's
+         * lkey, as siw takes it: rdma_rw bumps the MR's key at post time,
+         * after it filled in ex.invalidate_rkey with the old one. */
+        if (qp->sq[slot].opcode == IB_WR_RDMA_READ_WITH_INV && qp->sq[slot].num_sge)
+            local_inv(qp, qp->sq[slot].sge[0].lkey);
         qp->sq[slot].done = true;
         while (qp->sq_count && qp->sq[qp->sq_head].done) {
             struct uiw_sqe *e = &qp->sq[qp->sq_head];
@@ -496,7 +510,7 @@ static void sq_done(struct uiw_ep *ep, u32 slot, u32 gen)
                     .qp = &qp->base,
                 };
 
-                if (e->opcode == IB_WR_RDMA_READ)
+                if (is_read(e->opcode))
                     wc.byte_len = e->num_sge ? e->sge[0].length : 0;
                 uiw_cq_add(scq, &wc, &af);
             }
@@ -735,7 +749,7 @@ static int tx_start(struct uiw_ep *ep)
     }
     ep->msg_slot = (qp->sq_head + qp->sq_sent) % qp->cap.max_send_wr;
     e = qp->sq[ep->msg_slot];
-    if (e.opcode == IB_WR_RDMA_READ && ep->orq_count == min_t(u32, ORQ_LEN, max(ep->ord, 1))) {
+    if (is_read(e.opcode) && ep->orq_count == min_t(u32, ORQ_LEN, max(ep->ord, 1))) {
         spin_unlock_irqrestore(&qp->lock, fl);
         return 0; /* ORD Reads in flight: wait for a response */
     }
@@ -743,7 +757,7 @@ static int tx_start(struct uiw_ep *ep)
     ep->msg_gen = qp->sq_gen;
     spin_unlock_irqrestore(&qp->lock, fl);
 
-    if (e.opcode != IB_WR_RDMA_READ) {
+    if (!is_read(e.opcode)) {
         for (i = 0; i < e.num_sge; i++) {
             rc = gather(ep, &niov, e.sge[i].lkey, 0, e.sge[i].addr, e.sge[i].length, NULL);
             if (rc)
@@ -767,7 +781,7 @@ static int tx_start(struct uiw_ep *ep)
         h.stag = e.rkey;
         h.to = e.raddr;
         break;
-    default: /* IB_WR_RDMA_READ */
+    default: /* IB_WR_RDMA_READ, IB_WR_RDMA_READ_WITH_INV */
         uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, ep->msn_read++);
         h.u.rreq.sink_stag = e.num_sge ? e.sge[0].lkey : 0;
         h.u.rreq.sink_to = e.num_sge ? e.sge[0].addr : 0;
@@ -816,7 +830,7 @@ static void tx_msg_done(struct uiw_ep *ep)
     } else if (k == MSG_SQE && ep->qp) {
         u8 op = ep->qp->sq[ep->msg_slot].opcode;
 
-        if (op != IB_WR_RDMA_READ) /* a Read completes at its response */
+        if (!is_read(op)) /* a Read completes at its response */
             sq_done(ep, ep->msg_slot, ep->msg_gen);
     }
 }
@@ -1063,6 +1077,20 @@ static void rx_payload(struct uiw_ep *ep, const uiw_rx_event *ev)
             off = 0;
         }
     }
+}
+
+/* qp->lock held: a local invalidation (mr_lock nests inside) */
+static void local_inv(struct uiw_qp *qp, u32 stag)
+{
+    struct uiw_dev *d = to_udev(qp->base.device);
+    struct uiw_mr *mr;
+
+    spin_lock(&d->mr_lock);
+    mr = xa_load(&d->mrs, stag >> 8);
+    if (mr && mr->stag == stag && mr->base.pd == qp->base.pd &&
+        mr->base.type == IB_MR_TYPE_MEM_REG)
+        mr->valid = false;
+    spin_unlock(&d->mr_lock);
 }
 
 /* remote invalidation (Send with Invalidate, RFC 5040 §5.4) */

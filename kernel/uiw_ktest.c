@@ -1212,6 +1212,33 @@ static void conn_data(struct end *c, struct end *s)
         goto out;
     CHECK(same(cbuf + 4000, sbuf + 3 * RSLOT + 100001, 777, "Read FR"), "Read 777 into FR: data");
 
+    /* Read with Invalidate (what rdma_rw posts on iWARP): the sink MR is
+     * invalid once the data is there, so it can be registered again
+     * without a Local Invalidate */
+    {
+        struct ib_rdma_wr w = {
+            .wr = {.opcode = IB_WR_RDMA_READ_WITH_INV, .wr_id = 32, .sg_list = sge,
+                   .num_sge = 1, .send_flags = IB_SEND_SIGNALED,
+                   .ex.invalidate_rkey = cmr->lkey},
+            .remote_addr = smr->iova + 7,
+            .rkey = smr->rkey,
+        };
+        struct ib_reg_wr r = {.wr = {.opcode = IB_WR_REG_MR, .wr_id = 33,
+                                     .send_flags = IB_SEND_SIGNALED},
+                              .mr = cmr, .key = cmr->rkey, .access = rw};
+
+        sge[0] = (struct ib_sge){.addr = cmr->iova + 100, .length = 5000, .lkey = cmr->lkey};
+        rc = ib_post_send(c->id->qp, &w.wr, NULL);
+        CHECK(rc == 0, "post Read with Invalidate: %d", rc);
+        if (rc || !xfer_done(c, NULL, 32, 0, 0, "Read with Invalidate"))
+            goto out;
+        CHECK(same(cbuf + 100, sbuf + 3 * RSLOT + 7, 5000, "Read inv"), "Read with Invalidate: data");
+        rc = ib_post_send(c->id->qp, &r.wr, NULL);
+        n = rc ? 0 : poll_n(c->cq, wc, 1);
+        CHECK(n == 1 && wc[0].wr_id == 33 && wc[0].status == IB_WC_SUCCESS,
+              "REG_MR after Read with Invalidate: n %d status %d", n, n ? wc[0].status : -1);
+    }
+
     /* a burst posted at once: 4 Writes of 60000 bytes, 3 Reads of 40000
      * from what they wrote, a Send; completions in order */
     {

@@ -820,6 +820,7 @@ static int wc_opcode(enum ib_wr_opcode op)
     case IB_WR_RDMA_WRITE_WITH_IMM:
         return IB_WC_RDMA_WRITE;
     case IB_WR_RDMA_READ:
+    case IB_WR_RDMA_READ_WITH_INV:
         return IB_WC_RDMA_READ;
     case IB_WR_ATOMIC_CMP_AND_SWP:
         return IB_WC_COMP_SWAP;
@@ -876,12 +877,14 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
                 break;
             }
             if (wr->opcode != IB_WR_SEND && wr->opcode != IB_WR_SEND_WITH_INV &&
-                wr->opcode != IB_WR_RDMA_WRITE && wr->opcode != IB_WR_RDMA_READ) {
+                wr->opcode != IB_WR_RDMA_WRITE && wr->opcode != IB_WR_RDMA_READ &&
+                wr->opcode != IB_WR_RDMA_READ_WITH_INV) {
                 rc = -EOPNOTSUPP; /* immediate data, atomics: not yet */
                 break;
             }
             /* an RDMA Read Request names one sink STag (RFC 5040 §4.4) */
-            if (wr->opcode == IB_WR_RDMA_READ && wr->num_sge > 1) {
+            if ((wr->opcode == IB_WR_RDMA_READ || wr->opcode == IB_WR_RDMA_READ_WITH_INV) &&
+                wr->num_sge > 1) {
                 rc = -EINVAL;
                 break;
             }
@@ -898,11 +901,12 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
             e->num_sge = wr->num_sge;
             if (wr->num_sge)
                 memcpy(e->sge, wr->sg_list, wr->num_sge * sizeof(*e->sge));
-            if (wr->opcode == IB_WR_RDMA_WRITE || wr->opcode == IB_WR_RDMA_READ) {
+            if (wr->opcode == IB_WR_RDMA_WRITE || wr->opcode == IB_WR_RDMA_READ ||
+                wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
                 e->raddr = rdma_wr(wr)->remote_addr;
                 e->rkey = rdma_wr(wr)->rkey;
             }
-            if (wr->opcode == IB_WR_SEND_WITH_INV)
+            if (wr->opcode == IB_WR_SEND_WITH_INV || wr->opcode == IB_WR_RDMA_READ_WITH_INV)
                 e->inv_rkey = wr->ex.invalidate_rkey;
             qp->sq_count++;
             uiw_cm_qp_kick(qp);
