@@ -83,7 +83,7 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_CLOSE, EPF_ABORT };
+enum { EPF_ABORT };
 
 /* what the current received segment is for */
 enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM };

@@ -1622,9 +1622,8 @@ MODULE_PARM_DESC(rping_listen, "run only the rping server test, listening on thi
 static int rsrv_recvs;
 
 /* polls until the completion of wr_id (or, wr_id 0, a receive) */
-static bool rsrv_wait(struct end *s, struct ib_sge *rs, u64 wr_id, struct ib_wc *out)
+static bool rsrv_wait(struct end *s, u64 wr_id, struct ib_wc *out)
 {
-    struct ib_recv_wr r = {.wr_id = 1, .sg_list = rs, .num_sge = 1};
     struct ib_wc wc;
 
     if (!wr_id && rsrv_recvs) {
@@ -1649,7 +1648,6 @@ static bool rsrv_wait(struct end *s, struct ib_sge *rs, u64 wr_id, struct ib_wc 
         if (wc.wr_id == wr_id)
             return true;
     }
-    (void)r;
 }
 
 static void test_rping_server(struct ib_device *ib)
@@ -1725,7 +1723,7 @@ static void test_rping_server(struct ib_device *ib)
                 u64 raddr;
                 u32 rkey;
 
-                if (!rsrv_wait(&s, &rs, 0, NULL))
+                if (!rsrv_wait(&s, 0, NULL))
                     goto out;
                 raddr = be64_to_cpu(rx->buf);
                 rkey = be32_to_cpu(rx->rkey);
@@ -1742,7 +1740,7 @@ static void test_rping_server(struct ib_device *ib)
                 rc = post_one(s.id->qp, step ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ, 20 + step,
                               &ls, 1, raddr, rkey);
                 CHECK(rc == 0, "rping server: post %s: %d", step ? "Write" : "Read", rc);
-                if (rc || !rsrv_wait(&s, &rs, 20 + step, NULL))
+                if (rc || !rsrv_wait(&s, 20 + step, NULL))
                     goto out;
                 if (step == 0)
                     CHECK(!memcmp(buf, "rdma-ping-", 10), "rping server: what it Read: %.16s",
@@ -1751,7 +1749,7 @@ static void test_rping_server(struct ib_device *ib)
                 tx->rkey = cpu_to_be32(mr->rkey);
                 tx->size = cpu_to_be32(len);
                 rc = post_one(s.id->qp, IB_WR_SEND, 30 + step, &ts, 1, 0, 0);
-                if (rc || !rsrv_wait(&s, &rs, 30 + step, NULL))
+                if (rc || !rsrv_wait(&s, 30 + step, NULL))
                     goto out;
             }
         }
