@@ -165,6 +165,7 @@ static int uiw_newlink(const char *name, struct net_device *nd)
     uiw_verbs_dev_init(d);
     ib_set_device_ops(&d->ibdev, &uiw_dev_ops);
     ib_set_device_ops(&d->ibdev, &uiw_verbs_ops);
+    ib_set_device_ops(&d->ibdev, &uiw_cm_ops);
     d->ibdev.node_type = RDMA_NODE_RNIC;
     d->ibdev.phys_port_cnt = 1;
     d->ibdev.num_comp_vectors = 1;

@@ -7,6 +7,8 @@
 #define UIWARP_UIW_DEV_H
 
 #include <linux/atomic.h>
+#include <linux/completion.h>
+#include <linux/kref.h>
 #include <linux/netdevice.h>
 #include <linux/spinlock.h>
 #include <linux/xarray.h>
@@ -69,16 +71,49 @@ struct uiw_srq {
     u32 limit; /* armed IB_SRQ_LIMIT (0: off); the data path raises the event */
 };
 
+/* A send WR as the data path keeps it (uiw_cm.c) */
+struct uiw_sqe {
+    u64 wr_id;
+    u8 opcode; /* enum ib_wr_opcode */
+    bool signaled;
+    bool done; /* sent (Send, Write) or answered (Read): completes in order */
+    bool solicited;
+    u8 err_status; /* enum ib_wc_status its flush reports (0: flushed) */
+    u32 num_sge;
+    struct ib_sge sge[UIW_MAX_SGE];
+    u64 raddr;
+    u32 rkey;
+    u32 inv_rkey;
+};
+
+/* A posted receive */
+struct uiw_rqe {
+    u64 wr_id;
+    u32 num_sge;
+    struct ib_sge sge[UIW_MAX_SGE];
+};
+
+struct uiw_ep;
+
 struct uiw_qp {
     struct ib_qp base;
-    spinlock_t lock; /* state, attr, the receive queue */
+    spinlock_t lock; /* state, attr, the queues, ep */
     enum ib_qp_state state;
     struct ib_qp_attr attr; /* what modify_qp set, for query_qp */
     struct ib_qp_cap cap;
     enum ib_sig_type sq_sig_type;
-    u64 *rq; /* posted receives' wr_id (the data path will add the SGEs);
-              * NULL on an SRQ */
+    struct uiw_rqe *rq; /* posted receives; NULL on an SRQ */
     u32 rq_head, rq_count;
+    /* the send queue (data WRs, RTS): entries stay from post until their
+     * completion, in order; the first sq_sent of them are on the wire */
+    struct uiw_sqe *sq;
+    u32 sq_head, sq_count, sq_sent;
+    u32 sq_gen; /* bumped when the queue is flushed */
+    struct uiw_ep *ep; /* the connection (uiw_cm.c), when attached */
+    /* iw_cm's references (iw_add_ref/iw_rem_ref) and the QP's own:
+     * destroy_qp waits until the last one is gone */
+    struct kref ref;
+    struct completion freed;
 };
 
 struct uiw_mr {
@@ -92,7 +127,56 @@ struct uiw_mr {
     u64 *reg_pages;
     u32 reg_npages, page_size;
     u64 iova, length;
+    u32 fbo, reg_fbo; /* offset of iova in the first page (map, registration) */
 };
+
+static inline struct uiw_cq *to_ucq(struct ib_cq *c)
+{
+    return container_of(c, struct uiw_cq, base);
+}
+
+static inline struct uiw_qp *to_uqp(struct ib_qp *q)
+{
+    return container_of(q, struct uiw_qp, base);
+}
+
+static inline struct uiw_mr *to_umr(struct ib_mr *m)
+{
+    return container_of(m, struct uiw_mr, base);
+}
+
+/* What to do once the locks are released (uiw_verbs.c) */
+struct uiw_after {
+    struct uiw_cq *notify[2]; /* completion handlers to call */
+    struct uiw_cq *overflow[2];
+    int qp_event[2]; /* enum ib_event_type, in order; -1: none */
+};
+
+#define AFTER_INIT                                                                                 \
+    {                                                                                              \
+        .qp_event = { -1, -1 }                                                                     \
+    }
+
+static inline void uiw_after_qp_event(struct uiw_after *af, enum ib_event_type e)
+{
+    af->qp_event[af->qp_event[0] < 0 ? 0 : 1] = e;
+}
+void uiw_after_add(struct uiw_cq **set, struct uiw_cq *cq);
+void uiw_after_run(struct uiw_qp *qp, struct uiw_after *af);
+int uiw_cq_push_locked(struct uiw_cq *cq, const struct ib_wc *wc, bool solicited, bool *notify);
+void uiw_cq_add(struct uiw_cq *cq, const struct ib_wc *wc, struct uiw_after *af);
+void uiw_qp_error_locked(struct uiw_qp *qp, struct uiw_after *af);
+void uiw_qp_put(struct uiw_qp *qp);
+
+/* uiw_cm.c: the iw_cm callbacks and the data path */
+int uiw_cm_init(void);
+void uiw_cm_exit(void);
+extern const struct ib_device_ops uiw_cm_ops;
+/* qp->lock held: the QP entered SQD (graceful close) or ERR (abort) or has
+ * new send work; the connection's work item takes it from there */
+void uiw_cm_qp_kick(struct uiw_qp *qp);
+/* destroy_qp: the connection lets go of the QP (process context) */
+void uiw_cm_qp_detach(struct uiw_qp *qp);
 
 int uiw_verbs_dev_init(struct uiw_dev *d);
 void uiw_verbs_dev_fini(struct uiw_dev *d);

@@ -24,7 +24,12 @@
 #include <linux/rtnetlink.h>
 #include <linux/scatterlist.h>
 #include <linux/slab.h>
+#include <linux/vmalloc.h>
+#include <linux/inet.h>
+#include <linux/inetdevice.h>
+#include <linux/wait.h>
 #include <rdma/ib_verbs.h>
+#include <rdma/rdma_cm.h>
 
 static char *dev = "uiw0";
 module_param(dev, charp, 0444);
@@ -35,6 +40,10 @@ module_param(netdev, charp, 0444);
 MODULE_PARM_DESC(netdev, "the device's interface, taken down and up for the port events");
 
 static unsigned int passed, failed;
+
+static bool verbs = true;
+module_param(verbs, bool, 0444);
+MODULE_PARM_DESC(verbs, "run the verbs tests (default 1; 0: the connection test only)");
 
 #define CHECK(cond, ...)                                                                           \
     do {                                                                                           \
@@ -769,6 +778,996 @@ out:
     ib_dealloc_pd(pd);
 }
 
+
+/* ------------------------------------------------------------------------
+ * Connections through rdma_cm (iw_cm, the driver's MPA over kernel TCP),
+ * both ends on the device, to its interface's own IPv4 address
+ * ---------------------------------------------------------------------- */
+
+static unsigned int port = 7471;
+module_param(port, uint, 0444);
+MODULE_PARM_DESC(port, "the TCP port of the connection test's listener");
+
+static bool conn = true;
+module_param(conn, bool, 0444);
+MODULE_PARM_DESC(conn, "run the connection test (default 1)");
+
+struct evq {
+    spinlock_t lock;
+    wait_queue_head_t wq;
+    unsigned int in, out;
+    struct {
+        int ev, status;
+        struct rdma_cm_id *id;
+        u8 pd[64];
+        u8 pd_len;
+    } e[16];
+};
+
+static struct evq q_cli, q_srv;
+
+static void evq_init(struct evq *q)
+{
+    spin_lock_init(&q->lock);
+    init_waitqueue_head(&q->wq);
+    q->in = q->out = 0;
+}
+
+static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
+{
+    struct evq *q = id->context;
+    unsigned long fl;
+
+    spin_lock_irqsave(&q->lock, fl);
+    if (q->in - q->out < ARRAY_SIZE(q->e)) {
+        typeof(q->e[0]) *e = &q->e[q->in % ARRAY_SIZE(q->e)];
+
+        e->ev = ev->event;
+        e->status = ev->status;
+        e->id = id;
+        e->pd_len = 0;
+        if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
+            e->pd_len = min_t(u8, ev->param.conn.private_data_len, sizeof(e->pd));
+            memcpy(e->pd, ev->param.conn.private_data, e->pd_len);
+        }
+        q->in++;
+    }
+    spin_unlock_irqrestore(&q->lock, fl);
+    wake_up(&q->wq);
+    return 0;
+}
+
+/* The next event; its type must be want. Returns its index or -1. */
+static int evq_wait(struct evq *q, int want, const char *what)
+{
+    int i;
+
+    if (!wait_event_timeout(q->wq, READ_ONCE(q->in) != READ_ONCE(q->out), 10 * HZ)) {
+        CHECK(0, "%s: no event (want %s)", what, rdma_event_msg(want));
+        return -1;
+    }
+    i = q->out++ % ARRAY_SIZE(q->e);
+    CHECK(q->e[i].ev == want, "%s: event %s (%d), status %d, want %s", what,
+          rdma_event_msg(q->e[i].ev), q->e[i].ev, q->e[i].status, rdma_event_msg(want));
+    return q->e[i].ev == want ? i : -1;
+}
+
+struct end {
+    struct rdma_cm_id *id;
+    struct ib_pd *pd;
+    struct ib_cq *cq;
+    struct ib_mr *mr; /* fast-register MR over buf's pages */
+    u8 *buf;          /* BUF_LEN bytes, kvmalloc'd? no: pages, for the FR MR */
+    struct page *pages;
+    struct scatterlist sg[1];
+};
+
+static int conn_qp(struct end *e)
+{
+    struct ib_qp_init_attr a = {
+        .event_handler = qp_event,
+        .send_cq = e->cq,
+        .recv_cq = e->cq,
+        .cap = {.max_send_wr = 32, .max_recv_wr = 32, .max_send_sge = 2, .max_recv_sge = 2},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+
+    return rdma_create_qp(e->id, e->pd, &a);
+}
+
+static bool end_init(struct ib_device *ib, struct end *e)
+{
+    e->pd = ib_alloc_pd(ib, 0);
+    if (IS_ERR(e->pd)) {
+        e->pd = NULL;
+        return false;
+    }
+    e->cq = ib_alloc_cq(ib, NULL, 128, 0, IB_POLL_DIRECT);
+    if (IS_ERR(e->cq)) {
+        e->cq = NULL;
+        return false;
+    }
+    return true;
+}
+
+static void end_fini(struct end *e)
+{
+    if (e->id && e->id->qp)
+        rdma_destroy_qp(e->id);
+    if (e->id)
+        rdma_destroy_id(e->id);
+    if (e->cq)
+        ib_free_cq(e->cq);
+    if (e->pd)
+        ib_dealloc_pd(e->pd);
+    memset(e, 0, sizeof(*e));
+}
+
+/* waits up to 10 s for n completions */
+static int poll_n(struct ib_cq *cq, struct ib_wc *wc, int n)
+{
+    unsigned long end = jiffies + 10 * HZ;
+    int got = 0;
+
+    while (got < n && time_before(jiffies, end)) {
+        int r = ib_poll_cq(cq, n - got, wc + got);
+
+        if (r > 0)
+            got += r;
+        else
+            usleep_range(200, 1000);
+    }
+    return got;
+}
+
+static void conn_data(struct end *c, struct end *s);
+
+/* Client connects; server accepts (or rejects). 0 when established. */
+static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c, struct end *s,
+                   bool reject)
+{
+    static const char hello[] = "uiwarp-ktest-hello", welcome[] = "uiwarp-ktest-accept";
+    struct rdma_conn_param p = {.responder_resources = 4, .initiator_depth = 4,
+                                .private_data = hello, .private_data_len = sizeof(hello)};
+    int i, rc;
+
+    c->id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    CHECK(!IS_ERR(c->id), "rdma_create_id: %ld", PTR_ERR(c->id));
+    if (IS_ERR(c->id)) {
+        c->id = NULL;
+        return -1;
+    }
+    rc = rdma_resolve_addr(c->id, NULL, (struct sockaddr *)sin, 2000);
+    CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "resolve_addr") < 0)
+        return -1;
+    CHECK(c->id->device == ib, "resolved to %s", c->id->device ? dev_name(&c->id->device->dev) : "none");
+    rc = rdma_resolve_route(c->id, 2000);
+    CHECK(rc == 0, "rdma_resolve_route: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "resolve_route") < 0)
+        return -1;
+    if (!end_init(ib, c) || conn_qp(c)) {
+        CHECK(0, "client PD/CQ/QP");
+        return -1;
+    }
+    rc = rdma_connect(c->id, &p);
+    CHECK(rc == 0, "rdma_connect: %d", rc);
+    if (rc)
+        return -1;
+    i = evq_wait(&q_srv, RDMA_CM_EVENT_CONNECT_REQUEST, "server");
+    if (i < 0)
+        return -1;
+    s->id = q_srv.e[i].id;
+    CHECK(q_srv.e[i].pd_len >= sizeof(hello) && !memcmp(q_srv.e[i].pd, hello, sizeof(hello)),
+          "the Request's private data (%u bytes)", q_srv.e[i].pd_len);
+    if (reject) {
+        rdma_lock_handler(s->id);
+        rc = rdma_reject(s->id, "no", 2, 0);
+        rdma_unlock_handler(s->id);
+        CHECK(rc == 0, "rdma_reject: %d", rc);
+        i = evq_wait(&q_cli, RDMA_CM_EVENT_REJECTED, "client, rejected");
+        CHECK(i >= 0 && q_cli.e[i].pd_len >= 2 && !memcmp(q_cli.e[i].pd, "no", 2),
+              "the Reject's private data");
+        return 1;
+    }
+    if (!end_init(ib, s) || conn_qp(s)) {
+        CHECK(0, "server PD/CQ/QP");
+        return -1;
+    }
+    p.private_data = welcome;
+    p.private_data_len = sizeof(welcome);
+    p.qp_num = s->id->qp->qp_num;
+    /* the server's receives before it accepts: the client may send at once */
+    conn_data(NULL, s);
+    rdma_lock_handler(s->id);
+    rc = rdma_accept(s->id, &p);
+    rdma_unlock_handler(s->id);
+    CHECK(rc == 0, "rdma_accept: %d", rc);
+    if (rc)
+        return -1;
+    i = evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "client");
+    CHECK(i >= 0 && q_cli.e[i].pd_len >= sizeof(welcome) &&
+              !memcmp(q_cli.e[i].pd, welcome, sizeof(welcome)),
+          "the Reply's private data");
+    if (evq_wait(&q_srv, RDMA_CM_EVENT_ESTABLISHED, "server") < 0 || i < 0)
+        return -1;
+    CHECK(qp_state(c->id->qp) == IB_QPS_RTS, "client QP state %d", qp_state(c->id->qp));
+    CHECK(qp_state(s->id->qp) == IB_QPS_RTS, "server QP state %d", qp_state(s->id->qp));
+    return 0;
+}
+
+
+/* The data path over the connection, data checked byte for byte:
+ * c == NULL: the server's buffers, MR and receives, before it accepts.
+ * Sends of 1, 4109 (more than a page) and 200000 bytes (more than a
+ * maximum FPDU), two SGEs; RDMA Writes into the server's fast-registered
+ * MR (200000 bytes and 5 bytes at an odd offset), each followed by a Send
+ * that says it arrived; RDMA Reads of 200000 bytes from it into the
+ * client's DMA-MR memory and of 777 bytes into a client fast-register MR;
+ * a Send from the server back to the client. */
+#define DBUF_ORDER 8 /* 1 MiB per side */
+#define DBUF_LEN   (PAGE_SIZE << DBUF_ORDER)
+#define RSLOT      (256 * 1024)
+
+static u8 *sbuf, *cbuf;
+static struct ib_mr *smr, *cmr;
+static struct scatterlist ssg, csg;
+
+static void fill(u8 *p, size_t n, u8 seed)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        p[i] = (u8)(i * 7 + seed + (i >> 9));
+}
+
+static bool same(const u8 *a, const u8 *b, size_t n, const char *what)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (a[i] != b[i]) {
+            pr_err("%s: byte %zu of %zu differs: 0x%02x, want 0x%02x\n", what, i, n, a[i], b[i]);
+            return false;
+        }
+    return true;
+}
+
+static int post_srecv(struct end *s, int slot)
+{
+    struct ib_sge sge = {.addr = (u64)(uintptr_t)(sbuf + slot * RSLOT), .length = RSLOT,
+                         .lkey = s->pd->local_dma_lkey};
+    struct ib_recv_wr r = {.wr_id = 1000 + slot, .sg_list = &sge, .num_sge = 1};
+
+    return ib_post_recv(s->id->qp, &r, NULL);
+}
+
+static struct ib_mr *fr_mr(struct ib_qp *qp, struct ib_pd *pd, struct scatterlist *sg, u8 *buf,
+                           size_t len, int access)
+{
+    struct ib_reg_wr r = {.wr = {.opcode = IB_WR_REG_MR}, .access = access};
+    struct ib_mr *mr = ib_alloc_mr(pd, IB_MR_TYPE_MEM_REG, len / PAGE_SIZE);
+    int n;
+
+    if (IS_ERR(mr))
+        return NULL;
+    sg_init_one(sg, buf, len);
+    n = ib_dma_map_sg(pd->device, sg, 1, DMA_BIDIRECTIONAL);
+    if (n != 1 || ib_map_mr_sg(mr, sg, 1, NULL, PAGE_SIZE) != 1) {
+        ib_dereg_mr(mr);
+        return NULL;
+    }
+    r.mr = mr;
+    r.key = mr->rkey;
+    if (ib_post_send(qp, &r.wr, NULL)) {
+        ib_dereg_mr(mr);
+        return NULL;
+    }
+    return mr;
+}
+
+static int post_one(struct ib_qp *qp, enum ib_wr_opcode op, u64 id, struct ib_sge *sge, int nsge,
+                    u64 raddr, u32 rkey)
+{
+    struct ib_rdma_wr w = {
+        .wr = {.opcode = op, .wr_id = id, .sg_list = sge, .num_sge = nsge,
+               .send_flags = IB_SEND_SIGNALED},
+        .remote_addr = raddr,
+        .rkey = rkey,
+    };
+
+    return ib_post_send(qp, &w.wr, NULL);
+}
+
+/* one send completion on the client and one receive on the server */
+static bool xfer_done(struct end *c, struct end *s, u64 cid, u64 sid, u32 len, const char *what)
+{
+    struct ib_wc wc[2];
+    int n = poll_n(c->cq, wc, 1);
+
+    CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == cid, "%s: client n %d status %d id %llu",
+          what, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0);
+    if (!s)
+        return n == 1 && wc[0].status == IB_WC_SUCCESS;
+    n = poll_n(s->cq, wc + 1, 1);
+    CHECK(n == 1 && wc[1].status == IB_WC_SUCCESS && wc[1].wr_id == sid &&
+              wc[1].opcode == IB_WC_RECV && wc[1].byte_len == len,
+          "%s: server n %d status %d id %llu len %u (want %u)", what, n, n ? wc[1].status : -1,
+          n ? wc[1].wr_id : 0, n ? wc[1].byte_len : 0, len);
+    return n == 1 && wc[1].status == IB_WC_SUCCESS;
+}
+
+static void conn_data(struct end *c, struct end *s)
+{
+    static const u32 sizes[] = {1, 4096 + 13, 200000};
+    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+    struct ib_sge sge[2];
+    struct ib_wc wc[4];
+    u8 *want;
+    int i, rc, n;
+
+    if (!c) {
+        sbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+        CHECK(sbuf, "server buffer");
+        if (!sbuf)
+            return;
+        for (i = 0, rc = 0; i < 3 && !rc; i++)
+            rc = post_srecv(s, i);
+        CHECK(rc == 0, "server post_recv: %d", rc);
+        /* slot 3: the Write/Read target, fast-registered */
+        smr = fr_mr(s->id->qp, s->pd, &ssg, sbuf + 3 * RSLOT, RSLOT, rw);
+        CHECK(smr, "server fast-register MR");
+        return;
+    }
+    cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+    want = vmalloc(RSLOT);
+    CHECK(cbuf && want && sbuf && smr, "buffers");
+    if (!cbuf || !want || !sbuf || !smr)
+        goto out;
+    fill(cbuf, DBUF_LEN, 0x11);
+
+    /* Sends (the last with two SGEs) */
+    for (i = 0; i < ARRAY_SIZE(sizes); i++) {
+        u32 len = sizes[i], off = 1000 * i + 3;
+        int nsge = 1;
+
+        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + off), .length = len,
+                                 .lkey = c->pd->local_dma_lkey};
+        if (len > 1000) {
+            sge[0].length = 999;
+            sge[1] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + RSLOT + off),
+                                     .length = len - 999, .lkey = c->pd->local_dma_lkey};
+            nsge = 2;
+        }
+        rc = post_one(c->id->qp, IB_WR_SEND, 1 + i, sge, nsge, 0, 0);
+        CHECK(rc == 0, "post Send %u: %d", len, rc);
+        if (rc || !xfer_done(c, s, 1 + i, 1000 + i, len, "Send"))
+            goto out;
+        memcpy(want, cbuf + off, min(len, 999u));
+        if (len > 999)
+            memcpy(want + 999, cbuf + RSLOT + off, len - 999);
+        CHECK(same(sbuf + i * RSLOT, want, len, "Send"), "Send of %u bytes: data", len);
+        CHECK(sbuf[i * RSLOT + len] == 0, "Send of %u bytes: a byte past it", len);
+        rc = post_srecv(s, i);
+        CHECK(rc == 0, "repost: %d", rc);
+    }
+
+    /* RDMA Writes into the server's MR, each followed by a Send */
+    {
+        static const struct { u32 off, len; } wr[] = {{0, 200000}, {200003, 5}};
+
+        for (i = 0; i < ARRAY_SIZE(wr); i++) {
+            u8 *src = cbuf + 2 * RSLOT + 17 + i;
+
+            sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)src, .length = wr[i].len,
+                                     .lkey = c->pd->local_dma_lkey};
+            rc = post_one(c->id->qp, IB_WR_RDMA_WRITE, 10 + i, sge, 1, smr->iova + wr[i].off,
+                          smr->rkey);
+            CHECK(rc == 0, "post Write: %d", rc);
+            sge[0].length = 1;
+            rc = rc ?: post_one(c->id->qp, IB_WR_SEND, 20 + i, sge, 1, 0, 0);
+            if (rc)
+                goto out;
+            n = poll_n(c->cq, wc, 2);
+            CHECK(n == 2 && wc[0].wr_id == 10 + i && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == IB_WC_RDMA_WRITE && wc[1].wr_id == 20 + i &&
+                      wc[1].status == IB_WC_SUCCESS,
+                  "Write + Send completions: n %d", n);
+            n = poll_n(s->cq, wc, 1);
+            CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].byte_len == 1,
+                  "the Send after the Write: n %d", n);
+            if (n != 1)
+                goto out;
+            post_srecv(s, wc[0].wr_id - 1000);
+            CHECK(same(sbuf + 3 * RSLOT + wr[i].off, src, wr[i].len, "Write"),
+                  "Write of %u bytes at %u: data", wr[i].len, wr[i].off);
+        }
+        CHECK(sbuf[3 * RSLOT + 200000] == 0 && sbuf[3 * RSLOT + 200008] == 0,
+              "Write: bytes next to the target");
+    }
+
+    /* RDMA Reads from the server's MR: into DMA-MR memory, then into a
+     * client fast-register MR */
+    fill(sbuf + 3 * RSLOT, RSLOT, 0x5a);
+    memset(cbuf + 3 * RSLOT, 0, RSLOT);
+    sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 3 * RSLOT + 1), .length = 200000,
+                             .lkey = c->pd->local_dma_lkey};
+    rc = post_one(c->id->qp, IB_WR_RDMA_READ, 30, sge, 1, smr->iova + 4, smr->rkey);
+    CHECK(rc == 0, "post Read: %d", rc);
+    if (rc || !xfer_done(c, NULL, 30, 0, 0, "Read"))
+        goto out;
+    CHECK(same(cbuf + 3 * RSLOT + 1, sbuf + 3 * RSLOT + 4, 200000, "Read"), "Read 200000: data");
+    CHECK(cbuf[3 * RSLOT] == 0 && cbuf[3 * RSLOT + 200001] == 0, "Read: bytes next to the sink");
+
+    memset(cbuf, 0, 4 * PAGE_SIZE);
+    cmr = fr_mr(c->id->qp, c->pd, &csg, cbuf, 4 * PAGE_SIZE, rw);
+    CHECK(cmr, "client fast-register MR");
+    if (!cmr)
+        goto out;
+    sge[0] = (struct ib_sge){.addr = cmr->iova + 4000, .length = 777, .lkey = cmr->lkey};
+    rc = post_one(c->id->qp, IB_WR_RDMA_READ, 31, sge, 1, smr->iova + 100001, smr->rkey);
+    CHECK(rc == 0, "post Read into an FR MR: %d", rc);
+    if (rc || !xfer_done(c, NULL, 31, 0, 0, "Read into an FR MR"))
+        goto out;
+    CHECK(same(cbuf + 4000, sbuf + 3 * RSLOT + 100001, 777, "Read FR"), "Read 777 into FR: data");
+
+    /* Read with Invalidate (what rdma_rw posts on iWARP): the sink MR is
+     * invalid once the data is there, so it can be registered again
+     * without a Local Invalidate */
+    {
+        struct ib_rdma_wr w = {
+            .wr = {.opcode = IB_WR_RDMA_READ_WITH_INV, .wr_id = 32, .sg_list = sge,
+                   .num_sge = 1, .send_flags = IB_SEND_SIGNALED,
+                   .ex.invalidate_rkey = cmr->lkey},
+            .remote_addr = smr->iova + 7,
+            .rkey = smr->rkey,
+        };
+        struct ib_reg_wr r = {.wr = {.opcode = IB_WR_REG_MR, .wr_id = 33,
+                                     .send_flags = IB_SEND_SIGNALED},
+                              .mr = cmr, .key = cmr->rkey, .access = rw};
+
+        sge[0] = (struct ib_sge){.addr = cmr->iova + 100, .length = 5000, .lkey = cmr->lkey};
+        rc = ib_post_send(c->id->qp, &w.wr, NULL);
+        CHECK(rc == 0, "post Read with Invalidate: %d", rc);
+        if (rc || !xfer_done(c, NULL, 32, 0, 0, "Read with Invalidate"))
+            goto out;
+        CHECK(same(cbuf + 100, sbuf + 3 * RSLOT + 7, 5000, "Read inv"), "Read with Invalidate: data");
+        rc = ib_post_send(c->id->qp, &r.wr, NULL);
+        n = rc ? 0 : poll_n(c->cq, wc, 1);
+        CHECK(n == 1 && wc[0].wr_id == 33 && wc[0].status == IB_WC_SUCCESS,
+              "REG_MR after Read with Invalidate: n %d status %d", n, n ? wc[0].status : -1);
+    }
+
+    /* a burst posted at once: 4 Writes of 60000 bytes, 3 Reads of 40000
+     * from what they wrote, a Send; completions in order */
+    {
+        struct ib_send_wr *first = NULL, **link = &first;
+        static struct ib_rdma_wr ws[8];
+        static struct ib_sge gs[8];
+
+        memset(cbuf + RSLOT, 0, RSLOT);
+        fill(cbuf + 2 * RSLOT, RSLOT, 0x77);
+        for (i = 0; i < 8; i++) {
+            struct ib_rdma_wr *w = &ws[i];
+
+            memset(w, 0, sizeof(*w));
+            w->wr.wr_id = 50 + i;
+            w->wr.send_flags = IB_SEND_SIGNALED;
+            w->wr.sg_list = &gs[i];
+            w->wr.num_sge = 1;
+            w->rkey = smr->rkey;
+            if (i < 4) {
+                w->wr.opcode = IB_WR_RDMA_WRITE;
+                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 2 * RSLOT + i * 60000),
+                                        .length = 60000, .lkey = c->pd->local_dma_lkey};
+                w->remote_addr = smr->iova + i * 60000;
+            } else if (i < 7) {
+                w->wr.opcode = IB_WR_RDMA_READ;
+                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + RSLOT + (i - 4) * 40000),
+                                        .length = 40000, .lkey = c->pd->local_dma_lkey};
+                w->remote_addr = smr->iova + 10000 + (i - 4) * 70000;
+            } else {
+                w->wr.opcode = IB_WR_SEND;
+                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)cbuf, .length = 10,
+                                        .lkey = c->pd->local_dma_lkey};
+            }
+            *link = &w->wr;
+            link = &w->wr.next;
+        }
+        rc = ib_post_send(c->id->qp, first, NULL);
+        CHECK(rc == 0, "post the burst: %d", rc);
+        n = rc ? 0 : poll_n(c->cq, wc, 4);
+        CHECK(n == 4, "burst: %d completions", n);
+        {
+            static struct ib_wc all[8];
+            int k;
+
+            memcpy(all, wc, 4 * sizeof(*wc));
+            k = 4 + poll_n(c->cq, all + 4, 4);
+            CHECK(k == 8, "burst: %d completions of 8", k);
+            for (i = 0; i < k; i++)
+                CHECK(all[i].wr_id == 50 + i && all[i].status == IB_WC_SUCCESS,
+                      "burst completion %d: id %llu status %d", i, all[i].wr_id, all[i].status);
+        }
+        n = poll_n(s->cq, wc, 1);
+        CHECK(n == 1 && wc[0].byte_len == 10, "burst: the server's receive");
+        if (n == 1)
+            post_srecv(s, wc[0].wr_id - 1000);
+        CHECK(same(sbuf + 3 * RSLOT, cbuf + 2 * RSLOT, 240000, "burst Writes"),
+              "burst Writes: data");
+        for (i = 0; i < 3; i++)
+            CHECK(same(cbuf + RSLOT + i * 40000, cbuf + 2 * RSLOT + 10000 + i * 70000, 40000,
+                       "burst Reads"),
+                  "burst Read %d: data", i);
+    }
+
+    /* the server sends to the client, which has no receive posted yet:
+     * the Send waits for it ("receiver not ready") */
+    {
+        struct ib_sge rs = {.addr = cmr->iova + 8, .length = 3000, .lkey = cmr->lkey};
+        struct ib_recv_wr r = {.wr_id = 40, .sg_list = &rs, .num_sge = 1};
+
+        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(sbuf + 3 * RSLOT + 50), .length = 2500,
+                                 .lkey = s->pd->local_dma_lkey};
+        rc = post_one(s->id->qp, IB_WR_SEND, 41, sge, 1, 0, 0);
+        CHECK(rc == 0, "server post Send: %d", rc);
+        n = rc ? 0 : poll_n(s->cq, wc, 1);
+        CHECK(n == 1 && wc[0].wr_id == 41 && wc[0].status == IB_WC_SUCCESS, "server Send: n %d", n);
+        msleep(100);
+        CHECK(ib_poll_cq(c->cq, 1, wc) == 0, "a completion on the client without a receive");
+        rc = ib_post_recv(c->id->qp, &r, NULL);
+        CHECK(rc == 0, "client post_recv: %d", rc);
+        n = rc ? 0 : poll_n(c->cq, wc, 1);
+        CHECK(n == 1 && wc[0].wr_id == 40 && wc[0].status == IB_WC_SUCCESS &&
+                  wc[0].byte_len == 2500,
+              "client receive: n %d len %u", n, n ? wc[0].byte_len : 0);
+        CHECK(same(cbuf + 8, sbuf + 3 * RSLOT + 50, 2500, "server Send"), "server Send: data");
+    }
+out:
+    vfree(want);
+}
+
+/* after the disconnect: MRs and buffers */
+static void conn_data_free(struct end *c, struct end *s)
+{
+    if (cmr) {
+        ib_dma_unmap_sg(c->pd->device, &csg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(cmr);
+    }
+    if (smr) {
+        ib_dma_unmap_sg(s->pd->device, &ssg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(smr);
+    }
+    cmr = smr = NULL;
+    if (cbuf)
+        free_pages((unsigned long)cbuf, DBUF_ORDER);
+    if (sbuf)
+        free_pages((unsigned long)sbuf, DBUF_ORDER);
+    cbuf = sbuf = NULL;
+}
+
+static void test_conn(struct ib_device *ib)
+{
+    struct end c = {}, s = {};
+    struct rdma_cm_id *lid;
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    struct net_device *nd = dev_get_by_name(&init_net, netdev);
+    static struct ib_wc wc[64];
+    int rc, n;
+
+    if (!nd) {
+        CHECK(0, "no interface %s", netdev);
+        return;
+    }
+    sin.sin_addr.s_addr = inet_select_addr(nd, 0, RT_SCOPE_UNIVERSE);
+    dev_put(nd);
+    CHECK(sin.sin_addr.s_addr != 0, "no IPv4 address on %s", netdev);
+    evq_init(&q_cli);
+    evq_init(&q_srv);
+    lid = rdma_create_id(&init_net, cm_handler, &q_srv, RDMA_PS_TCP, IB_QPT_RC);
+    CHECK(!IS_ERR(lid), "rdma_create_id (listener): %ld", PTR_ERR(lid));
+    if (IS_ERR(lid))
+        return;
+    rc = rdma_bind_addr(lid, (struct sockaddr *)&sin);
+    CHECK(rc == 0, "rdma_bind_addr %pI4: %d", &sin.sin_addr, rc);
+    rc = rc ?: rdma_listen(lid, 4);
+    CHECK(rc == 0, "rdma_listen: %d", rc);
+    CHECK(lid->device == ib, "listener on %s", lid->device ? dev_name(&lid->device->dev) : "none");
+    if (rc)
+        goto out;
+
+    /* connect, the data path, a graceful disconnect from the client */
+    if (conn_up(ib, &sin, &c, &s, false) == 0) {
+        conn_data(&c, &s);
+        rc = rdma_disconnect(c.id);
+        CHECK(rc == 0, "rdma_disconnect: %d", rc);
+        evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client");
+        evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server");
+        CHECK(qp_state(c.id->qp) == IB_QPS_ERR, "client QP after disconnect: %d",
+              qp_state(c.id->qp));
+        CHECK(qp_state(s.id->qp) == IB_QPS_ERR, "server QP after disconnect: %d",
+              qp_state(s.id->qp));
+        /* the server's receives left are flushed */
+        n = ib_poll_cq(s.cq, 64, wc);
+        CHECK(n == 3, "server receives flushed: %d", n);
+        while (n > 0) {
+            CHECK(wc[n - 1].status == IB_WC_WR_FLUSH_ERR, "server flush status %d",
+                  wc[n - 1].status);
+            n--;
+        }
+    }
+    conn_data_free(&c, &s);
+    end_fini(&c);
+    end_fini(&s);
+
+    /* a protocol violation: a Write to a bad STag. The server sends a
+     * Terminate (DDP tagged, invalid STag), both QPs go to ERR with a
+     * fatal event, the connection closes (DISCONNECTED on both sides) */
+    if (conn_up(ib, &sin, &c, &s, false) == 0 && smr) {
+        struct ib_sge sge = {.addr = (u64)(uintptr_t)sbuf, .length = 100,
+                             .lkey = s.pd->local_dma_lkey};
+
+        atomic_set(&qp_events, 0);
+        last_qp_event = -1;
+        cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+        if (cbuf) {
+            sge.addr = (u64)(uintptr_t)cbuf;
+            sge.lkey = c.pd->local_dma_lkey;
+            rc = post_one(c.id->qp, IB_WR_RDMA_WRITE, 60, &sge, 1, smr->iova, smr->rkey + 1);
+            CHECK(rc == 0, "post a Write to a bad STag: %d", rc);
+            evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server after the Terminate");
+            evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client after the Terminate");
+            CHECK(qp_state(c.id->qp) == IB_QPS_ERR && qp_state(s.id->qp) == IB_QPS_ERR,
+                  "QP states after the Terminate: %d %d", qp_state(c.id->qp),
+                  qp_state(s.id->qp));
+            CHECK(atomic_read(&qp_events) == 2 && last_qp_event == IB_EVENT_QP_FATAL,
+                  "QP events %d, last %d", atomic_read(&qp_events), last_qp_event);
+            CHECK(sbuf[0] == 0, "the bad Write placed nothing");
+            n = ib_poll_cq(s.cq, 64, wc);
+            CHECK(n == 3 && wc[0].status == IB_WC_WR_FLUSH_ERR, "server receives flushed: %d", n);
+            n = ib_poll_cq(c.cq, 64, wc);
+            CHECK(n == 1 && wc[0].wr_id == 60, "client Write completion: %d", n);
+        }
+    }
+    conn_data_free(&c, &s);
+    end_fini(&c);
+    end_fini(&s);
+
+    /* a rejected connection */
+    conn_up(ib, &sin, &c, &s, true);
+    end_fini(&c);
+    end_fini(&s);
+
+    /* nobody listens on the port: connection refused (REJECTED,
+     * -ECONNREFUSED), the QP left as it was */
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (!IS_ERR(c.id)) {
+        struct sockaddr_in none = sin;
+        struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+
+        none.sin_port = htons(port + 1);
+        rc = rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&none, 2000);
+        if (!rc && evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "refused: addr") >= 0 &&
+            !rdma_resolve_route(c.id, 2000) &&
+            evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "refused: route") >= 0 &&
+            end_init(ib, &c) && !conn_qp(&c)) {
+            rc = rdma_connect(c.id, &p);
+            CHECK(rc == 0, "rdma_connect to a closed port: %d", rc);
+            n = rc ? -1 : evq_wait(&q_cli, RDMA_CM_EVENT_REJECTED, "a closed port");
+            CHECK(n >= 0 && q_cli.e[n].status == -ECONNREFUSED, "a closed port: status %d",
+                  n >= 0 ? q_cli.e[n].status : 0);
+            CHECK(qp_state(c.id->qp) != IB_QPS_ERR && qp_state(c.id->qp) != IB_QPS_RTS,
+                  "QP after a refused connect: %d", qp_state(c.id->qp));
+        } else {
+            CHECK(0, "refused connect: setup");
+        }
+    } else {
+        c.id = NULL;
+    }
+    end_fini(&c);
+out:
+    rdma_destroy_id(lid);
+}
+
+
+/* ------------------------------------------------------------------------
+ * Interop: an rping client (rdma-core's rping protocol) against `rping -s`
+ * on another device (siw), rping_dst= its address, rping_src= ours
+ * ---------------------------------------------------------------------- */
+
+static char *rping_dst, *rping_src;
+module_param(rping_dst, charp, 0444);
+MODULE_PARM_DESC(rping_dst, "run only the rping client test, to this IPv4 address");
+module_param(rping_src, charp, 0444);
+MODULE_PARM_DESC(rping_src, "the rping client's source IPv4 address (picks the device)");
+static unsigned int rping_port = 7174, rping_size = 100000, rping_count = 3;
+module_param(rping_port, uint, 0444);
+module_param(rping_size, uint, 0444);
+module_param(rping_count, uint, 0444);
+
+struct rping_info {
+    __be64 buf;
+    __be32 rkey;
+    __be32 size;
+};
+
+static void test_rping(struct ib_device *ib)
+{
+    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET,
+                                                              .sin_port = htons(rping_port)};
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    size_t rlen = PAGE_ALIGN(rping_size);
+    struct end c = {};
+    struct ib_mr *mr = NULL;
+    struct scatterlist sg;
+    struct rping_info *rx = NULL, *tx = NULL;
+    u8 *buf = NULL;
+    struct ib_wc wc[2];
+    int order = get_order(2 * rlen), rc, i, n;
+
+    evq_init(&q_cli);
+    CHECK(in4_pton(rping_dst, -1, (u8 *)&dst.sin_addr, -1, NULL) &&
+              (!rping_src || in4_pton(rping_src, -1, (u8 *)&src.sin_addr, -1, NULL)),
+          "rping addresses");
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "rdma_create_id");
+        return;
+    }
+    rc = rdma_resolve_addr(c.id, rping_src ? (struct sockaddr *)&src : NULL,
+                           (struct sockaddr *)&dst, 2000);
+    CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "rping resolve_addr") < 0)
+        goto out;
+    CHECK(c.id->device == ib, "resolved to %s, not %s",
+          c.id->device ? dev_name(&c.id->device->dev) : "none", dev_name(&ib->dev));
+    rc = rdma_resolve_route(c.id, 2000);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "rping resolve_route") < 0)
+        goto out;
+    if (!end_init(ib, &c) || conn_qp(&c)) {
+        CHECK(0, "rping PD/CQ/QP");
+        goto out;
+    }
+    buf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, order);
+    rx = kzalloc(sizeof(*rx), GFP_KERNEL);
+    tx = kzalloc(sizeof(*tx), GFP_KERNEL);
+    CHECK(buf && rx && tx, "rping buffers");
+    if (!buf || !rx || !tx)
+        goto out;
+    /* start_buf at buf, rdma_buf at buf + rlen: one fast-register MR */
+    mr = fr_mr(c.id->qp, c.pd, &sg, buf, 2 * rlen,
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ);
+    CHECK(mr, "rping MR");
+    if (!mr)
+        goto out;
+    {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+
+        rc = ib_post_recv(c.id->qp, &r, NULL);
+        CHECK(rc == 0, "rping post_recv: %d", rc);
+    }
+    rc = rdma_connect(c.id, &p);
+    CHECK(rc == 0, "rping rdma_connect: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "rping connect") < 0)
+        goto out;
+    for (i = 0; i < rping_count; i++) {
+        struct ib_sge ts = {.addr = (u64)(uintptr_t)tx, .length = sizeof(*tx),
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+        int k, step;
+        size_t j;
+
+        /* start_buf: rping's pattern, NUL-terminated */
+        for (j = 0; j < rping_size - 1; j++)
+            buf[j] = 0x21 + (j + i) % 94;
+        buf[rping_size - 1] = 0;
+        memset(buf + rlen, 0, rping_size);
+        /* advertise start_buf (the server Reads it), then rdma_buf (it
+         * Writes there); each answered by the server's Send */
+        for (step = 0; step < 2; step++) {
+            tx->buf = cpu_to_be64(mr->iova + step * rlen);
+            tx->rkey = cpu_to_be32(mr->rkey);
+            tx->size = cpu_to_be32(rping_size);
+            rc = post_one(c.id->qp, IB_WR_SEND, 10 + step, &ts, 1, 0, 0);
+            CHECK(rc == 0, "rping post Send: %d", rc);
+            if (rc)
+                goto disc;
+            /* the Send's completion and the server's answer, any order */
+            for (k = 0; k < 2;) {
+                n = poll_n(c.cq, wc, 1);
+                CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS, "rping %d.%d: n %d status %d", i,
+                      step, n, n ? wc[0].status : -1);
+                if (n != 1 || wc[0].status != IB_WC_SUCCESS)
+                    goto disc;
+                k++;
+                if (wc[0].opcode == IB_WC_RECV) {
+                    rc = ib_post_recv(c.id->qp, &r, NULL);
+                    if (rc)
+                        goto disc;
+                }
+            }
+        }
+        CHECK(!memcmp(buf, buf + rlen, rping_size), "rping %d: the data siw Read and Wrote back", i);
+    }
+disc:
+    rdma_disconnect(c.id);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "rping disconnect");
+out:
+    if (mr) {
+        ib_dma_unmap_sg(ib, &sg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(mr);
+    }
+    end_fini(&c);
+    if (buf)
+        free_pages((unsigned long)buf, order);
+    kfree(rx);
+    kfree(tx);
+}
+
+
+/* The server side of rping (rping_listen= our address): accepts one
+ * client (`rping -c -V` on siw), then per round Reads the client's
+ * start_buf into our MR, acknowledges, and Writes it back into the
+ * client's rdma_buf; the client validates the data itself. */
+static char *rping_listen;
+module_param(rping_listen, charp, 0444);
+MODULE_PARM_DESC(rping_listen, "run only the rping server test, listening on this IPv4 address");
+
+static int rsrv_recvs;
+
+/* polls until the completion of wr_id (or, wr_id 0, a receive) */
+static bool rsrv_wait(struct end *s, u64 wr_id, struct ib_wc *out)
+{
+    struct ib_wc wc;
+
+    if (!wr_id && rsrv_recvs) {
+        rsrv_recvs--;
+        return true;
+    }
+    for (;;) {
+        int n = poll_n(s->cq, &wc, 1);
+
+        CHECK(n == 1 && wc.status == IB_WC_SUCCESS, "rping server: n %d status %d id %llu", n,
+              n ? wc.status : -1, n ? wc.wr_id : 0);
+        if (n != 1 || wc.status != IB_WC_SUCCESS)
+            return false;
+        if (out)
+            *out = wc;
+        if (wc.opcode == IB_WC_RECV) {
+            if (!wr_id)
+                return true;
+            rsrv_recvs++;
+            continue;
+        }
+        if (wc.wr_id == wr_id)
+            return true;
+    }
+}
+
+static void test_rping_server(struct ib_device *ib)
+{
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(rping_port)};
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    size_t rlen = PAGE_ALIGN(65536);
+    struct rdma_cm_id *lid;
+    struct end s = {};
+    struct ib_mr *mr = NULL;
+    struct scatterlist sg;
+    struct rping_info *rx = NULL, *tx = NULL;
+    u8 *buf = NULL;
+    int order = get_order(rlen), rc, i;
+
+    evq_init(&q_srv);
+    CHECK(in4_pton(rping_listen, -1, (u8 *)&sin.sin_addr, -1, NULL), "rping_listen address");
+    lid = rdma_create_id(&init_net, cm_handler, &q_srv, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(lid)) {
+        CHECK(0, "rdma_create_id");
+        return;
+    }
+    rc = rdma_bind_addr(lid, (struct sockaddr *)&sin);
+    rc = rc ?: rdma_listen(lid, 4);
+    CHECK(rc == 0 && lid->device == ib, "rping server listen: %d", rc);
+    if (rc)
+        goto out;
+    pr_info("rping server: listening on %pI4:%u\n", &sin.sin_addr, rping_port);
+    {
+        int k;
+
+        /* the client comes when the VM script starts it: up to 30 s */
+        for (k = 0; k < 3 && READ_ONCE(q_srv.in) == READ_ONCE(q_srv.out); k++)
+            wait_event_timeout(q_srv.wq, READ_ONCE(q_srv.in) != READ_ONCE(q_srv.out), 10 * HZ);
+        k = evq_wait(&q_srv, RDMA_CM_EVENT_CONNECT_REQUEST, "rping server");
+        if (k < 0)
+            goto out;
+        s.id = q_srv.e[k].id;
+    }
+    buf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, order);
+    rx = kzalloc(sizeof(*rx), GFP_KERNEL);
+    tx = kzalloc(sizeof(*tx), GFP_KERNEL);
+    if (!buf || !rx || !tx || !end_init(ib, &s) || conn_qp(&s)) {
+        CHECK(0, "rping server resources");
+        goto out;
+    }
+    mr = fr_mr(s.id->qp, s.pd, &sg, buf, rlen,
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ);
+    CHECK(mr, "rping server MR");
+    if (!mr)
+        goto out;
+    {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
+                            .lkey = s.pd->local_dma_lkey};
+        struct ib_sge ts = {.addr = (u64)(uintptr_t)tx, .length = sizeof(*tx),
+                            .lkey = s.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
+
+        rsrv_recvs = 0;
+        rc = ib_post_recv(s.id->qp, &r, NULL);
+        rdma_lock_handler(s.id);
+        rc = rc ?: rdma_accept(s.id, &p);
+        rdma_unlock_handler(s.id);
+        CHECK(rc == 0, "rping server accept: %d", rc);
+        if (rc || evq_wait(&q_srv, RDMA_CM_EVENT_ESTABLISHED, "rping server") < 0)
+            goto out;
+        for (i = 0; i < rping_count; i++) {
+            struct ib_sge ls;
+            u32 len;
+            int step;
+
+            for (step = 0; step < 2; step++) {
+                u64 raddr;
+                u32 rkey;
+
+                if (!rsrv_wait(&s, 0, NULL))
+                    goto out;
+                raddr = be64_to_cpu(rx->buf);
+                rkey = be32_to_cpu(rx->rkey);
+                len = be32_to_cpu(rx->size);
+                rc = ib_post_recv(s.id->qp, &r, NULL);
+                CHECK(rc == 0 && len <= rlen, "rping server: round %d: len %u", i, len);
+                if (rc || len > rlen)
+                    goto out;
+                ls = (struct ib_sge){.addr = mr->iova, .length = len, .lkey = mr->lkey};
+                /* step 0: Read the client's start_buf; step 1: Write it
+                 * back into its rdma_buf */
+                if (step == 0)
+                    memset(buf, 0, len);
+                rc = post_one(s.id->qp, step ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ, 20 + step,
+                              &ls, 1, raddr, rkey);
+                CHECK(rc == 0, "rping server: post %s: %d", step ? "Write" : "Read", rc);
+                if (rc || !rsrv_wait(&s, 20 + step, NULL))
+                    goto out;
+                if (step == 0)
+                    CHECK(!memcmp(buf, "rdma-ping-", 10), "rping server: what it Read: %.16s",
+                          buf);
+                tx->buf = cpu_to_be64(mr->iova);
+                tx->rkey = cpu_to_be32(mr->rkey);
+                tx->size = cpu_to_be32(len);
+                rc = post_one(s.id->qp, IB_WR_SEND, 30 + step, &ts, 1, 0, 0);
+                if (rc || !rsrv_wait(&s, 30 + step, NULL))
+                    goto out;
+            }
+        }
+        evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "rping server: the client's disconnect");
+    }
+out:
+    if (mr) {
+        ib_dma_unmap_sg(ib, &sg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(mr);
+    }
+    end_fini(&s);
+    rdma_destroy_id(lid);
+    if (buf)
+        free_pages((unsigned long)buf, order);
+    kfree(rx);
+    kfree(tx);
+}
+
 static int __init uiw_ktest_init(void)
 {
     struct ib_device *ib = ib_device_get_by_name(dev, RDMA_DRIVER_UNKNOWN);
@@ -777,7 +1776,16 @@ static int __init uiw_ktest_init(void)
         pr_err("verbs test: FAIL (no device %s)\n", dev);
         return 0;
     }
-    run(ib);
+    if (rping_dst) {
+        test_rping(ib);
+    } else if (rping_listen) {
+        test_rping_server(ib);
+    } else {
+        if (verbs)
+            run(ib);
+        if (conn)
+            test_conn(ib);
+    }
     ib_device_put(ib);
     if (failed)
         pr_err("verbs test: FAIL (%u of %u checks failed)\n", failed, passed + failed);

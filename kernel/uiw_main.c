@@ -15,6 +15,7 @@
 #include <linux/module.h>
 #include <linux/moduleparam.h>
 
+#include "uiw_dev.h"
 #include "uiw_kmod.h"
 
 static bool selftest = true;
@@ -37,9 +38,14 @@ static int __init uiw_init(void)
         }
         pr_info("wire self-test: PASS (%u checks)\n", r.passed);
     }
-    rc = uiw_dev_init();
+    rc = uiw_cm_init();
     if (rc)
         return rc;
+    rc = uiw_dev_init();
+    if (rc) {
+        uiw_cm_exit();
+        return rc;
+    }
     pr_info("loaded: rdma link add NAME type uiwarp netdev IFACE\n");
     return 0;
 }
@@ -47,6 +53,7 @@ static int __init uiw_init(void)
 static void __exit uiw_exit(void)
 {
     uiw_dev_exit();
+    uiw_cm_exit();
     pr_info("unloaded\n");
 }
 

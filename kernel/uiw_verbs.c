@@ -4,30 +4,27 @@
  * QP, SRQ and MR, as kernel consumers use them through the ib core, with the
  * userspace engine's rules (docs/ENGINE.md) where they apply.
  *
- * There is no connection and no data path yet (the iw_cm callbacks are the
- * next phase). What that means here:
- *   - A QP cannot reach RTS: on iWARP the CM moves it there once the LLP
- *     stream is up (RDMAC verbs Idle -> RTS; the engine's rule), so any move
- *     into RTS fails with -ENOTCONN.
- *   - post_send takes the two work requests that touch no wire, Fast
- *     Register (IB_WR_REG_MR) and Local Invalidate (IB_WR_LOCAL_INV), and
- *     executes them at once, in order, in INIT and RTR as well: before RTS
- *     nothing else can be queued ahead of them, so send-queue order holds.
- *     (siw and the engine refuse every send WR before RTS; this is the one
- *     extension, so that a consumer can prepare its MRs, and it is what
- *     the phase's tests exercise.) Any other opcode fails with -ENOTCONN.
- *   - post_recv queues receives (their wr_id only), which are flushed when
- *     the QP enters ERR; post_srq_recv queues them on a shared receive
- *     queue, whose limit event (IB_EVENT_SRQ_LIMIT_REACHED) will come with
- *     the data path that consumes receives.
+ * Connections and the data path are uiw_cm.c's (phase 3). Here:
+ *   - A QP reaches RTS only through the CM, which attaches the stream
+ *     (RDMAC verbs Idle -> RTS; the engine's rule): a consumer's move into
+ *     RTS fails with -ENOTCONN.
+ *   - post_send executes Fast Register (IB_WR_REG_MR) and Local Invalidate
+ *     (IB_WR_LOCAL_INV) at once, in INIT and RTR as well (siw and the
+ *     engine refuse every send WR before RTS; this is the one extension, so
+ *     that a consumer can prepare its MRs); in RTS it queues Send, Send with
+ *     Invalidate, RDMA Write and RDMA Read on the send queue ring for the
+ *     CM's work item. Other opcodes: -ENOTCONN before RTS, -EOPNOTSUPP in
+ *     RTS.
+ *   - post_recv queues receives with their SGEs; post_srq_recv queues on a
+ *     shared receive queue (not consumed by the data path yet).
  *
  * State machine: the IB verbs table for RC (the engine's, src/engine/qp.c)
  * plus iWARP's INIT -> RTS, with no required attributes (TCP provides the
  * path); an empty mask is a successful no-op (iw_cm's RTR/RTS masks are 0).
  * A new QP is in RESET.
  *
- * Flush: moving to ERR completes every queued receive with
- * IB_WC_WR_FLUSH_ERR (IB_WC_RECV). In ERR, post_send and post_recv flush
+ * Flush: moving to ERR completes every send queue entry, then every queued
+ * receive, with IB_WC_WR_FLUSH_ERR. In ERR, post_send and post_recv flush
  * each new WR at once, signalled or not (what ib_drain_qp relies on); a
  * malformed WR is still refused with -EINVAL. In RESET both fail with
  * -EINVAL. A failed local operation completes with its error status
@@ -46,20 +43,6 @@
 #include "uiw_dev.h"
 #include "uiwarp/wire.h"
 
-static struct uiw_cq *to_ucq(struct ib_cq *c)
-{
-    return container_of(c, struct uiw_cq, base);
-}
-
-static struct uiw_qp *to_uqp(struct ib_qp *q)
-{
-    return container_of(q, struct uiw_qp, base);
-}
-
-static struct uiw_mr *to_umr(struct ib_mr *m)
-{
-    return container_of(m, struct uiw_mr, base);
-}
 
 /* Takes one of the device's max objects of a kind, or -ENOMEM. */
 static int obj_get(atomic_t *n, int max)
@@ -75,30 +58,14 @@ static int obj_get(atomic_t *n, int max)
  * What to do once the locks are released
  * ---------------------------------------------------------------------- */
 
-struct uiw_after {
-    struct uiw_cq *notify[2]; /* completion handlers to call */
-    struct uiw_cq *overflow[2];
-    int qp_event[2]; /* enum ib_event_type, in order; -1: none */
-};
-
-static void after_qp_event(struct uiw_after *af, enum ib_event_type e)
-{
-    af->qp_event[af->qp_event[0] < 0 ? 0 : 1] = e;
-}
-
-#define AFTER_INIT                                                                                 \
-    {                                                                                              \
-        .qp_event = { -1, -1 }                                                                     \
-    }
-
-static void after_add(struct uiw_cq **set, struct uiw_cq *cq)
+void uiw_after_add(struct uiw_cq **set, struct uiw_cq *cq)
 {
     if (set[0] == cq || set[1] == cq)
         return;
     set[set[0] ? 1 : 0] = cq;
 }
 
-static void after_run(struct uiw_qp *qp, struct uiw_after *af)
+void uiw_after_run(struct uiw_qp *qp, struct uiw_after *af)
 {
     int i;
 
@@ -161,7 +128,7 @@ static int uiw_dealloc_pd(struct ib_pd *pd, struct ib_udata *udata)
 /* cq->lock held. Appends wc; sets *notify when the CQ was armed for it
  * (IB verbs: NEXT_COMP for any completion, SOLICITED for a solicited or an
  * unsuccessful one). -ENOSPC when the ring is full. */
-static int cq_push_locked(struct uiw_cq *cq, const struct ib_wc *wc, bool solicited, bool *notify)
+int uiw_cq_push_locked(struct uiw_cq *cq, const struct ib_wc *wc, bool solicited, bool *notify)
 {
     if (cq->count == cq->cap) {
         cq->overflow = true;
@@ -179,19 +146,19 @@ static int cq_push_locked(struct uiw_cq *cq, const struct ib_wc *wc, bool solici
 
 /* A completion from a path that cannot refuse it (flush): on overrun it is
  * lost and the CQ reports IB_EVENT_CQ_ERR. */
-static void cq_add(struct uiw_cq *cq, const struct ib_wc *wc, struct uiw_after *af)
+void uiw_cq_add(struct uiw_cq *cq, const struct ib_wc *wc, struct uiw_after *af)
 {
     unsigned long fl;
     bool notify = false;
     int rc;
 
     spin_lock_irqsave(&cq->lock, fl);
-    rc = cq_push_locked(cq, wc, false, &notify);
+    rc = uiw_cq_push_locked(cq, wc, false, &notify);
     spin_unlock_irqrestore(&cq->lock, fl);
     if (rc)
-        after_add(af->overflow, cq);
+        uiw_after_add(af->overflow, cq);
     if (notify)
-        after_add(af->notify, cq);
+        uiw_after_add(af->notify, cq);
 }
 
 static int uiw_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
@@ -306,21 +273,23 @@ static const struct uiw_transition qp_table[IB_QPS_ERR + 1][IB_QPS_ERR + 1] =
                 [IB_QPS_RESET] = {true, 0},
                 [IB_QPS_ERR] = {true, 0},
                 [IB_QPS_INIT] = {true, A(PKEY_INDEX) | A(PORT) | A(ACCESS_FLAGS) | IWARP_RNR},
-                [IB_QPS_RTR] = {true, PATH_RTR},
-                [IB_QPS_RTS] = {true, (PATH_RTR | PATH_RTS) & ~A(CUR_STATE)},
+                /* rdma_cm adds IB_QP_PORT to iw_cm's masks */
+                [IB_QPS_RTR] = {true, PATH_RTR | A(PORT)},
+                [IB_QPS_RTS] = {true, ((PATH_RTR | PATH_RTS) & ~A(CUR_STATE)) | A(PORT)},
             },
         [IB_QPS_RTR] =
             {
                 [IB_QPS_RESET] = {true, 0},
                 [IB_QPS_ERR] = {true, 0},
-                [IB_QPS_RTS] = {true, PATH_RTS},
+                [IB_QPS_RTS] = {true, PATH_RTS | A(PORT)},
             },
         [IB_QPS_RTS] =
             {
                 [IB_QPS_RESET] = {true, 0},
                 [IB_QPS_ERR] = {true, 0},
                 [IB_QPS_RTS] = {true, A(CUR_STATE) | A(ACCESS_FLAGS) | A(ALT_PATH) |
-                                          A(PATH_MIG_STATE) | A(MIN_RNR_TIMER) | IWARP_RNR},
+                                          A(PATH_MIG_STATE) | A(MIN_RNR_TIMER) | IWARP_RNR |
+                                          A(PORT)},
                 [IB_QPS_SQD] = {true, A(EN_SQD_ASYNC_NOTIFY)},
             },
         [IB_QPS_SQD] =
@@ -351,16 +320,39 @@ static const struct uiw_transition qp_table[IB_QPS_ERR + 1][IB_QPS_ERR + 1] =
  * the send queue holds nothing (local operations execute at post). A QP
  * on an SRQ raises IB_EVENT_QP_LAST_WQE_REACHED instead (IB verbs: the
  * SRQ's receives stay for the other QPs). */
-static void qp_to_error_locked(struct uiw_qp *qp, struct uiw_after *af)
+static int wc_opcode(enum ib_wr_opcode op);
+
+void uiw_qp_error_locked(struct uiw_qp *qp, struct uiw_after *af)
 {
     struct uiw_cq *rcq = to_ucq(qp->base.recv_cq);
 
+    struct uiw_cq *scq = to_ucq(qp->base.send_cq);
+
     qp->state = IB_QPS_ERR;
+    /* the send queue in order (sent or not: nothing more will complete
+     * them), then the receives */
+    while (qp->sq_count) {
+        struct uiw_sqe *e = &qp->sq[qp->sq_head];
+        struct ib_wc wc = {
+            .wr_id = e->wr_id,
+            .status = e->err_status ? e->err_status : IB_WC_WR_FLUSH_ERR,
+            .opcode = wc_opcode(e->opcode),
+            .qp = &qp->base,
+        };
+
+        qp->sq_head = (qp->sq_head + 1) % qp->cap.max_send_wr;
+        qp->sq_count--;
+        uiw_cq_add(scq, &wc, af);
+    }
+    qp->sq_sent = 0;
+    qp->sq_gen++;
+    if (qp->ep)
+        uiw_cm_qp_kick(qp);
     if (qp->base.srq)
-        after_qp_event(af, IB_EVENT_QP_LAST_WQE_REACHED);
+        uiw_after_qp_event(af, IB_EVENT_QP_LAST_WQE_REACHED);
     while (qp->rq_count) {
         struct ib_wc wc = {
-            .wr_id = qp->rq[qp->rq_head],
+            .wr_id = qp->rq[qp->rq_head].wr_id,
             .status = IB_WC_WR_FLUSH_ERR,
             .opcode = IB_WC_RECV,
             .qp = &qp->base,
@@ -368,7 +360,7 @@ static void qp_to_error_locked(struct uiw_qp *qp, struct uiw_after *af)
 
         qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
         qp->rq_count--;
-        cq_add(rcq, &wc, af);
+        uiw_cq_add(rcq, &wc, af);
     }
 }
 
@@ -405,7 +397,7 @@ static int qp_modify_locked(struct uiw_qp *qp, const struct ib_qp_attr *attr, in
     if ((mask & A(MAX_DEST_RD_ATOMIC)) && attr->max_dest_rd_atomic > UIW_MPA_DEFAULT_IRD)
         return -EINVAL;
     /* iWARP: RTS means a connected stream (RDMAC verbs; RFC 5040 §5); the
-     * CM attaches it, and there is no CM yet */
+     * CM (uiw_cm.c) moves the QP there when it attaches the stream */
     if (next == IB_QPS_RTS && cur != IB_QPS_RTS)
         return -ENOTCONN;
 
@@ -442,13 +434,19 @@ static int qp_modify_locked(struct uiw_qp *qp, const struct ib_qp_attr *attr, in
     if (next == cur) {
         /* attributes only; ERR -> ERR: nothing is queued */
     } else if (next == IB_QPS_ERR) {
-        qp_to_error_locked(qp, af);
+        uiw_qp_error_locked(qp, af);
     } else if (next == IB_QPS_RESET) {
         /* IB verbs: RESET empties the queues without completions */
         qp->rq_head = qp->rq_count = 0;
+        qp->sq_head = qp->sq_count = qp->sq_sent = 0;
+        qp->sq_gen++;
         qp->state = IB_QPS_RESET;
     } else {
         qp->state = next;
+        /* RTS -> SQD with a connection: iw_cm's graceful disconnect (the
+         * queued sends go out, then the FIN) */
+        if (next == IB_QPS_SQD && qp->ep)
+            uiw_cm_qp_kick(qp);
     }
     return 0;
 }
@@ -466,7 +464,7 @@ static int uiw_modify_qp(struct ib_qp *ibqp, struct ib_qp_attr *attr, int mask,
     spin_lock_irqsave(&qp->lock, fl);
     rc = qp_modify_locked(qp, attr, mask, &af);
     spin_unlock_irqrestore(&qp->lock, fl);
-    after_run(qp, &af);
+    uiw_after_run(qp, &af);
     return rc;
 }
 
@@ -515,6 +513,8 @@ static int uiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struc
     rc = obj_get(&d->nqp, UIW_MAX_QP);
     if (rc)
         return rc;
+    kref_init(&qp->ref);
+    init_completion(&qp->freed);
     /* the queues' real sizes go back to the consumer, as for ibv_create_qp */
     c->max_send_wr = max(c->max_send_wr, 1u);
     c->max_send_sge = max(c->max_send_sge, 1u);
@@ -523,11 +523,16 @@ static int uiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struc
     } else {
         c->max_recv_wr = max(c->max_recv_wr, 1u);
         c->max_recv_sge = max(c->max_recv_sge, 1u);
-        qp->rq = kcalloc(c->max_recv_wr, sizeof(*qp->rq), GFP_KERNEL);
+        qp->rq = kvcalloc(c->max_recv_wr, sizeof(*qp->rq), GFP_KERNEL);
         if (!qp->rq) {
             rc = -ENOMEM;
             goto err;
         }
+    }
+    qp->sq = kvcalloc(c->max_send_wr, sizeof(*qp->sq), GFP_KERNEL);
+    if (!qp->sq) {
+        rc = -ENOMEM;
+        goto err;
     }
     qp->cap = *c;
     spin_lock_init(&qp->lock);
@@ -542,20 +547,41 @@ static int uiw_create_qp(struct ib_qp *ibqp, struct ib_qp_init_attr *init, struc
     ibqp->qp_num = qpn;
     return 0;
 err:
-    kfree(qp->rq);
+    kvfree(qp->rq);
+    kvfree(qp->sq);
     qp->rq = NULL;
+    qp->sq = NULL;
     atomic_dec(&d->nqp);
     return rc;
 }
 
+static void qp_release(struct kref *k)
+{
+    complete(&container_of(k, struct uiw_qp, ref)->freed);
+}
+
+void uiw_qp_put(struct uiw_qp *qp)
+{
+    kref_put(&qp->ref, qp_release);
+}
+
+/* iw_cm's get_qp / add_ref / rem_ref hold the QP across a connection; the
+ * ib core frees its memory when destroy_qp returns, so that waits for
+ * them (iw_cm drops its reference when the connection closes: the
+ * connection is closed first). */
 static int uiw_destroy_qp(struct ib_qp *ibqp, struct ib_udata *udata)
 {
     struct uiw_dev *d = to_udev(ibqp->device);
     struct uiw_qp *qp = to_uqp(ibqp);
 
     xa_erase(&d->qps, ibqp->qp_num);
-    kfree(qp->rq);
+    uiw_cm_qp_detach(qp);
+    uiw_qp_put(qp);
+    wait_for_completion(&qp->freed);
+    kvfree(qp->rq);
+    kvfree(qp->sq);
     qp->rq = NULL;
+    qp->sq = NULL;
     atomic_dec(&d->nqp);
     return 0;
 }
@@ -645,6 +671,15 @@ static struct ib_mr *uiw_get_dma_mr(struct ib_pd *pd, int access)
     return &mr->base;
 }
 
+/* Userspace registrations are the userspace library's (no udata here).
+ * The ib core counts a device as a kernel verbs provider, which clients
+ * such as rdma_cm require, only when reg_user_mr is among its ops. */
+static struct ib_mr *uiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova,
+                                     int access, struct ib_udata *udata)
+{
+    return ERR_PTR(-EOPNOTSUPP);
+}
+
 /* A fast-register MR: invalid until an IB_WR_REG_MR names it. */
 static struct ib_mr *uiw_alloc_mr(struct ib_pd *pd, enum ib_mr_type type, u32 max_num_sg)
 {
@@ -678,8 +713,13 @@ static int uiw_map_mr_sg(struct ib_mr *ibmr, struct scatterlist *sg, int n, unsi
 {
     struct uiw_mr *mr = to_umr(ibmr);
 
+    int rc;
+
     mr->npages = 0;
-    return ib_sg_to_pages(ibmr, sg, n, off, uiw_set_page);
+    rc = ib_sg_to_pages(ibmr, sg, n, off, uiw_set_page);
+    if (rc > 0 && ibmr->page_size)
+        mr->fbo = ibmr->iova & (ibmr->page_size - 1);
+    return rc;
 }
 
 static int uiw_dereg_mr(struct ib_mr *ibmr, struct ib_udata *udata)
@@ -729,6 +769,7 @@ static enum ib_wc_status do_reg_mr(struct uiw_qp *qp, const struct ib_reg_wr *r)
          * reuse it, as with a hardware descriptor list) */
         memcpy(mr->reg_pages, mr->pages, mr->npages * sizeof(u64));
         mr->reg_npages = mr->npages;
+        mr->reg_fbo = mr->fbo;
         mr->page_size = r->mr->page_size;
         mr->iova = r->mr->iova;
         mr->length = r->mr->length;
@@ -779,6 +820,7 @@ static int wc_opcode(enum ib_wr_opcode op)
     case IB_WR_RDMA_WRITE_WITH_IMM:
         return IB_WC_RDMA_WRITE;
     case IB_WR_RDMA_READ:
+    case IB_WR_RDMA_READ_WITH_INV:
         return IB_WC_RDMA_READ;
     case IB_WR_ATOMIC_CMP_AND_SWP:
         return IB_WC_COMP_SWAP;
@@ -822,16 +864,54 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
         if (qp->state == IB_QPS_ERR || qp->state == IB_QPS_SQE) {
             /* verbs: the send queue is in error, new WRs are flushed */
             wc.status = IB_WC_WR_FLUSH_ERR;
-            cq_add(scq, &wc, &af);
+            uiw_cq_add(scq, &wc, &af);
             continue;
         }
-        if (wr->opcode != IB_WR_REG_MR && wr->opcode != IB_WR_LOCAL_INV) {
-            /* no connection (INIT, RTR) and no data path yet (RTS, which
-             * the CM alone will reach) */
-            rc = qp->state == IB_QPS_RTS ? -EOPNOTSUPP : -ENOTCONN;
-            break;
-        }
         sig = (wr->send_flags & IB_SEND_SIGNALED) || qp->sq_sig_type == IB_SIGNAL_ALL_WR;
+        if (wr->opcode != IB_WR_REG_MR && wr->opcode != IB_WR_LOCAL_INV) {
+            struct uiw_sqe *e;
+
+            /* the data path: only in RTS, i.e. connected (uiw_cm.c) */
+            if (qp->state != IB_QPS_RTS) {
+                rc = -ENOTCONN;
+                break;
+            }
+            if (wr->opcode != IB_WR_SEND && wr->opcode != IB_WR_SEND_WITH_INV &&
+                wr->opcode != IB_WR_RDMA_WRITE && wr->opcode != IB_WR_RDMA_READ &&
+                wr->opcode != IB_WR_RDMA_READ_WITH_INV) {
+                rc = -EOPNOTSUPP; /* immediate data, atomics: not yet */
+                break;
+            }
+            /* an RDMA Read Request names one sink STag (RFC 5040 §4.4) */
+            if ((wr->opcode == IB_WR_RDMA_READ || wr->opcode == IB_WR_RDMA_READ_WITH_INV) &&
+                wr->num_sge > 1) {
+                rc = -EINVAL;
+                break;
+            }
+            if (qp->sq_count == qp->cap.max_send_wr) {
+                rc = -ENOMEM;
+                break;
+            }
+            e = &qp->sq[(qp->sq_head + qp->sq_count) % qp->cap.max_send_wr];
+            memset(e, 0, sizeof(*e));
+            e->wr_id = wr->wr_id;
+            e->opcode = wr->opcode;
+            e->signaled = sig;
+            e->solicited = !!(wr->send_flags & IB_SEND_SOLICITED);
+            e->num_sge = wr->num_sge;
+            if (wr->num_sge)
+                memcpy(e->sge, wr->sg_list, wr->num_sge * sizeof(*e->sge));
+            if (wr->opcode == IB_WR_RDMA_WRITE || wr->opcode == IB_WR_RDMA_READ ||
+                wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
+                e->raddr = rdma_wr(wr)->remote_addr;
+                e->rkey = rdma_wr(wr)->rkey;
+            }
+            if (wr->opcode == IB_WR_SEND_WITH_INV || wr->opcode == IB_WR_RDMA_READ_WITH_INV)
+                e->inv_rkey = wr->ex.invalidate_rkey;
+            qp->sq_count++;
+            uiw_cm_qp_kick(qp);
+            continue;
+        }
         spin_lock(&scq->lock);
         /* a failure completes even unsignalled: room first, as for a full
          * send queue */
@@ -845,21 +925,21 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
         else
             wc.status = do_local_inv(qp, wr->ex.invalidate_rkey);
         if (sig || wc.status != IB_WC_SUCCESS)
-            cq_push_locked(scq, &wc, false, &notify);
+            uiw_cq_push_locked(scq, &wc, false, &notify);
         spin_unlock(&scq->lock);
         if (notify)
-            after_add(af.notify, scq);
+            uiw_after_add(af.notify, scq);
         if (wc.status != IB_WC_SUCCESS) {
             pr_debug("qp %u: %s failed: status %d\n", ibqp->qp_num,
                      wr->opcode == IB_WR_REG_MR ? "REG_MR" : "LOCAL_INV", wc.status);
-            after_qp_event(&af, IB_EVENT_QP_ACCESS_ERR);
-            qp_to_error_locked(qp, &af);
+            uiw_after_qp_event(&af, IB_EVENT_QP_ACCESS_ERR);
+            uiw_qp_error_locked(qp, &af);
         }
     }
     spin_unlock_irqrestore(&qp->lock, fl);
     if (rc)
         *bad = wr;
-    after_run(qp, &af);
+    uiw_after_run(qp, &af);
     return rc;
 }
 
@@ -890,20 +970,29 @@ static int uiw_post_recv(struct ib_qp *ibqp, const struct ib_recv_wr *wr,
                 .qp = ibqp,
             };
 
-            cq_add(to_ucq(ibqp->recv_cq), &wc, &af);
+            uiw_cq_add(to_ucq(ibqp->recv_cq), &wc, &af);
             continue;
         }
         if (qp->rq_count == qp->cap.max_recv_wr) {
             rc = -ENOMEM;
             break;
         }
-        qp->rq[(qp->rq_head + qp->rq_count) % qp->cap.max_recv_wr] = wr->wr_id;
+        {
+            struct uiw_rqe *e = &qp->rq[(qp->rq_head + qp->rq_count) % qp->cap.max_recv_wr];
+
+            e->wr_id = wr->wr_id;
+            e->num_sge = wr->num_sge;
+            if (wr->num_sge)
+                memcpy(e->sge, wr->sg_list, wr->num_sge * sizeof(*e->sge));
+        }
         qp->rq_count++;
+        if (qp->ep)
+            uiw_cm_qp_kick(qp); /* a Send may wait for it */
     }
     spin_unlock_irqrestore(&qp->lock, fl);
     if (rc)
         *bad = wr;
-    after_run(qp, &af);
+    uiw_after_run(qp, &af);
     return rc;
 }
 
@@ -1076,6 +1165,7 @@ const struct ib_device_ops uiw_verbs_ops = {
     .post_send = uiw_post_send,
     .post_recv = uiw_post_recv,
     .get_dma_mr = uiw_get_dma_mr,
+    .reg_user_mr = uiw_reg_user_mr,
     .alloc_mr = uiw_alloc_mr,
     .map_mr_sg = uiw_map_mr_sg,
     .dereg_mr = uiw_dereg_mr,

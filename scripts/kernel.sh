@@ -123,14 +123,23 @@ guest_modules() {
     local deb
     deb=$(ls "$CACHE/debs/linux-image-${KABI}_"*.deb 2>/dev/null | sort -V | tail -1 || true)
     mkdir -p "$B/mods"
-    if [ -f "$B/mods/dummy.ko" ] || [ -z "$deb" ]; then
-        return 0
-    fi
-    say "extracting dummy.ko from $(basename "$deb")"
-    dpkg-deb --fsys-tarfile "$deb" | tar -xO "./lib/modules/$KABI/kernel/drivers/net/dummy.ko" \
-        >"$B/mods/dummy.ko.tmp" || die "cannot extract dummy.ko from $deb"
-    mv "$B/mods/dummy.ko.tmp" "$B/mods/dummy.ko"
+    [ -n "$deb" ] || return 0
+    local m
+    for m in drivers/net/dummy drivers/net/veth $NVME_MODS; do
+        [ ! -f "$B/mods/${m##*/}.ko" ] || continue
+        say "extracting ${m##*/}.ko from $(basename "$deb")"
+        dpkg-deb --fsys-tarfile "$deb" | tar -xO "./lib/modules/$KABI/kernel/$m.ko" \
+            >"$B/mods/${m##*/}.ko.tmp" || die "cannot extract $m.ko from $deb"
+        mv "$B/mods/${m##*/}.ko.tmp" "$B/mods/${m##*/}.ko"
+    done
 }
+
+# NVMe over Fabrics (nvme-rdma host, nvmet-rdma target) and what they need,
+# in load order; the VM's initramfs has none of them
+NVME_MODS="crypto/crct10dif_common crypto/crct10dif_generic lib/crc-t10dif lib/crc64
+  crypto/crc64_rocksoft_generic lib/crc64-rocksoft block/t10-pi drivers/nvme/host/nvme-core
+  drivers/nvme/host/nvme-fabrics drivers/nvme/host/nvme-rdma drivers/nvme/target/nvmet
+  drivers/nvme/target/nvmet-rdma"
 
 # The guest side of the test: busybox sh in the rig's VM, the module in /x.
 guest_script() {
@@ -139,8 +148,11 @@ loops=$1
 pass=0 fail=0
 ok() { echo "KTEST ok   \$*"; pass=\$((pass + 1)); }
 bad() { echo "KTEST FAIL \$*"; fail=\$((fail + 1)); }
+# dmesg is cleared between checks: keep any kernel warning seen before
+kwarn=
+kclr() { dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount_t' && kwarn=1; dmesg -c >/dev/null; }
 modprobe libcrc32c || bad "modprobe libcrc32c"
-dmesg -c >/dev/null
+kclr
 if insmod /x/uiwarp.ko; then ok "insmod"; else bad "insmod (\$?)"; fi
 line=\$(dmesg | grep 'uiwarp: wire self-test:' | tail -1)
 echo "dmesg: \$line"
@@ -148,7 +160,7 @@ case "\$line" in *"wire self-test: PASS"*) ok "self-test";; *) bad "self-test: \
 grep -q '^uiwarp ' /proc/modules && ok "loaded" || bad "not in /proc/modules"
 if rmmod uiwarp; then ok "rmmod"; else bad "rmmod (\$?)"; fi
 grep -q '^uiwarp ' /proc/modules && bad "still loaded after rmmod" || ok "unloaded"
-dmesg -c >/dev/null
+kclr
 insmod /x/uiwarp.ko selftest=0 && rmmod uiwarp
 dmesg | grep -q 'uiwarp: wire self-test: skipped' && ok "selftest=0 skips" || bad "selftest=0: no 'skipped' line"
 # the device: rdma link add, shown by rdma link / rdma dev and sysfs, one
@@ -164,7 +176,7 @@ grep -qi ethernet /sys/class/infiniband/uiw0/ports/1/link_layer && ok "sysfs: Et
 # port events: the interface down and up again (carrier changes take the
 # same path); the port's state as rdma link and sysfs show it, and the
 # driver's line for each dispatched IB_EVENT_PORT_ERR/ACTIVE
-dmesg -c >/dev/null
+kclr
 wait_port() { # \$1: ACTIVE or DOWN; up to 5 s
   i=0
   while ! grep -q "\$1" /sys/class/infiniband/uiw0/ports/1/state && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
@@ -198,11 +210,14 @@ fi
 # PD, CQ, QP, fast-register MR, REG_MR/LOCAL_INV, misuse, flush and
 # ib_drain_qp on uiw0; then every object is gone (rdma res, the driver's
 # own counts at removal)
-dmesg -c >/dev/null
+kclr
 if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
+  dmesg | grep -E 'Terminate' | head -4
   case "\$line" in *"verbs test: PASS"*) ok "kernel verbs consumer";; *) dmesg | grep uiwarp_ktest; bad "kernel verbs consumer: \${line:-no summary line}";; esac
+  dmesg | grep -q 'Terminate DDP/tagged buffer/invalid STag' && dmesg | grep -q 'Terminate received: DDP/tagged buffer/invalid STag' &&
+    ok "the bad Write: Terminate sent and received" || bad "the bad Write: no Terminate in dmesg"
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
@@ -212,6 +227,126 @@ if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 
 else
   bad "kernel verbs consumer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
+# the connection test again with MPA CRC asked for (mpa_crc=2) and
+# 1000-byte FPDUs (max_fpdu): the same data over CRC-protected,
+# many-FPDU streams
+kclr
+if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 && rdma link add uiw0 type uiwarp netdev eth0 &&
+  { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko verbs=0; then
+  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000)' && ok "CRC negotiated, 1000-byte FPDUs" || bad "no 'in RTS (CRC 1, FPDU 1000)' line"
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  case "\$line" in *"verbs test: PASS"*) ok "connection test with CRC, 1000-byte FPDUs";; *) dmesg | grep uiwarp_ktest; bad "connection test with CRC: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  rdma link delete uiw0 && rmmod uiwarp || bad "removal after the CRC test"
+else
+  bad "connection test with CRC: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
+# interop with siw: a veth pair, v0 (10.0.4.1) here with uiw0 on it, v1
+# (10.0.4.2) in a network namespace "peer" with siw0 on it (two devices in
+# one namespace would talk over loopback, and rdma_cm would bind both ends
+# to the destination's device); rdma-core's rping server on siw0 in the
+# namespace, uiwarp_ktest.ko's rping client on uiw0: 3 rounds of 65000
+# bytes that siw Reads from the module's memory and Writes back, compared
+# byte for byte
+if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
+  kclr
+  insmod /x/veth.ko 2>/dev/null
+  unshare -n sleep 120 &
+  peer=\$!
+  sleep 0.2
+  ip link add v0 type veth peer name v1 2>/dev/null || ip link add v0 type veth
+  v1=\$(ip -o link show | sed -n 's/^[0-9]*: \\([a-z0-9]*\\)@v0.*/\\1/p' | head -1)
+  { [ -n "\$v1" ] && ip link set "\$v1" netns \$peer && ip addr add 10.0.4.1/24 dev v0 && ip link set v0 up &&
+    nsenter -t \$peer -n sh -c "ip link set \$v1 name v1; ip addr add 10.0.4.2/24 dev v1 && ip link set v1 up && ip link set lo up && rdma link add siw0 type siw netdev v1" &&
+    true; } || { ip -o link show; bad "siw interop: setup"; }
+  for crc in 1 2; do
+  insmod /x/uiwarp.ko selftest=0 mpa_crc=\$crc && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop: uiw0 on v0"
+  echo 'module uiwarp +p' >/proc/dynamic_debug/control
+  rm -f /tmp/rping.log
+  (nsenter -t \$peer -n rping -s -a 10.0.4.2 -p 7174 -C 3 -S 65000 >/tmp/rping.log 2>&1; echo "rping rc=\$?" >>/tmp/rping.log) &
+  i=0
+  while ! nsenter -t \$peer -n ss -ltn 2>/dev/null | grep -q ':7174 ' && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.4.2 rping_size=65000
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  i=0
+  while ! grep -q 'rping rc=' /tmp/rping.log && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+  cat /tmp/rping.log
+  dmesg | grep 'in RTS' | tail -1
+  case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): rping client on uiw0, rping -s on siw0";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop with siw (mpa_crc=\$crc): \${line:-no summary line}";; esac
+  grep -q 'rping rc=0' /tmp/rping.log && ok "interop (mpa_crc=\$crc): siw's rping server exits 0" || bad "interop: siw's rping server: \$(tail -1 /tmp/rping.log)"
+  # siw asks for no CRC: it is on only when we ask (mpa_crc=2)
+  dmesg | grep -q "in RTS (CRC \$((crc - 1))" && ok "interop (mpa_crc=\$crc): CRC \$((crc - 1)) negotiated" || bad "interop (mpa_crc=\$crc): CRC not as negotiated"
+  rmmod uiwarp_ktest
+  # the other way: rping -c -V on siw0 against the ktest's rping server on
+  # uiw0 (it Reads the client's buffer and Writes it back; rping validates)
+  kclr
+  insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=7175 &
+  kt=\$!
+  i=0
+  while ! ss -ltn 2>/dev/null | grep -q ':7175 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+  nsenter -t \$peer -n rping -c -a 10.0.4.1 -p 7175 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1 &&
+    ok "interop (mpa_crc=\$crc): rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "interop (mpa_crc=\$crc): rping -c on siw0: rc \$?"; }
+  wait \$kt
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest
+  rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
+  kclr
+  done
+  nsenter -t \$peer -n rdma link delete siw0; ip link del v0; kill \$peer
+else
+  echo "KTEST skip siw interop (no veth.ko or siw.ko)"
+fi
+# NVMe over Fabrics on uiw0: nvmet-rdma exports a 32 MiB file, nvme-rdma
+# connects to it over eth0's own address (rdma_rw: Fast Register, Read
+# with Invalidate, Send with Invalidate); 32 MiB read and 32 MiB written
+# with O_DIRECT, compared with the file; no error recovery; everything
+# removed, no object left
+if [ -f /x/nv/nvmet-rdma.ko ]; then
+  kclr
+  for m in crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft t10-pi nvme-core nvme-fabrics nvme-rdma nvmet nvmet-rdma; do
+    grep -q "^\$(echo \$m | tr - _) " /proc/modules || insmod /x/nv/\$m.ko || echo "insmod \$m failed"
+  done
+  grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
+  insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0
+  dd if=/dev/urandom of=/tmp/nvback bs=1M count=32 2>/dev/null
+  c=/sys/kernel/config/nvmet
+  { mkdir \$c/subsystems/t1 && echo 1 >\$c/subsystems/t1/attr_allow_any_host &&
+    mkdir \$c/subsystems/t1/namespaces/1 && echo /tmp/nvback >\$c/subsystems/t1/namespaces/1/device_path &&
+    echo 1 >\$c/subsystems/t1/namespaces/1/buffered_io && echo 1 >\$c/subsystems/t1/namespaces/1/enable &&
+    mkdir \$c/ports/1 && echo rdma >\$c/ports/1/addr_trtype && echo ipv4 >\$c/ports/1/addr_adrfam &&
+    echo 10.0.2.15 >\$c/ports/1/addr_traddr && echo 4420 >\$c/ports/1/addr_trsvcid &&
+    ln -s \$c/subsystems/t1 \$c/ports/1/subsystems/t1 &&
+    echo "transport=rdma,traddr=10.0.2.15,trsvcid=4420,nqn=t1,nr_io_queues=1" >/dev/nvme-fabrics; } &&
+    ok "NVMe-oF: nvme-rdma connected to nvmet-rdma on uiw0" || bad "NVMe-oF: setup or connect"
+  i=0
+  while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=32 iflag=direct 2>/dev/null && cmp /tmp/nvr /tmp/nvback &&
+    ok "NVMe-oF: 32 MiB read, the file's bytes" || bad "NVMe-oF: read"
+  rm -f /tmp/nvr
+  dd if=/dev/urandom of=/tmp/nvw bs=1M count=32 2>/dev/null
+  dd if=/tmp/nvw of=/dev/nvme0n1 bs=1M oflag=direct 2>/dev/null && cmp /tmp/nvw /tmp/nvback &&
+    ok "NVMe-oF: 32 MiB written, in the file" || bad "NVMe-oF: write"
+  rm -f /tmp/nvw
+  dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "NVMe-oF: errors in dmesg" || ok "NVMe-oF: no error recovery"
+  echo 1 >/sys/class/nvme/nvme0/delete_controller
+  rm -f \$c/ports/1/subsystems/t1; rmdir \$c/ports/1; echo 0 >\$c/subsystems/t1/namespaces/1/enable
+  rmdir \$c/subsystems/t1/namespaces/1 \$c/subsystems/t1
+  rmmod nvme_rdma nvmet_rdma
+  res=\$(rdma res show uiw0)
+  echo "rdma res: \$res"
+  # the core's CQ pool (ib_cq_pool_get) keeps its CQs until the device goes
+  case "\$res" in *"pd 0 cq "*" qp 0 "*"mr 0 "*"srq 0"*) ok "NVMe-oF: no PD, QP or MR left (rdma res)";; *) bad "NVMe-oF: objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "NVMe-oF: removal, the driver counts no object" ||
+    bad "NVMe-oF: removal"
+  rm -f /tmp/nvback
+else
+  echo "KTEST skip NVMe-oF (no nvmet-rdma.ko)"
 fi
 # load/unload rounds, with a device on every other one
 i=0 lf=0
@@ -223,7 +358,7 @@ while [ \$i -lt \$loops ]; do
 done
 n=\$(dmesg | grep -c 'uiwarp: wire self-test: PASS')
 [ \$lf -eq 0 ] && [ \$n -eq \$loops ] && ok "\$loops load/unload rounds" || bad "load/unload: \$lf failures in \$loops rounds, \$n PASS lines"
-if dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount_t'; then bad "kernel warnings"; else ok "no kernel warnings"; fi
+if dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount_t' || [ -n "\$kwarn" ]; then bad "kernel warnings"; else ok "no kernel warnings (the whole run)"; fi
 echo "KTEST: \$pass passed, \$fail failed"
 [ \$fail -eq 0 ]
 EOF
@@ -241,6 +376,12 @@ test_vm() {
     guest_modules
     cp "$B/uiwarp.ko" "$B/uiwarp_ktest.ko" "$x/"
     [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
+    [ ! -f "$B/mods/veth.ko" ] || cp "$B/mods/veth.ko" "$x/"
+    local m
+    mkdir -p "$x/nv"
+    for m in $NVME_MODS; do
+        [ ! -f "$B/mods/${m##*/}.ko" ] || cp "$B/mods/${m##*/}.ko" "$x/nv/"
+    done
     guest_script "$loops" >"$x/guest.sh"
     local log=$B/test.log rc=0
     # -v none: siw is not needed; 300 s is far above a TCG boot (about 10 s)

@@ -1,0 +1,1817 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The connection manager (iw_cm callbacks) and the data path of a uiwarp
+ * device (docs/KERNEL.md, phase 3), on kernel TCP sockets, with the wire
+ * core's MPA negotiation (uiw_mpa_neg_*), transmit segmenter (uiw_tx_*)
+ * and receive parser (uiw_rx_feed).
+ *
+ * One endpoint (struct uiw_ep) per listening socket and per connection.
+ * Everything an endpoint does runs in its work item on the module's
+ * workqueue, under ep->mu: the socket callbacks (sk_data_ready,
+ * sk_write_space, sk_state_change) and the verbs (post_send, post_recv,
+ * modify_qp to SQD or ERR) only queue it, so nothing runs while a
+ * connection is idle. Sockets are non-blocking, except the active side's
+ * connect() and the MPA frames, which the work item sends whole.
+ *
+ * Wire choices as the userspace engine's (docs/ENGINE.md "Connections",
+ * "Operations and their wire mapping"): MPA revision 2 with the RFC 6581
+ * IRD/ORD words, CRC when either side asks (module parameter mpa_crc:
+ * 0 never ask, 1 = the default: use it if the peer asks, 2 ask), no
+ * markers, client-server (no RTR; the responder sends no FPDU before the
+ * initiator's first, RFC 5044 §7.1.2). Send / Send with Invalidate on QN 0,
+ * RDMA Write tagged, RDMA Read as a Read Request on QN 1 answered by a
+ * tagged Read Response to the requester's sink STag.
+ *
+ * References on an endpoint (ep->ref): its socket's callbacks (until they
+ * are restored), each queued work item, the QP it is attached to
+ * (qp->ep), iw_cm's CONNECT_REQUEST (provider_data) until accept or
+ * reject, and the listener a child was accepted from.
+ *
+ * Locks: ep->mu (a mutex: the work item, accept, reject, destroy_listen,
+ * destroy_qp), then qp->lock, then cq->lock / the device's mr_lock.
+ */
+#define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
+
+#include <linux/in.h>
+#include <linux/in6.h>
+#include <linux/module.h>
+#include <linux/net.h>
+#include <linux/slab.h>
+#include <linux/tcp.h>
+#include <linux/workqueue.h>
+#include <net/sock.h>
+#include <net/tcp.h>
+#include <rdma/iw_cm.h>
+
+#include "uiw_dev.h"
+#include "uiwarp/wire.h"
+
+static unsigned int mpa_crc = UIW_CRC_OPTIONAL;
+module_param(mpa_crc, uint, 0644);
+MODULE_PARM_DESC(mpa_crc, "MPA CRC: 0 never ask, 1 if the peer asks (default), 2 ask");
+
+static unsigned int mpa_rev = 2;
+module_param(mpa_rev, uint, 0644);
+MODULE_PARM_DESC(mpa_rev, "MPA revision sent: 1 or 2 (default, RFC 6581 IRD/ORD)");
+
+static unsigned int max_fpdu;
+module_param(max_fpdu, uint, 0644);
+MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: from the TCP MSS, as siw)");
+
+static unsigned int first_hold_ms = 20;
+module_param(first_hold_ms, uint, 0644);
+MODULE_PARM_DESC(first_hold_ms,
+                 "initiator: ms between the MPA Reply and the first FPDU (siw's responder "
+                 "misses bytes that come before it watches its socket; default 20)");
+
+static struct workqueue_struct *uiw_wq;
+
+#define RXBUF_LEN (64 * 1024)
+#define TXIOV_MAX (UIW_MAX_SGE * (UIW_MAX_FR_PAGES + 1) + 1)
+#define IRQ_LEN   32 /* inbound Read Requests (IRD at most 16) */
+#define ORQ_LEN   UIW_MPA_DEFAULT_ORD
+
+enum ep_state {
+    EP_IDLE,
+    EP_LISTEN,
+    EP_CONNECTING,  /* active: connect() from the work item */
+    EP_WAIT_REP,    /* active: Request sent */
+    EP_WAIT_REQ,    /* passive: reading the Request */
+    EP_REQ_PENDING, /* passive: CONNECT_REQUEST upcalled, the ULP decides */
+    EP_RDMA,        /* FPDU mode, the QP in RTS */
+    EP_CLOSED,
+};
+
+/* bits of ep->flags, set from any context */
+enum { EPF_ABORT };
+
+/* what the current received segment is for */
+enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM };
+
+/* what the current transmitted message is */
+enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM };
+
+struct uiw_ep {
+    struct kref ref;
+    struct mutex mu;
+    struct work_struct work;
+    struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms) */
+    bool hold_armed, first_sent;
+    unsigned long first_tx_at;
+    unsigned long flags;
+    struct uiw_dev *dev;
+    struct socket *sock;
+    void (*old_data_ready)(struct sock *sk);
+    void (*old_write_space)(struct sock *sk);
+    void (*old_state_change)(struct sock *sk);
+    enum ep_state state;
+    bool active;
+    struct iw_cm_id *cm_id; /* a reference (cm_id->add_ref) while set */
+    struct uiw_ep *listener;
+    struct uiw_qp *qp;
+    struct sockaddr_storage laddr, raddr;
+    u16 ird, ord;
+    /* MPA */
+    uiw_mpa_neg neg;
+    u8 mpabuf[UIW_MPA_MAX_FRAME];
+    u16 mpa_have;
+    u8 pd[UIW_MPA_MAX_PD];
+    u16 pd_len;
+    /* FPDU mode */
+    bool tx_hold;  /* responder: no FPDU before the initiator's first */
+    bool fin_sent; /* graceful close: our FIN is out */
+    u8 *rxb;
+    u32 rx_have, rx_off;
+    uiw_rx rx;
+    uiw_useq useq[2]; /* QN 0 (Sends), QN 1 (Read Requests) */
+    struct {
+        enum seg_kind kind;
+        uiw_hdr h;
+        u32 payload_len;
+        bool need_rqe; /* a Send waits for a posted receive */
+        bool rqe_valid;
+        struct uiw_rqe rqe; /* the receive the current Send fills */
+        u32 rqe_len;
+    } seg;
+    uiw_rreq irq[IRQ_LEN]; /* Read Requests to answer, in order */
+    u32 irq_head, irq_count;
+    u32 orq[ORQ_LEN]; /* send queue slots of Reads in flight, in order */
+    u32 orq_head, orq_count;
+    u32 msn_send, msn_read;
+    uiw_tx tx;
+    uiw_tx_msg msg;
+    enum msg_kind msg_kind;
+    u32 msg_slot, msg_gen; /* MSG_SQE: the send queue slot and generation */
+    struct iovec *txiov;
+    uiw_fpdu *fpdu;
+    bool fpdu_busy;
+    int fpdu_idx; /* first iovec not wholly sent */
+    bool term_pending, term_sent;
+    uiw_hdr term_hdr;
+};
+
+static const char *ep_name(const struct uiw_ep *ep)
+{
+    return ep->dev ? dev_name(&ep->dev->ibdev.dev) : "uiwarp";
+}
+
+/* ------------------------------------------------------------------------
+ * Endpoints
+ * ---------------------------------------------------------------------- */
+
+static void ep_work(struct work_struct *w);
+static void ep_put(struct uiw_ep *ep);
+
+static void ep_free(struct kref *k)
+{
+    struct uiw_ep *ep = container_of(k, struct uiw_ep, ref);
+
+    if (ep->listener)
+        ep_put(ep->listener);
+    kvfree(ep->rxb);
+    kvfree(ep->txiov);
+    kvfree(ep->fpdu);
+    kfree(ep);
+}
+
+static void ep_put(struct uiw_ep *ep)
+{
+    kref_put(&ep->ref, ep_free);
+}
+
+static void ep_queue(struct uiw_ep *ep);
+
+static void ep_hold_fn(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, hold);
+
+    ep_queue(ep);
+    ep_put(ep); /* the reference taken when it was armed */
+}
+
+static struct uiw_ep *ep_new(struct uiw_dev *d)
+{
+    struct uiw_ep *ep = kzalloc(sizeof(*ep), GFP_KERNEL);
+
+    if (!ep)
+        return NULL;
+    kref_init(&ep->ref);
+    mutex_init(&ep->mu);
+    INIT_WORK(&ep->work, ep_work);
+    INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
+    ep->dev = d;
+    return ep;
+}
+
+/* Any context: run the work item (once more). */
+static void ep_queue(struct uiw_ep *ep)
+{
+    kref_get(&ep->ref);
+    if (!queue_work(uiw_wq, &ep->work))
+        kref_put(&ep->ref, ep_free); /* already queued: never the last */
+}
+
+static struct uiw_ep *sk_ep(struct sock *sk)
+{
+    return (struct uiw_ep *)((uintptr_t)sk->sk_user_data & SK_USER_DATA_PTRMASK);
+}
+
+static void sk_cb(struct sock *sk)
+{
+    struct uiw_ep *ep;
+
+    read_lock_bh(&sk->sk_callback_lock);
+    ep = sk_ep(sk);
+    if (ep)
+        ep_queue(ep);
+    read_unlock_bh(&sk->sk_callback_lock);
+}
+
+/* The socket's callbacks queue the work item. NOCOPY: a socket accepted
+ * from a listener does not inherit the pointer. */
+static void sock_attach(struct uiw_ep *ep)
+{
+    struct sock *sk = ep->sock->sk;
+
+    kref_get(&ep->ref);
+    write_lock_bh(&sk->sk_callback_lock);
+    sk->sk_user_data = (void *)((uintptr_t)ep | SK_USER_DATA_NOCOPY);
+    ep->old_data_ready = sk->sk_data_ready;
+    ep->old_write_space = sk->sk_write_space;
+    ep->old_state_change = sk->sk_state_change;
+    sk->sk_data_ready = sk_cb;
+    sk->sk_write_space = sk_cb;
+    sk->sk_state_change = sk_cb;
+    write_unlock_bh(&sk->sk_callback_lock);
+}
+
+/* Restores the callbacks and releases the socket. */
+static void sock_close(struct uiw_ep *ep)
+{
+    struct socket *s = ep->sock;
+    struct sock *sk;
+    bool attached;
+
+    if (!s)
+        return;
+    sk = s->sk;
+    write_lock_bh(&sk->sk_callback_lock);
+    attached = sk_ep(sk) == ep;
+    if (attached) {
+        sk->sk_user_data = NULL;
+        sk->sk_data_ready = ep->old_data_ready;
+        sk->sk_write_space = ep->old_write_space;
+        sk->sk_state_change = ep->old_state_change;
+    }
+    write_unlock_bh(&sk->sk_callback_lock);
+    kernel_sock_shutdown(s, SHUT_RDWR);
+    sock_release(s);
+    ep->sock = NULL;
+    if (attached)
+        ep_put(ep);
+}
+
+static int sock_send_all(struct socket *s, const void *buf, size_t len)
+{
+    struct kvec v = {.iov_base = (void *)buf, .iov_len = len};
+    struct msghdr m = {.msg_flags = MSG_NOSIGNAL};
+    int rc = kernel_sendmsg(s, &m, &v, 1, len);
+
+    if (rc < 0)
+        return rc;
+    return rc == (int)len ? 0 : -EIO;
+}
+
+static int sock_recv(struct socket *s, void *buf, size_t len)
+{
+    struct kvec v = {.iov_base = buf, .iov_len = len};
+    struct msghdr m = {.msg_flags = MSG_DONTWAIT};
+
+    return kernel_recvmsg(s, &m, &v, 1, len, MSG_DONTWAIT);
+}
+
+static void make_policy(uiw_mpa_policy *pol, unsigned int ird, unsigned int ord, const u8 *pd,
+                        u16 pd_len)
+{
+    uiw_mpa_policy_default(pol);
+    pol->rev = mpa_rev == 1 ? 1 : 2;
+    pol->crc = mpa_crc <= UIW_CRC_REQUIRED ? mpa_crc : UIW_CRC_OPTIONAL;
+    pol->ird = min_t(unsigned int, ird, UIW_MPA_DEFAULT_IRD);
+    pol->ord = min_t(unsigned int, ord, UIW_MPA_DEFAULT_ORD);
+    pol->max_ird = UIW_MPA_DEFAULT_IRD;
+    pol->min_ord = 0;
+    pol->ulp_pd = pd_len ? pd : NULL;
+    pol->ulp_pd_len = pd_len;
+}
+
+static void upcall(struct uiw_ep *ep, struct iw_cm_id *id, enum iw_cm_event_type type, int status,
+                   const u8 *pd, u16 pd_len, void *provider_data)
+{
+    struct iw_cm_event ev = {
+        .event = type,
+        .status = status,
+        .local_addr = ep->laddr,
+        .remote_addr = ep->raddr,
+        .private_data = (void *)pd,
+        .private_data_len = pd_len,
+        .provider_data = provider_data,
+        .ird = ep->ird,
+        .ord = ep->ord,
+    };
+
+    if (!id || !id->event_handler)
+        return;
+    if (type != IW_CM_EVENT_CONNECT_REQUEST && type != IW_CM_EVENT_CONNECT_REPLY) {
+        ev.private_data = NULL;
+        ev.private_data_len = 0;
+    }
+    pr_debug("%s: cm event %d status %d\n", ep_name(ep), type, status);
+    id->event_handler(id, &ev);
+}
+
+/* ------------------------------------------------------------------------
+ * Attaching the stream to the QP, and tearing it down
+ * ---------------------------------------------------------------------- */
+
+static u16 fpdu_size(struct uiw_ep *ep)
+{
+    unsigned int m = max_fpdu;
+
+    if (!m)
+        m = tcp_sk(ep->sock->sk)->mss_cache;
+    m = clamp(m, (unsigned int)UIW_TX_MIN_FPDU * 4, 65532u);
+    return (u16)(m & ~7u); /* a multiple of 8, as siw */
+}
+
+/* ep->mu held; the negotiation is done. The QP goes to RTS. */
+static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
+{
+    const uiw_mpa_result *r = &ep->neg.result;
+    uiw_rx_cfg rc = {.crc = r->crc, .markers = r->markers_rx};
+    uiw_tx_cfg tc = {.crc = r->crc, .markers = r->markers_tx};
+    unsigned long fl;
+    int rv = 0;
+
+    if (!ep->rxb)
+        ep->rxb = kvmalloc(RXBUF_LEN, GFP_KERNEL);
+    if (!ep->txiov)
+        ep->txiov = kvmalloc_array(TXIOV_MAX, sizeof(*ep->txiov), GFP_KERNEL);
+    if (!ep->fpdu)
+        ep->fpdu = kvmalloc(sizeof(*ep->fpdu), GFP_KERNEL);
+    if (!ep->rxb || !ep->txiov || !ep->fpdu)
+        return -ENOMEM;
+    tc.max_fpdu = fpdu_size(ep);
+    uiw_rx_init(&ep->rx, &rc);
+    if (uiw_tx_init(&ep->tx, &tc))
+        return -EINVAL;
+    uiw_useq_init(&ep->useq[0]);
+    uiw_useq_init(&ep->useq[1]);
+    ep->msn_send = ep->msn_read = 1;
+    ep->rx_have = ep->rx_off = 0;
+    ep->tx_hold = !ep->active && r->await_rtr;
+    ep->first_tx_at = jiffies + msecs_to_jiffies(first_hold_ms);
+    ep->ird = r->ird;
+    ep->ord = r->ord;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    if ((qp->ep && qp->ep != ep) || (qp->state != IB_QPS_INIT && qp->state != IB_QPS_RTR)) {
+        rv = -EINVAL;
+    } else {
+        if (!qp->ep) {
+            kref_get(&ep->ref);
+            qp->ep = ep;
+        }
+        qp->state = IB_QPS_RTS;
+        qp->sq_sent = 0;
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    if (rv)
+        return rv;
+    kref_get(&qp->ref);
+    ep->qp = qp;
+    ep->state = EP_RDMA;
+    tcp_sock_set_nodelay(ep->sock->sk);
+    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u)\n", ep_name(ep), qp->base.qp_num, r->crc,
+             tc.max_fpdu);
+    return 0;
+}
+
+/* ep->mu held: the QP lets go of the connection; the QP to ERR (flush) if
+ * it is not there already. */
+static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
+{
+    struct uiw_qp *qp = ep->qp;
+    struct uiw_after af = AFTER_INIT;
+    unsigned long fl;
+    bool had = false;
+
+    if (!qp)
+        return;
+    spin_lock_irqsave(&qp->lock, fl);
+    if (qp->ep == ep) {
+        qp->ep = NULL;
+        had = true;
+    }
+    /* a connected QP goes to ERR (a failed connect leaves it as it was) */
+    if (had && (qp->state == IB_QPS_RTS || qp->state == IB_QPS_SQD)) {
+        if ((int)ev >= 0)
+            uiw_after_qp_event(&af, ev);
+        uiw_qp_error_locked(qp, &af);
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    uiw_after_run(qp, &af);
+    ep->qp = NULL;
+    uiw_qp_put(qp);
+    if (had)
+        ep_put(ep);
+}
+
+/* ep->mu held: the end of a connection. The socket goes, the QP to ERR,
+ * and iw_cm hears CLOSE (after DISCONNECT when the peer closed first) for
+ * a connection that was established, then lets go of its cm_id. */
+static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type qp_ev)
+{
+    bool was_rdma = ep->state == EP_RDMA;
+    bool connecting = ep->active && (ep->state == EP_CONNECTING || ep->state == EP_WAIT_REP);
+    struct iw_cm_id *id = ep->cm_id;
+
+    if (ep->hold_armed && cancel_delayed_work(&ep->hold))
+        ep_put(ep);
+    ep->hold_armed = false;
+
+    sock_close(ep);
+    qp_unlink(ep, qp_ev);
+    ep->state = EP_CLOSED;
+    if (id) {
+        if (was_rdma) {
+            if (peer_closed)
+                upcall(ep, id, IW_CM_EVENT_DISCONNECT, 0, NULL, 0, NULL);
+            upcall(ep, id, IW_CM_EVENT_CLOSE, 0, NULL, 0, NULL);
+        } else if (connecting) {
+            /* iw_cm waits for the reply of a connect (its destroy too) */
+            upcall(ep, id, IW_CM_EVENT_CONNECT_REPLY, -ECONNRESET, NULL, 0, NULL);
+        }
+        ep->cm_id = NULL;
+        id->provider_data = NULL;
+        id->rem_ref(id);
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The data path: completions
+ * ---------------------------------------------------------------------- */
+
+static int wc_op(u8 opcode)
+{
+    switch (opcode) {
+    case IB_WR_RDMA_WRITE:
+        return IB_WC_RDMA_WRITE;
+    case IB_WR_RDMA_READ:
+    case IB_WR_RDMA_READ_WITH_INV:
+        return IB_WC_RDMA_READ;
+    default:
+        return IB_WC_SEND;
+    }
+}
+
+static bool is_read(u8 op)
+{
+    return op == IB_WR_RDMA_READ || op == IB_WR_RDMA_READ_WITH_INV;
+}
+
+static void local_inv(struct uiw_qp *qp, u32 stag);
+
+/* ep->mu held: marks a send queue slot done and completes the queue's
+ * head entries that are, in order. */
+static void sq_done(struct uiw_ep *ep, u32 slot, u32 gen)
+{
+    struct uiw_qp *qp = ep->qp;
+    struct uiw_cq *scq = to_ucq(qp->base.send_cq);
+    struct uiw_after af = AFTER_INIT;
+    unsigned long fl;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    if (qp->sq_gen == gen && qp->state != IB_QPS_ERR) {
+        /* Read with Invalidate (what rdma_rw posts on iWARP): the sink's
+         * STag is invalid once the data is there. The sink is the SGE's
+         * lkey, as siw takes it: rdma_rw bumps the MR's key at post time,
+         * after it filled in ex.invalidate_rkey with the old one. */
+        if (qp->sq[slot].opcode == IB_WR_RDMA_READ_WITH_INV && qp->sq[slot].num_sge)
+            local_inv(qp, qp->sq[slot].sge[0].lkey);
+        qp->sq[slot].done = true;
+        while (qp->sq_count && qp->sq[qp->sq_head].done) {
+            struct uiw_sqe *e = &qp->sq[qp->sq_head];
+
+            if (e->signaled) {
+                struct ib_wc wc = {
+                    .wr_id = e->wr_id,
+                    .status = IB_WC_SUCCESS,
+                    .opcode = wc_op(e->opcode),
+                    .qp = &qp->base,
+                };
+
+                if (is_read(e->opcode))
+                    wc.byte_len = e->num_sge ? e->sge[0].length : 0;
+                uiw_cq_add(scq, &wc, &af);
+            }
+            qp->sq_head = (qp->sq_head + 1) % qp->cap.max_send_wr;
+            qp->sq_count--;
+            qp->sq_sent--;
+        }
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    uiw_after_run(qp, &af);
+}
+
+/* ------------------------------------------------------------------------
+ * The data path: memory
+ * ---------------------------------------------------------------------- */
+
+/* mr_lock held. The MR an STag names for this QP with these rights over
+ * [addr, addr + len), or NULL with *cause set (RFC 5040 §7.2, RFC 5041
+ * §7.2: DDP tagged errors for the STag and bounds, RDMAP for rights). */
+static struct uiw_mr *mr_check(struct uiw_qp *qp, u32 stag, int access, u64 addr, u64 len,
+                               uiw_term_cause *cause)
+{
+    struct uiw_dev *d = to_udev(qp->base.device);
+    struct uiw_mr *mr = xa_load(&d->mrs, stag >> 8);
+
+    if (cause) {
+        cause->layer = UIW_LAYER_DDP;
+        cause->etype = UIW_DDP_ET_TAGGED;
+    }
+    if (!mr || mr->stag != stag || !mr->valid) {
+        if (cause)
+            cause->ecode = UIW_DDP_EC_T_INVALID_STAG;
+        return NULL;
+    }
+    if (mr->base.pd != qp->base.pd) {
+        if (cause)
+            cause->ecode = UIW_DDP_EC_T_STAG_NOT_ASSOC;
+        return NULL;
+    }
+    if (access && !(mr->access & access)) {
+        if (cause) {
+            cause->layer = UIW_LAYER_RDMAP;
+            cause->etype = UIW_RDMAP_ET_REMOTE_PROT;
+            cause->ecode = UIW_RDMAP_EC_ACCESS_RIGHTS;
+        }
+        return NULL;
+    }
+    if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) {
+        if (cause)
+            cause->ecode = UIW_DDP_EC_T_BASE_BOUNDS;
+        return NULL;
+    }
+    return mr;
+}
+
+/* The kernel address of addr in a checked MR and how many bytes are
+ * contiguous from there (up to len). */
+static void *mr_ptr(struct uiw_mr *mr, u64 addr, u64 len, u64 *contig)
+{
+    u64 pos, ps;
+    u32 idx;
+
+    if (mr->base.type != IB_MR_TYPE_MEM_REG) {
+        *contig = len; /* the DMA MR: kernel virtual addresses */
+        return (void *)(uintptr_t)addr;
+    }
+    ps = mr->page_size;
+    pos = addr - mr->iova + mr->reg_fbo;
+    idx = pos / ps;
+    if (idx >= mr->reg_npages) {
+        *contig = 0;
+        return NULL;
+    }
+    *contig = min(len, ps - pos % ps);
+    return (void *)(uintptr_t)(mr->reg_pages[idx] + pos % ps);
+}
+
+/* Copies len bytes to addr in the MR named by stag (checked again under
+ * mr_lock, so a concurrent dereg or invalidate cannot free it meanwhile). */
+static int place(struct uiw_qp *qp, u32 stag, int access, u64 addr, const u8 *src, u32 len,
+                 uiw_term_cause *cause)
+{
+    struct uiw_dev *d = to_udev(qp->base.device);
+    struct uiw_mr *mr;
+    unsigned long fl;
+    int rc = 0;
+
+    spin_lock_irqsave(&d->mr_lock, fl);
+    mr = mr_check(qp, stag, access, addr, len, cause);
+    if (!mr) {
+        rc = -EACCES;
+    } else {
+        while (len) {
+            u64 n;
+            void *p = mr_ptr(mr, addr, len, &n);
+
+            if (!p || !n) {
+                rc = -EFAULT;
+                break;
+            }
+            memcpy(p, src, n);
+            src += n;
+            addr += n;
+            len -= n;
+        }
+    }
+    spin_unlock_irqrestore(&d->mr_lock, fl);
+    return rc;
+}
+
+/* Appends iovecs for [addr, addr + len) of the MR stag names to txiov. */
+static int gather(struct uiw_ep *ep, int *niov, u32 stag, int access, u64 addr, u64 len,
+                  uiw_term_cause *cause)
+{
+    struct uiw_qp *qp = ep->qp;
+    struct uiw_dev *d = to_udev(qp->base.device);
+    struct uiw_mr *mr;
+    unsigned long fl;
+    int rc = 0;
+
+    if (!len)
+        return 0;
+    spin_lock_irqsave(&d->mr_lock, fl);
+    mr = mr_check(qp, stag, access, addr, len, cause);
+    if (!mr)
+        rc = -EACCES;
+    while (mr && len) {
+        u64 n;
+        void *p = mr_ptr(mr, addr, len, &n);
+
+        if (!p || !n || *niov == TXIOV_MAX) {
+            rc = -EFAULT;
+            break;
+        }
+        ep->txiov[*niov].iov_base = (void __user *)p;
+        ep->txiov[*niov].iov_len = n;
+        (*niov)++;
+        addr += n;
+        len -= n;
+    }
+    spin_unlock_irqrestore(&d->mr_lock, fl);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * The data path: transmit
+ * ---------------------------------------------------------------------- */
+
+/* A Terminate (RFC 5040 §4.8) for cause, with what Figure 10 attaches;
+ * the QP goes to ERR at once, the socket after the Terminate is out. */
+static void terminate(struct uiw_ep *ep, uiw_term_cause cause, const u8 *bad, unsigned int badlen,
+                      const char *why)
+{
+    struct uiw_qp *qp = ep->qp;
+
+    if (ep->term_pending || ep->term_sent)
+        return;
+    pr_info_ratelimited("%s: QP %u: Terminate %s/%s/%s: %s\n", ep_name(ep),
+                        qp ? qp->base.qp_num : 0, uiw_term_layer_name(cause.layer),
+                        uiw_term_etype_name(cause.layer, cause.etype),
+                        uiw_term_ecode_name(cause.layer, cause.etype, cause.ecode), why);
+    uiw_hdr_init_untagged(&ep->term_hdr, UIW_OP_TERMINATE, UIW_QN_TERMINATE, 1);
+    uiw_term_attach(&ep->term_hdr.u.term, cause, bad, badlen);
+    ep->term_pending = true;
+    if (qp) {
+        struct uiw_after af = AFTER_INIT;
+        unsigned long fl;
+
+        spin_lock_irqsave(&qp->lock, fl);
+        if (qp->state != IB_QPS_ERR) {
+            uiw_after_qp_event(&af, IB_EVENT_QP_FATAL);
+            uiw_qp_error_locked(qp, &af);
+        }
+        spin_unlock_irqrestore(&qp->lock, fl);
+        uiw_after_run(qp, &af);
+    }
+}
+
+/* Starts the next message: a Terminate, a Read Response, or the next
+ * send queue entry. 1 started, 0 nothing to send. */
+static int tx_start(struct uiw_ep *ep)
+{
+    struct uiw_qp *qp = ep->qp;
+    uiw_term_cause cause;
+    struct uiw_sqe e;
+    unsigned long fl;
+    uiw_hdr h;
+    u64 total = 0;
+    int niov = 0, rc;
+    u32 i;
+
+    if (ep->term_pending) {
+        ep->term_pending = false;
+        if (uiw_tx_msg_init(&ep->msg, &ep->term_hdr, NULL, 0, 0))
+            return 0;
+        ep->msg_kind = MSG_TERM;
+        return 1;
+    }
+    if (ep->term_sent || !qp || ep->tx_hold)
+        return 0;
+    if (ep->active && !ep->first_sent) {
+        long left = (long)(ep->first_tx_at - jiffies);
+
+        if (left > 0) {
+            if (!ep->hold_armed) {
+                ep->hold_armed = true;
+                kref_get(&ep->ref);
+                if (!queue_delayed_work(uiw_wq, &ep->hold, left))
+                    ep_put(ep);
+            }
+            return 0;
+        }
+        ep->first_sent = true;
+    }
+    if (ep->irq_count) {
+        const uiw_rreq *r = &ep->irq[ep->irq_head];
+
+        rc = gather(ep, &niov, r->src_stag, IB_ACCESS_REMOTE_READ, r->src_to, r->read_size,
+                    &cause);
+        if (rc) {
+            terminate(ep, cause, NULL, 0, "Read Request source");
+            return ep->term_pending;
+        }
+        uiw_hdr_init(&h, true, UIW_OP_READ_RESP);
+        h.stag = r->sink_stag;
+        h.to = r->sink_to;
+        if (uiw_tx_msg_init(&ep->msg, &h, ep->txiov, niov, r->read_size))
+            return 0;
+        ep->msg_kind = MSG_RRESP;
+        return 1;
+    }
+    spin_lock_irqsave(&qp->lock, fl);
+    if ((qp->state != IB_QPS_RTS && qp->state != IB_QPS_SQD) || qp->sq_sent == qp->sq_count) {
+        spin_unlock_irqrestore(&qp->lock, fl);
+        return 0;
+    }
+    ep->msg_slot = (qp->sq_head + qp->sq_sent) % qp->cap.max_send_wr;
+    e = qp->sq[ep->msg_slot];
+    if (is_read(e.opcode) && ep->orq_count == min_t(u32, ORQ_LEN, max(ep->ord, 1))) {
+        spin_unlock_irqrestore(&qp->lock, fl);
+        return 0; /* ORD Reads in flight: wait for a response */
+    }
+    qp->sq_sent++;
+    ep->msg_gen = qp->sq_gen;
+    spin_unlock_irqrestore(&qp->lock, fl);
+
+    if (!is_read(e.opcode)) {
+        for (i = 0; i < e.num_sge; i++) {
+            rc = gather(ep, &niov, e.sge[i].lkey, 0, e.sge[i].addr, e.sge[i].length, NULL);
+            if (rc)
+                goto local_err;
+            total += e.sge[i].length;
+        }
+    }
+    switch (e.opcode) {
+    case IB_WR_SEND:
+    case IB_WR_SEND_WITH_INV:
+        if (e.opcode == IB_WR_SEND)
+            uiw_hdr_init_untagged(&h, e.solicited ? UIW_OP_SEND_SE : UIW_OP_SEND, UIW_QN_SEND,
+                                  ep->msn_send++);
+        else
+            uiw_hdr_init_untagged(&h, e.solicited ? UIW_OP_SEND_SE_INV : UIW_OP_SEND_INV,
+                                  UIW_QN_SEND, ep->msn_send++);
+        h.inv_stag = e.inv_rkey;
+        break;
+    case IB_WR_RDMA_WRITE:
+        uiw_hdr_init(&h, true, UIW_OP_WRITE);
+        h.stag = e.rkey;
+        h.to = e.raddr;
+        break;
+    default: /* IB_WR_RDMA_READ, IB_WR_RDMA_READ_WITH_INV */
+        uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, ep->msn_read++);
+        h.u.rreq.sink_stag = e.num_sge ? e.sge[0].lkey : 0;
+        h.u.rreq.sink_to = e.num_sge ? e.sge[0].addr : 0;
+        h.u.rreq.read_size = e.num_sge ? e.sge[0].length : 0;
+        h.u.rreq.src_stag = e.rkey;
+        h.u.rreq.src_to = e.raddr;
+        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN] = ep->msg_slot;
+        ep->orq_count++;
+        break;
+    }
+    if (uiw_tx_msg_init(&ep->msg, &h, ep->txiov, niov, total))
+        goto local_err;
+    ep->msg_kind = MSG_SQE;
+    return 1;
+
+local_err : {
+    /* a bad local SGE: the WR completes with a local protection error,
+     * the QP goes to ERR (flushing the rest) */
+    struct uiw_after af = AFTER_INIT;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    if (qp->sq_gen == ep->msg_gen && qp->state != IB_QPS_ERR) {
+        /* the flush completes it with this status, in order */
+        qp->sq[ep->msg_slot].err_status = IB_WC_LOC_PROT_ERR;
+        uiw_after_qp_event(&af, IB_EVENT_QP_ACCESS_ERR);
+        uiw_qp_error_locked(qp, &af);
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    uiw_after_run(qp, &af);
+    ep_teardown(ep, false, -1);
+    return 0;
+}
+}
+
+/* The current message is on the wire. */
+static void tx_msg_done(struct uiw_ep *ep)
+{
+    enum msg_kind k = ep->msg_kind;
+
+    ep->msg_kind = MSG_NONE;
+    if (k == MSG_TERM) {
+        ep->term_sent = true;
+    } else if (k == MSG_RRESP) {
+        ep->irq_head = (ep->irq_head + 1) % IRQ_LEN;
+        ep->irq_count--;
+    } else if (k == MSG_SQE && ep->qp) {
+        u8 op = ep->qp->sq[ep->msg_slot].opcode;
+
+        if (!is_read(op)) /* a Read completes at its response */
+            sq_done(ep, ep->msg_slot, ep->msg_gen);
+    }
+}
+
+/* Sends what the socket takes: 1 progress, 0 blocked/idle, <0 error. */
+static int stream_tx(struct uiw_ep *ep)
+{
+    int progress = 0;
+
+    for (;;) {
+        if (ep->fpdu_busy) {
+            uiw_fpdu *f = ep->fpdu;
+            struct msghdr m = {.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL};
+            size_t left = 0;
+            int i, n;
+
+            for (i = ep->fpdu_idx; i < f->iovcnt; i++)
+                left += f->iov[i].iov_len;
+            n = kernel_sendmsg(ep->sock, &m, (struct kvec *)&f->iov[ep->fpdu_idx],
+                               f->iovcnt - ep->fpdu_idx, left);
+            if (n == -EAGAIN)
+                return progress;
+            if (n < 0)
+                return n;
+            progress = 1;
+            /* skip what went */
+            while (n > 0) {
+                struct iovec *v = &f->iov[ep->fpdu_idx];
+
+                if ((size_t)n >= v->iov_len) {
+                    n -= v->iov_len;
+                    ep->fpdu_idx++;
+                } else {
+                    v->iov_base = (u8 __user *)v->iov_base + n;
+                    v->iov_len -= n;
+                    n = 0;
+                }
+            }
+            if (ep->fpdu_idx < f->iovcnt)
+                continue;
+            ep->fpdu_busy = false;
+        }
+        if (ep->msg_kind != MSG_NONE) {
+            int rc;
+
+            if (ep->term_pending && ep->msg_kind != MSG_TERM) {
+                ep->msg_kind = MSG_NONE; /* the rest of it is not sent */
+                continue;
+            }
+            rc = uiw_tx_next(&ep->tx, &ep->msg, ep->fpdu);
+            if (rc < 0)
+                return rc;
+            if (rc == 1) {
+                ep->fpdu_busy = true;
+                ep->fpdu_idx = 0;
+                continue;
+            }
+            tx_msg_done(ep);
+            progress = 1;
+            if (ep->state != EP_RDMA)
+                return progress;
+            continue;
+        }
+        if (!tx_start(ep))
+            return progress;
+        if (ep->state != EP_RDMA)
+            return progress;
+    }
+}
+
+/* ------------------------------------------------------------------------
+ * The data path: receive
+ * ---------------------------------------------------------------------- */
+
+static bool rqe_pop(struct uiw_ep *ep)
+{
+    struct uiw_qp *qp = ep->qp;
+    unsigned long fl;
+    bool got = false;
+    u32 i;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    if (qp->rq && qp->rq_count) {
+        ep->seg.rqe = qp->rq[qp->rq_head];
+        qp->rq_head = (qp->rq_head + 1) % qp->cap.max_recv_wr;
+        qp->rq_count--;
+        got = true;
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    if (got) {
+        ep->seg.rqe_valid = true;
+        ep->seg.rqe_len = 0;
+        for (i = 0; i < ep->seg.rqe.num_sge; i++)
+            ep->seg.rqe_len += ep->seg.rqe.sge[i].length;
+    }
+    return got;
+}
+
+static void term_on(struct uiw_ep *ep, uiw_term_cause cause, const char *why)
+{
+    u8 img[UIW_TERM_HDR_IMAGE_MAX];
+    unsigned int n = uiw_term_hdr_image(&ep->seg.h, UIW_HDR_UNTAGGED_LEN + ep->seg.payload_len,
+                                        true, img);
+
+    terminate(ep, cause, img, n, why);
+}
+
+/* A segment's header. Returns false when the Send waits for a receive. */
+static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
+{
+    const uiw_hdr *h = ev->hdr;
+    struct uiw_qp *qp = ep->qp;
+    uiw_term_cause cause = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                            UIW_RDMAP_EC_UNEXPECTED_OPCODE};
+    int qaccess = qp->attr.qp_access_flags;
+
+    ep->tx_hold = false; /* the initiator's first FPDU (RFC 5044 §7.1.2) */
+    ep->seg.h = *h;
+    ep->seg.payload_len = ev->payload_len;
+    ep->seg.kind = SEG_NONE;
+    if (h->tagged) {
+        struct uiw_dev *d = to_udev(qp->base.device);
+        unsigned long fl;
+        bool ok;
+
+        if (h->opcode == UIW_OP_READ_RESP && !ep->orq_count) {
+            term_on(ep, cause, "Read Response without a Read Request");
+            return true;
+        }
+        if (h->opcode == UIW_OP_WRITE && !(qaccess & IB_ACCESS_REMOTE_WRITE)) {
+            cause.etype = UIW_RDMAP_ET_REMOTE_PROT;
+            cause.ecode = UIW_RDMAP_EC_ACCESS_RIGHTS;
+            term_on(ep, cause, "RDMA Write to a QP without remote write");
+            return true;
+        }
+        if (ev->payload_len) {
+            spin_lock_irqsave(&d->mr_lock, fl);
+            ok = mr_check(qp, h->stag,
+                          h->opcode == UIW_OP_WRITE ? IB_ACCESS_REMOTE_WRITE
+                                                    : IB_ACCESS_LOCAL_WRITE,
+                          h->to, ev->payload_len, &cause) != NULL;
+            spin_unlock_irqrestore(&d->mr_lock, fl);
+            if (!ok) {
+                term_on(ep, cause, "tagged buffer");
+                return true;
+            }
+        }
+        ep->seg.kind = SEG_TAGGED;
+        return true;
+    }
+    if (h->qn == UIW_QN_SEND || h->qn == UIW_QN_READ_REQ) {
+        uiw_useq *q = &ep->useq[h->qn];
+
+        if (!uiw_useq_check(q, h, &cause)) {
+            term_on(ep, cause, "untagged sequence");
+            return true;
+        }
+        if (h->qn == UIW_QN_READ_REQ) {
+            if (h->opcode != UIW_OP_READ_REQ) {
+                term_on(ep, cause, "opcode on QN 1");
+                return true;
+            }
+            if (!(qaccess & IB_ACCESS_REMOTE_READ) || ep->irq_count == IRQ_LEN) {
+                cause.layer = UIW_LAYER_DDP;
+                cause.etype = UIW_DDP_ET_UNTAGGED;
+                cause.ecode = UIW_DDP_EC_U_INVALID_MSN_NOBUF;
+                term_on(ep, cause, "no room for the Read Request");
+                return true;
+            }
+            uiw_useq_accept(q, h, ev->payload_len);
+            ep->irq[(ep->irq_head + ep->irq_count) % IRQ_LEN] = h->u.rreq;
+            ep->irq_count++;
+            return true;
+        }
+        if (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV) {
+            term_on(ep, cause, "unsupported opcode on QN 0");
+            return true;
+        }
+        if (!q->open && !ep->seg.rqe_valid) {
+            if (qp->base.srq) {
+                term_on(ep, cause, "Send to a QP on an SRQ (not yet supported)");
+                return true;
+            }
+            if (!rqe_pop(ep)) {
+                ep->seg.need_rqe = true; /* "Receiver not ready": wait */
+                return false;
+            }
+        }
+        if ((u64)h->mo + ev->payload_len > ep->seg.rqe_len) {
+            cause.layer = UIW_LAYER_DDP;
+            cause.etype = UIW_DDP_ET_UNTAGGED;
+            cause.ecode = UIW_DDP_EC_U_MSG_TOO_LONG;
+            term_on(ep, cause, "Send longer than the receive");
+            return true;
+        }
+        uiw_useq_accept(q, h, ev->payload_len);
+        ep->seg.kind = SEG_SEND;
+        return true;
+    }
+    if (h->qn == UIW_QN_TERMINATE) {
+        ep->seg.kind = SEG_TERM;
+        return true;
+    }
+    term_on(ep, cause, "unsupported message");
+    return true;
+}
+
+static void rx_payload(struct uiw_ep *ep, const uiw_rx_event *ev)
+{
+    const uiw_hdr *h = &ep->seg.h;
+    uiw_term_cause cause;
+    u32 i;
+
+    if (ep->term_pending || ep->term_sent)
+        return;
+    if (ep->seg.kind == SEG_TAGGED) {
+        if (place(ep->qp, h->stag,
+                  h->opcode == UIW_OP_WRITE ? IB_ACCESS_REMOTE_WRITE : IB_ACCESS_LOCAL_WRITE,
+                  h->to + ev->offset, ev->data, ev->len, &cause))
+            term_on(ep, cause, "tagged buffer (changed)");
+    } else if (ep->seg.kind == SEG_SEND) {
+        u64 off = (u64)h->mo + ev->offset;
+        const u8 *src = ev->data;
+        u32 len = ev->len;
+
+        for (i = 0; i < ep->seg.rqe.num_sge && len; i++) {
+            const struct ib_sge *s = &ep->seg.rqe.sge[i];
+            u32 n;
+
+            if (off >= s->length) {
+                off -= s->length;
+                continue;
+            }
+            n = min_t(u64, len, s->length - off);
+            if (place(ep->qp, s->lkey, IB_ACCESS_LOCAL_WRITE, s->addr + off, src, n, &cause)) {
+                cause.layer = UIW_LAYER_RDMAP;
+                cause.etype = UIW_RDMAP_ET_CATASTROPHIC;
+                cause.ecode = UIW_RDMAP_EC_UNSPECIFIED;
+                term_on(ep, cause, "receive buffer");
+                return;
+            }
+            src += n;
+            len -= n;
+            off = 0;
+        }
+    }
+}
+
+/* qp->lock held: a local invalidation (mr_lock nests inside) */
+static void local_inv(struct uiw_qp *qp, u32 stag)
+{
+    struct uiw_dev *d = to_udev(qp->base.device);
+    struct uiw_mr *mr;
+
+    spin_lock(&d->mr_lock);
+    mr = xa_load(&d->mrs, stag >> 8);
+    if (mr && mr->stag == stag && mr->base.pd == qp->base.pd &&
+        mr->base.type == IB_MR_TYPE_MEM_REG)
+        mr->valid = false;
+    spin_unlock(&d->mr_lock);
+}
+
+/* remote invalidation (Send with Invalidate, RFC 5040 §5.4) */
+static bool remote_inv(struct uiw_ep *ep, u32 stag)
+{
+    struct uiw_dev *d = to_udev(ep->qp->base.device);
+    struct uiw_mr *mr;
+    unsigned long fl;
+    bool ok = false;
+
+    spin_lock_irqsave(&d->mr_lock, fl);
+    mr = xa_load(&d->mrs, stag >> 8);
+    if (mr && mr->stag == stag && mr->base.pd == ep->qp->base.pd &&
+        mr->base.type == IB_MR_TYPE_MEM_REG) {
+        mr->valid = false;
+        ok = true;
+    }
+    spin_unlock_irqrestore(&d->mr_lock, fl);
+    return ok;
+}
+
+static void rx_end(struct uiw_ep *ep)
+{
+    const uiw_hdr *h = &ep->seg.h;
+    struct uiw_qp *qp = ep->qp;
+
+    if (ep->term_pending || ep->term_sent || !h->last)
+        return;
+    if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_READ_RESP) {
+        u32 slot = ep->orq[ep->orq_head];
+
+        ep->orq_head = (ep->orq_head + 1) % ORQ_LEN;
+        ep->orq_count--;
+        sq_done(ep, slot, qp->sq_gen);
+    } else if (ep->seg.kind == SEG_SEND) {
+        struct uiw_cq *rcq = to_ucq(qp->base.recv_cq);
+        struct uiw_after af = AFTER_INIT;
+        bool inv = h->opcode == UIW_OP_SEND_INV || h->opcode == UIW_OP_SEND_SE_INV;
+        bool se = h->opcode == UIW_OP_SEND_SE || h->opcode == UIW_OP_SEND_SE_INV;
+        struct ib_wc wc = {
+            .wr_id = ep->seg.rqe.wr_id,
+            .status = IB_WC_SUCCESS,
+            .opcode = IB_WC_RECV,
+            .byte_len = h->mo + ep->seg.payload_len,
+            .qp = &qp->base,
+        };
+        bool notify = false;
+        unsigned long fl;
+
+        if (inv) {
+            if (!remote_inv(ep, h->inv_stag)) {
+                uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
+                                    UIW_RDMAP_EC_CANT_INVALIDATE};
+
+                term_on(ep, c, "Send with Invalidate");
+                return;
+            }
+            wc.wc_flags |= IB_WC_WITH_INVALIDATE;
+            wc.ex.invalidate_rkey = h->inv_stag;
+        }
+        ep->seg.rqe_valid = false;
+        spin_lock_irqsave(&qp->lock, fl);
+        if (qp->state != IB_QPS_ERR) {
+            spin_lock(&rcq->lock);
+            if (uiw_cq_push_locked(rcq, &wc, se, &notify))
+                uiw_after_add(af.overflow, rcq);
+            spin_unlock(&rcq->lock);
+            if (notify)
+                uiw_after_add(af.notify, rcq);
+        }
+        spin_unlock_irqrestore(&qp->lock, fl);
+        uiw_after_run(qp, &af);
+    } else if (ep->seg.kind == SEG_TERM) {
+        const uiw_term *t = &h->u.term;
+
+        pr_info_ratelimited("%s: QP %u: Terminate received: %s/%s/%s\n", ep_name(ep),
+                            qp->base.qp_num, uiw_term_layer_name(t->cause.layer),
+                            uiw_term_etype_name(t->cause.layer, t->cause.etype),
+                            uiw_term_ecode_name(t->cause.layer, t->cause.etype, t->cause.ecode));
+        ep->term_sent = true; /* nothing more to send: close */
+        qp_unlink(ep, IB_EVENT_QP_FATAL);
+    }
+}
+
+/* Reads and parses what the socket has: 1 progress, 0 nothing, -EPIPE
+ * the peer closed, <0 error. */
+static int stream_rx(struct uiw_ep *ep)
+{
+    int progress = 0;
+    u32 budget = 4 * RXBUF_LEN;
+
+    while (ep->qp && !ep->term_sent && budget) {
+        uiw_rx_event ev;
+        size_t used;
+
+        if (ep->seg.need_rqe) {
+            if (!rqe_pop(ep))
+                return progress;
+            ep->seg.need_rqe = false;
+            /* the header again, now with its receive */
+            ev.hdr = &ep->seg.h;
+            ev.payload_len = ep->seg.payload_len;
+            if (!rx_hdr(ep, &ev))
+                return progress;
+            progress = 1;
+        }
+        if (ep->rx_off == ep->rx_have) {
+            int n = sock_recv(ep->sock, ep->rxb, RXBUF_LEN);
+
+            ep->rx_off = ep->rx_have = 0;
+            if (n == -EAGAIN)
+                return progress;
+            if (n < 0)
+                return n;
+            if (n == 0)
+                return -EPIPE;
+            ep->rx_have = n;
+            budget -= min_t(u32, budget, n);
+            progress = 1;
+        }
+        used = uiw_rx_feed(&ep->rx, ep->rxb + ep->rx_off, ep->rx_have - ep->rx_off, &ev);
+        ep->rx_off += used;
+        switch (ev.kind) {
+        case UIW_RX_HDR:
+            if (!rx_hdr(ep, &ev))
+                return progress;
+            break;
+        case UIW_RX_PAYLOAD:
+            rx_payload(ep, &ev);
+            break;
+        case UIW_RX_END:
+            rx_end(ep);
+            break;
+        case UIW_RX_ERROR:
+            terminate(ep, ev.cause, ev.bad_hdr, ev.bad_hdr_len, ev.why ? ev.why : "parser");
+            ep->rx_off = ep->rx_have; /* MPA delivers nothing after (RFC 5044 §8) */
+            return 1;
+        default:
+            break;
+        }
+        if (ep->term_pending)
+            return 1;
+    }
+    if (!budget)
+        ep_queue(ep); /* let others run; come back */
+    return progress;
+}
+
+/* ep->mu held: FPDU mode. */
+static void ep_stream(struct uiw_ep *ep)
+{
+    int i;
+
+    for (i = 0; i < 64; i++) {
+        int rx = 0, tx;
+        bool closing;
+
+        if (test_and_clear_bit(EPF_ABORT, &ep->flags) || !ep->qp) {
+            ep_teardown(ep, false, -1);
+            return;
+        }
+        if (!ep->term_sent) {
+            rx = stream_rx(ep);
+            if (rx == -EPIPE) {
+                /* the peer's FIN: DISCONNECT, then CLOSE */
+                ep_teardown(ep, true, -1);
+                return;
+            }
+            if (rx < 0) {
+                ep_teardown(ep, false, IB_EVENT_QP_FATAL);
+                return;
+            }
+        }
+        if (ep->state != EP_RDMA)
+            return;
+        tx = stream_tx(ep);
+        if (tx < 0) {
+            ep_teardown(ep, false, IB_EVENT_QP_FATAL);
+            return;
+        }
+        if (ep->state != EP_RDMA)
+            return;
+        if (!ep->qp || (ep->term_sent && !ep->fpdu_busy)) {
+            ep_teardown(ep, false, -1);
+            return;
+        }
+        /* iw_cm's graceful disconnect (QP in SQD) or an ERR with the
+         * connection up: once nothing is half sent, our FIN */
+        {
+            unsigned long fl;
+            enum ib_qp_state st;
+            bool idle;
+
+            spin_lock_irqsave(&ep->qp->lock, fl);
+            st = ep->qp->state;
+            idle = ep->qp->sq_sent == ep->qp->sq_count;
+            spin_unlock_irqrestore(&ep->qp->lock, fl);
+            if (st == IB_QPS_ERR && !ep->term_pending && ep->msg_kind != MSG_TERM) {
+                ep_teardown(ep, false, -1);
+                return;
+            }
+            closing = st == IB_QPS_SQD && idle && ep->msg_kind == MSG_NONE && !ep->fpdu_busy;
+        }
+        if (closing && !ep->fin_sent) {
+            ep->fin_sent = true;
+            kernel_sock_shutdown(ep->sock, SHUT_WR);
+        }
+        if (!rx && !tx)
+            return;
+    }
+    ep_queue(ep);
+}
+
+/* ------------------------------------------------------------------------
+ * MPA
+ * ---------------------------------------------------------------------- */
+
+/* Reads the peer's frame into mpabuf (never a byte past it). 1 complete,
+ * 0 more to come, <0 error. */
+static int mpa_read(struct uiw_ep *ep, unsigned int kind)
+{
+    for (;;) {
+        size_t want = uiw_mpa_frame_want(ep->mpabuf, ep->mpa_have);
+        uiw_mpa_frame f;
+        int n, rc;
+
+        if (ep->mpa_have >= UIW_MPA_HDR_LEN) {
+            rc = uiw_mpa_decode(ep->mpabuf, ep->mpa_have, kind, &f);
+            if (rc > 0)
+                return 1;
+            if (rc != -EAGAIN)
+                return rc;
+        }
+        if (want <= ep->mpa_have)
+            return -EPROTO;
+        n = sock_recv(ep->sock, ep->mpabuf + ep->mpa_have, want - ep->mpa_have);
+        if (n == -EAGAIN)
+            return 0;
+        if (n < 0)
+            return n;
+        if (n == 0)
+            return -ECONNRESET;
+        ep->mpa_have += n;
+    }
+}
+
+/* Active side: connect, send the Request. */
+static void active_connect(struct uiw_ep *ep)
+{
+    uiw_mpa_policy pol;
+    u8 out[UIW_MPA_MAX_FRAME];
+    int rc, len;
+
+    len = ep->raddr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
+                                          : sizeof(struct sockaddr_in);
+    rc = kernel_connect(ep->sock, (struct sockaddr *)&ep->raddr, len, 0);
+    if (rc)
+        goto fail;
+    {
+        struct sockaddr_storage a;
+
+        if (kernel_getsockname(ep->sock, (struct sockaddr *)&a) > 0)
+            ep->laddr = a;
+    }
+    make_policy(&pol, ep->ird, ep->ord, ep->pd, ep->pd_len);
+    rc = uiw_mpa_neg_start_initiator(&ep->neg, &pol, out, sizeof(out));
+    if (rc < 0)
+        goto fail;
+    ep->state = EP_WAIT_REP;
+    sock_attach(ep);
+    rc = sock_send_all(ep->sock, out, rc);
+    if (rc)
+        goto fail;
+    ep_queue(ep); /* the Reply may be there already */
+    return;
+fail:
+    pr_debug("%s: connect: %d\n", ep_name(ep), rc);
+    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, rc == -ECONNREFUSED ? rc : -ECONNRESET, NULL,
+           0, NULL);
+    ep->state = EP_IDLE;
+    ep_teardown(ep, false, -1);
+}
+
+static void active_reply(struct uiw_ep *ep)
+{
+    uiw_mpa_neg *n = &ep->neg;
+    size_t olen = 0;
+    int rc = mpa_read(ep, UIW_MPA_REPLY);
+
+    if (rc == 0)
+        return;
+    if (rc > 0) {
+        rc = uiw_mpa_neg_feed(n, ep->mpabuf, ep->mpa_have, NULL, 0, &olen);
+        if (rc >= 0 && n->state == UIW_MPA_S_DONE) {
+            rc = stream_start(ep, ep->qp);
+            /* stream_start took its own reference: drop connect's */
+            if (!rc) {
+                uiw_qp_put(ep->qp);
+                ep->ird = n->result.ird;
+                ep->ord = n->result.ord;
+                upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, 0, n->result.peer_pd,
+                       n->result.peer_pd_len, NULL);
+                ep_queue(ep); /* FPDUs may have come with the Reply */
+                return;
+            }
+        } else if (rc >= 0 && n->state == UIW_MPA_S_REJECTED) {
+            upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, -ECONNREFUSED, n->result.peer_pd,
+                   n->result.peer_pd_len, NULL);
+            ep->state = EP_IDLE;
+            ep_teardown(ep, false, -1);
+            return;
+        } else {
+            rc = -ECONNRESET;
+        }
+    }
+    pr_debug("%s: MPA Reply: %d (%s)\n", ep_name(ep), rc, n->why ? n->why : "");
+    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, -ECONNRESET, NULL, 0, NULL);
+    ep->state = EP_IDLE;
+    ep_teardown(ep, false, -1);
+}
+
+/* Passive side: the Request, then CONNECT_REQUEST to the listener's id. */
+static void passive_request(struct uiw_ep *ep)
+{
+    struct uiw_ep *l = ep->listener;
+    uiw_mpa_policy pol;
+    u8 out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+    int rc = mpa_read(ep, UIW_MPA_REQUEST);
+
+    if (rc == 0)
+        return;
+    if (rc < 0)
+        goto drop;
+    /* a trial with the defaults: MPA-level refusals never reach the ULP */
+    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, NULL, 0);
+    uiw_mpa_neg_start_responder(&ep->neg, &pol);
+    (void)uiw_mpa_neg_feed(&ep->neg, ep->mpabuf, ep->mpa_have, out, sizeof(out), &olen);
+    if (ep->neg.state == UIW_MPA_S_REJECTED && olen) {
+        (void)sock_send_all(ep->sock, out, olen);
+        goto drop;
+    }
+    if (ep->neg.state != UIW_MPA_S_DONE)
+        goto drop;
+    ep->ird = ep->neg.result.peer_ord; /* what the initiator wants read */
+    ep->ord = ep->neg.result.peer_ird;
+    if (!ep->neg.result.enhanced)
+        ep->ird = ep->ord = UIW_MPA_DEFAULT_IRD;
+    mutex_lock_nested(&l->mu, SINGLE_DEPTH_NESTING);
+    if (l->state != EP_LISTEN || !l->cm_id) {
+        mutex_unlock(&l->mu);
+        goto drop;
+    }
+    ep->state = EP_REQ_PENDING;
+    kref_get(&ep->ref); /* iw_cm's provider_data, until accept or reject */
+    upcall(ep, l->cm_id, IW_CM_EVENT_CONNECT_REQUEST, 0, ep->neg.result.peer_pd,
+           ep->neg.result.peer_pd_len, ep);
+    mutex_unlock(&l->mu);
+    return;
+drop:
+    pr_debug("%s: incoming connection dropped: %d (%s)\n", ep_name(ep), rc,
+             ep->neg.why ? ep->neg.why : "");
+    ep_teardown(ep, false, -1);
+}
+
+/* Listener: take every connection waiting. */
+static void listen_accept(struct uiw_ep *l)
+{
+    for (;;) {
+        struct socket *ns;
+        struct uiw_ep *ep;
+        int rc = kernel_accept(l->sock, &ns, O_NONBLOCK);
+
+        if (rc)
+            return;
+        ep = ep_new(l->dev);
+        if (!ep) {
+            sock_release(ns);
+            continue;
+        }
+        ep->sock = ns;
+        ep->state = EP_WAIT_REQ;
+        kref_get(&l->ref);
+        ep->listener = l;
+        kernel_getsockname(ns, (struct sockaddr *)&ep->laddr);
+        kernel_getpeername(ns, (struct sockaddr *)&ep->raddr);
+        sock_attach(ep);
+        ep_queue(ep);
+        ep_put(ep); /* the socket's reference keeps it */
+    }
+}
+
+static void ep_work(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(w, struct uiw_ep, work);
+
+    mutex_lock(&ep->mu);
+    switch (ep->state) {
+    case EP_LISTEN:
+        listen_accept(ep);
+        break;
+    case EP_CONNECTING:
+        active_connect(ep);
+        break;
+    case EP_WAIT_REP:
+        active_reply(ep);
+        break;
+    case EP_WAIT_REQ:
+        passive_request(ep);
+        break;
+    case EP_RDMA:
+        ep_stream(ep);
+        break;
+    default:
+        break;
+    }
+    mutex_unlock(&ep->mu);
+    ep_put(ep);
+}
+
+/* ------------------------------------------------------------------------
+ * iw_cm callbacks
+ * ---------------------------------------------------------------------- */
+
+static struct uiw_qp *qp_get_ref(struct ib_device *ibdev, u32 qpn)
+{
+    struct uiw_dev *d = to_udev(ibdev);
+    struct uiw_qp *qp;
+
+    xa_lock(&d->qps);
+    qp = xa_load(&d->qps, qpn);
+    if (qp && !kref_get_unless_zero(&qp->ref))
+        qp = NULL;
+    xa_unlock(&d->qps);
+    return qp;
+}
+
+static void uiw_iw_add_ref(struct ib_qp *ibqp)
+{
+    kref_get(&to_uqp(ibqp)->ref);
+}
+
+static void uiw_iw_rem_ref(struct ib_qp *ibqp)
+{
+    uiw_qp_put(to_uqp(ibqp));
+}
+
+static struct ib_qp *uiw_iw_get_qp(struct ib_device *ibdev, int qpn)
+{
+    struct uiw_qp *qp = xa_load(&to_udev(ibdev)->qps, qpn);
+
+    return qp ? &qp->base : NULL;
+}
+
+static int sock_new(struct uiw_dev *d, int family, struct socket **s)
+{
+    int rc = sock_create_kern(dev_net(d->netdev), family, SOCK_STREAM, IPPROTO_TCP, s);
+
+    if (rc)
+        return rc;
+    sock_set_reuseaddr((*s)->sk);
+    return 0;
+}
+
+static int addr_len(const struct sockaddr_storage *a)
+{
+    return a->ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static int uiw_iw_connect(struct iw_cm_id *id, struct iw_cm_conn_param *p)
+{
+    struct uiw_dev *d = to_udev(id->device);
+    unsigned long fl;
+    struct uiw_qp *qp;
+    struct uiw_ep *ep;
+    int rc;
+
+    if (p->private_data_len > UIW_MPA_MAX_PD - UIW_MPA_RFC6581_LEN)
+        return -EINVAL;
+    if (id->m_remote_addr.ss_family != AF_INET && id->m_remote_addr.ss_family != AF_INET6)
+        return -EAFNOSUPPORT;
+    qp = qp_get_ref(id->device, p->qpn);
+    if (!qp)
+        return -EINVAL;
+    ep = ep_new(d);
+    if (!ep) {
+        uiw_qp_put(qp);
+        return -ENOMEM;
+    }
+    ep->active = true;
+    ep->qp = qp; /* a reference until stream_start takes its own */
+    ep->laddr = id->m_local_addr;
+    ep->raddr = id->m_remote_addr;
+    ep->ird = p->ird;
+    ep->ord = p->ord;
+    memcpy(ep->pd, p->private_data, p->private_data_len);
+    ep->pd_len = p->private_data_len;
+    rc = sock_new(d, ep->raddr.ss_family, &ep->sock);
+    if (rc)
+        goto err;
+    /* the address rdma_cm chose, its port too (siw does the same) */
+    rc = kernel_bind(ep->sock, (struct sockaddr *)&ep->laddr, addr_len(&ep->laddr));
+    if (rc) {
+        goto err;
+    }
+    /* attached at once: destroy_qp ends a connect in progress too */
+    spin_lock_irqsave(&qp->lock, fl);
+    if (qp->ep) {
+        rc = -EBUSY;
+    } else {
+        kref_get(&ep->ref);
+        qp->ep = ep;
+    }
+    spin_unlock_irqrestore(&qp->lock, fl);
+    if (rc)
+        goto err;
+    id->add_ref(id);
+    ep->cm_id = id;
+    id->provider_data = ep;
+    ep->state = EP_CONNECTING;
+    ep_queue(ep);
+    ep_put(ep); /* the work's reference, then the socket's, keep it */
+    return 0;
+err:
+    if (ep->sock)
+        sock_release(ep->sock);
+    ep->sock = NULL;
+    ep->qp = NULL;
+    uiw_qp_put(qp);
+    ep_put(ep);
+    return rc;
+}
+
+static int uiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *p)
+{
+    struct uiw_ep *ep = id->provider_data;
+    uiw_mpa_policy pol;
+    u8 out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+    struct uiw_qp *qp;
+    int rc;
+
+    if (!ep)
+        return -EINVAL;
+    mutex_lock(&ep->mu);
+    if (ep->state != EP_REQ_PENDING) {
+        rc = -ECONNRESET;
+        goto out_unlock;
+    }
+    qp = qp_get_ref(id->device, p->qpn);
+    if (!qp) {
+        rc = -EINVAL;
+        goto out_unlock;
+    }
+    if (p->private_data_len > UIW_MPA_MAX_PD - UIW_MPA_RFC6581_LEN) {
+        uiw_qp_put(qp);
+        rc = -EINVAL;
+        goto out_unlock;
+    }
+    memcpy(ep->pd, p->private_data, p->private_data_len);
+    make_policy(&pol, p->ird, p->ord, ep->pd, p->private_data_len);
+    uiw_mpa_neg_start_responder(&ep->neg, &pol);
+    (void)uiw_mpa_neg_feed(&ep->neg, ep->mpabuf, ep->mpa_have, out, sizeof(out), &olen);
+    if (ep->neg.state != UIW_MPA_S_DONE || !olen) {
+        if (olen)
+            (void)sock_send_all(ep->sock, out, olen);
+        uiw_qp_put(qp);
+        rc = -ECONNREFUSED;
+        goto fail;
+    }
+    id->add_ref(id);
+    ep->cm_id = id;
+    rc = stream_start(ep, qp);
+    uiw_qp_put(qp);
+    if (rc)
+        goto fail;
+    rc = sock_send_all(ep->sock, out, olen);
+    if (rc)
+        goto fail;
+    upcall(ep, id, IW_CM_EVENT_ESTABLISHED, 0, NULL, 0, NULL);
+    ep_queue(ep);
+    mutex_unlock(&ep->mu);
+    ep_put(ep); /* iw_cm's provider_data */
+    return 0;
+fail:
+    /* iw_cm reports the failure itself: no event, let go of the id */
+    if (ep->state == EP_RDMA)
+        ep->state = EP_IDLE;
+    ep_teardown(ep, false, -1);
+    mutex_unlock(&ep->mu);
+    ep_put(ep);
+    return rc;
+out_unlock:
+    mutex_unlock(&ep->mu);
+    return rc;
+}
+
+static int uiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len)
+{
+    struct uiw_ep *ep = id->provider_data;
+    uiw_mpa_policy pol;
+    u8 out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+
+    if (!ep)
+        return -EINVAL;
+    mutex_lock(&ep->mu);
+    if (ep->state == EP_REQ_PENDING) {
+        memcpy(ep->pd, pdata, len);
+        make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, ep->pd, len);
+        pol.responder_rejects = true;
+        uiw_mpa_neg_start_responder(&ep->neg, &pol);
+        (void)uiw_mpa_neg_feed(&ep->neg, ep->mpabuf, ep->mpa_have, out, sizeof(out), &olen);
+        if (olen)
+            (void)sock_send_all(ep->sock, out, olen);
+        ep_teardown(ep, false, -1);
+    }
+    mutex_unlock(&ep->mu);
+    id->provider_data = NULL;
+    ep_put(ep); /* iw_cm's provider_data */
+    return 0;
+}
+
+static int uiw_iw_create_listen(struct iw_cm_id *id, int backlog)
+{
+    struct uiw_dev *d = to_udev(id->device);
+    struct uiw_ep *ep = ep_new(d);
+    int rc;
+
+    if (!ep)
+        return -ENOMEM;
+    ep->laddr = id->m_local_addr;
+    rc = sock_new(d, ep->laddr.ss_family, &ep->sock);
+    if (rc)
+        goto err;
+    rc = kernel_bind(ep->sock, (struct sockaddr *)&ep->laddr, addr_len(&ep->laddr));
+    if (rc)
+        goto err;
+    rc = kernel_listen(ep->sock, max(backlog, 16));
+    if (rc)
+        goto err;
+    id->add_ref(id);
+    ep->cm_id = id;
+    id->provider_data = ep;
+    ep->state = EP_LISTEN;
+    mutex_lock(&ep->mu);
+    sock_attach(ep);
+    mutex_unlock(&ep->mu);
+    pr_debug("%s: listening on %pISpc\n", ep_name(ep), &ep->laddr);
+    return 0; /* the reference from ep_new is the cm_id's */
+err:
+    pr_debug("%s: listen on %pISpc: %d\n", ep_name(ep), &ep->laddr, rc);
+    if (ep->sock)
+        sock_release(ep->sock);
+    ep->sock = NULL;
+    ep_put(ep);
+    return rc;
+}
+
+static int uiw_iw_destroy_listen(struct iw_cm_id *id)
+{
+    struct uiw_ep *ep = id->provider_data;
+
+    if (!ep)
+        return 0;
+    mutex_lock(&ep->mu);
+    sock_close(ep);
+    ep->state = EP_CLOSED;
+    ep->cm_id = NULL;
+    mutex_unlock(&ep->mu);
+    id->provider_data = NULL;
+    id->rem_ref(id);
+    ep_put(ep);
+    return 0;
+}
+
+/* qp->lock held (any context). */
+void uiw_cm_qp_kick(struct uiw_qp *qp)
+{
+    if (qp->ep)
+        ep_queue(qp->ep);
+}
+
+/* destroy_qp (process context): the connection, if any, ends now. */
+void uiw_cm_qp_detach(struct uiw_qp *qp)
+{
+    struct uiw_ep *ep;
+    unsigned long fl;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    ep = qp->ep;
+    if (ep)
+        kref_get(&ep->ref);
+    spin_unlock_irqrestore(&qp->lock, fl);
+    if (!ep)
+        return;
+    mutex_lock(&ep->mu);
+    if (ep->qp == qp)
+        ep_teardown(ep, false, -1);
+    mutex_unlock(&ep->mu);
+    ep_put(ep);
+}
+
+const struct ib_device_ops uiw_cm_ops = {
+    .iw_add_ref = uiw_iw_add_ref,
+    .iw_rem_ref = uiw_iw_rem_ref,
+    .iw_get_qp = uiw_iw_get_qp,
+    .iw_connect = uiw_iw_connect,
+    .iw_accept = uiw_iw_accept,
+    .iw_reject = uiw_iw_reject,
+    .iw_create_listen = uiw_iw_create_listen,
+    .iw_destroy_listen = uiw_iw_destroy_listen,
+};
+
+int uiw_cm_init(void)
+{
+    uiw_wq = alloc_workqueue("uiwarp", WQ_UNBOUND | WQ_MEM_RECLAIM, 0);
+    return uiw_wq ? 0 : -ENOMEM;
+}
+
+void uiw_cm_exit(void)
+{
+    destroy_workqueue(uiw_wq);
+}
