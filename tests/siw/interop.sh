@@ -197,10 +197,12 @@ rstream_cases() { # DIR
             rstream_case v2h REQUIRED 1048576 4 $m
         done
         # keepalive (-k 1: SO_KEEPALIVE, TCP_KEEPIDLE 1 s) on both sides
-        # during a 2-3 s run: rdma-core's zero-length RDMA Write to STag 0
-        # and uiwarp's to the peer's target SGL; run_boot checks the
-        # capture for both
-        rstream_case v2h REQUIRED 4096 1500 b "-k 1" -keepalive
+        # during a run of several seconds: rdma-core's zero-length RDMA
+        # Write to STag 0 and uiwarp's to the peer's target SGL; run_boot
+        # checks the capture for both. 1500 round trips took 3 s, then 1 s
+        # once uiwarp's small messages got faster (2026-11-27), too short
+        # for a 1 s idle time: 6000 (about 4 s now)
+        rstream_case v2h REQUIRED 4096 6000 b "-k 1" -keepalive
         return
     fi
     # h2v: the siw server sends last, then shuts down and closes at once.
