@@ -917,7 +917,7 @@ static void drive_ep_make(struct uiw_cq *cq)
 /* The readiness set's way: only QPs whose socket got data since the last
  * look. Edge-triggered: data the progress thread (which has its own edge)
  * or an earlier poll consumed gives at most a read that finds nothing. */
-static void drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
+static bool drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
 {
     struct epoll_event evs[16];
     bool busy = false, read = false;
@@ -939,6 +939,7 @@ static void drive_ready(struct uiw_cq *cq, int ep, bool drain, bool own)
     pthread_mutex_unlock(&cq->lock);
     if (busy)
         sched_yield();
+    return read || busy;
 }
 
 bool uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own)
@@ -965,10 +966,8 @@ bool uiw_cq_drive(struct uiw_cq *cq, bool drain, bool own)
         ep = cq->drive_ep;
         pthread_mutex_unlock(&cq->lock);
     }
-    if (ep >= 0) {
-        drive_ready(cq, ep, drain, own);
-        return true;
-    }
+    if (ep >= 0)
+        return drive_ready(cq, ep, drain, own);
     for (unsigned i = 0; i < k; i++) {
         if (!qp_try_rx(qs[i], drain, own, &read))
             busy = true;

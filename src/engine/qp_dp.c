@@ -257,14 +257,6 @@ static void own_init(void)
     pthread_mutex_unlock(&own.lock);
 }
 
-/* own.lock held: the switch fires ns from now (replacing any earlier
- * setting: a poller pushes it later, the progress thread sets it to the
- * next hand-back it expects) */
-static void own_arm_locked(uint64_t ns)
-{
-    uiw_progress_deadman_arm(ns);
-}
-
 /* own.lock held (and the QP's lock, or the QP cannot go away: it is
  * listed, and ibv_destroy_qp unlinks it under own.lock) */
 static void own_unlink_locked(struct uiw_qp *qp)
@@ -327,7 +319,7 @@ static void own_check(uint64_t now, uint64_t hold)
              * average */
             if (own.switch_ns < now + hold) {
                 own.switch_ns = now + 4 * hold;
-                own_arm_locked(4 * hold);
+                uiw_progress_deadman_arm(4 * hold);
             }
         }
     }
@@ -365,7 +357,7 @@ void uiw_qp_poll_own(struct uiw_qp *qp, bool take)
         own.head = qp;
         qp->rx_owned_listed = true;
         own.switch_ns = now + hold + hold / 2;
-        own_arm_locked(hold + hold / 2);
+        uiw_progress_deadman_arm(hold + hold / 2);
     }
     pthread_mutex_unlock(&own.lock);
     qp->rx_muted |= UIW_MUTE_POLL;
@@ -395,7 +387,7 @@ static void own_fire(void)
         next = 10000u;
     own.switch_ns = uiw_now_ns() + next;
     if (own.head)
-        own_arm_locked(next);
+        uiw_progress_deadman_arm(next);
     pthread_mutex_unlock(&own.lock);
 }
 
