@@ -667,10 +667,13 @@ void uiw_qp_terminate_locked(struct uiw_qp *qp, uiw_term_cause cause, const uint
 /* Data path entry points. All are called with qp->lock held (post_recv:
  * qp->rq_lock, see struct uiw_qp), never block,
  * and return 0 or a negative errno. */
-int uiw_qp_tx_progress(struct uiw_qp *qp); /* push queued FPDUs until EAGAIN */
-int uiw_qp_rx_progress(struct uiw_qp *qp); /* read and process until EAGAIN */
-int uiw_qp_rx_poll(struct uiw_qp *qp);     /* the same, bounded: for ibv_poll_cq (uiw_cq_drive);
-                                            * 0 if poll(2) found the socket empty */
+int uiw_qp_tx_progress(struct uiw_qp *qp);   /* push queued FPDUs until EAGAIN */
+int uiw_qp_rx_progress(struct uiw_qp *qp);   /* read and process until EAGAIN */
+int uiw_qp_rx_poll(struct uiw_qp *qp);       /* the same, bounded: for ibv_poll_cq (uiw_cq_drive);
+                                              * 0 if poll(2) found the socket empty */
+int uiw_qp_rx_wait_drive(struct uiw_qp *qp); /* the same, unbounded: ibv_get_cq_event's spin */
+/* the same as uiw_qp_rx_progress, for the epoll events that reported the socket */
+int uiw_qp_rx_event(struct uiw_qp *qp, uint32_t events);
 /* Payload bytes received straight into place, through the staging buffer,
  * and socket reads so far (zeros before the QP is connected). */
 void uiw_qp_rx_stats(struct uiw_qp *qp, uint64_t *in_place, uint64_t *copied, uint64_t *reads);

@@ -822,8 +822,8 @@ static bool qp_try_rx(struct uiw_qp *qp, bool drain, bool own, bool *read)
         return false;
     if (qp->fd >= 0) {
         if (drain) {
-            uiw_qp_rx_progress(qp);
-            *read = true;
+            if (uiw_qp_rx_wait_drive(qp))
+                *read = true;
         } else {
             uiw_qp_poll_own(qp, own); /* before the read: what comes after is ours */
             if (uiw_qp_rx_poll(qp))

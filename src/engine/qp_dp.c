@@ -434,7 +434,7 @@ void dp_event_cb(void *obj, uint32_t events)
         if (events == EPOLLOUT)
             uiw_qp_tx_progress(qp);
         else
-            uiw_qp_rx_progress(qp);
+            uiw_qp_rx_event(qp, events);
     }
     pthread_mutex_unlock(&qp->lock);
 }

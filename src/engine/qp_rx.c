@@ -55,6 +55,7 @@
 #include <stdlib.h>
 #include <poll.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -686,8 +687,12 @@ static void on_hdr(struct uiw_qp *qp, struct dp_rx *r, const uiw_rx_event *ev)
          * carry over small ones: there a full read of many segments at once
          * costs less than two reads per segment. */
         uint32_t zmin = uiw_config()->zcopy_min;
-        bool seg_big =
-            r->kind != SEG_CTRL && r->payload_len >= (zmin > RX_BIG_SEG ? zmin : RX_BIG_SEG);
+        /* ... large enough that after a header-only read (RX_ZC_TAIL bytes,
+         * some of them payload) the rest still goes in place: otherwise
+         * that read is a syscall for nothing (qperf rc_rdma_read_bw 4 KiB:
+         * 256 bytes, then the other 3860 through staging anyway) */
+        bool seg_big = r->kind != SEG_CTRL &&
+                       r->payload_len >= (zmin > RX_BIG_SEG ? zmin : RX_BIG_SEG) + RX_ZC_TAIL;
         if (seg_big) {
             r->big = true;
             r->small_run = r->payload_len >= RX_STICKY_SEG ? 0 : RX_SMALL_RUN;
@@ -1294,13 +1299,15 @@ static void rx_buf_put(struct dp_rx *r)
 }
 
 /* One read: readv into the destination when possible, else recv into the
- * staging buffer. Returns bytes, 0 at EOF, or -errno. */
-static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
+ * staging buffer. Returns bytes, 0 at EOF, or -errno; *all: the read took
+ * less than it asked for, so the socket held no more at that moment. */
+static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r, bool *all)
 {
     uint32_t poff = 0, room;
     size_t want;
     ssize_t n;
 
+    *all = false;
     if (!rx_buf_get(r))
         return -ENOMEM;
 
@@ -1324,6 +1331,7 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
             iov[k].iov_len = RX_ZC_TAIL < r->cap ? RX_ZC_TAIL : r->cap;
             n = readv(qp->fd, iov, k + 1);
             r->st_reads++;
+            *all = n > 0 && (size_t)n < (size_t)cov + iov[k].iov_len;
             if (n > 0 && qp->pcap) /* before the bytes are used (or overwritten) */
                 uiw_cap_data(qp->pcap, false, iov, k + 1, (size_t)n);
             if (n > 0) {
@@ -1355,6 +1363,7 @@ static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r)
         want = (size_t)room + RX_ZC_TAIL;
     n = recv(qp->fd, r->buf, want, MSG_DONTWAIT);
     r->st_reads++;
+    *all = n > 0 && (size_t)n < want;
     if (n > 0 && qp->pcap)
         uiw_cap_bytes(qp->pcap, false, r->buf, (size_t)n);
     if (n > 0) {
@@ -1390,9 +1399,11 @@ void dp_rx_error_cleanup(struct uiw_qp *qp, enum ibv_wc_status st)
     r->rr_placed = 0;
 }
 
-static int rx_progress(struct uiw_qp *qp, size_t budget)
+/* short_ok: a short read may end the call (see below) */
+static int rx_progress(struct uiw_qp *qp, size_t budget, bool short_ok)
 {
     struct dp_rx *r = RX(qp);
+    bool all = false;
 
     if (!r || qp->fd < 0)
         return 0;
@@ -1428,7 +1439,21 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
             }
             break;
         }
-        n = rx_read(qp, r);
+        /* A short read took everything the socket had: the next read
+         * would find nothing but EOF (one recv per message saved on a
+         * ping-pong). short_ok says who reports what comes next. A thread
+         * that polls or waits with the socket out of the progress thread's
+         * EPOLLIN (rx_muted): its next round asks poll(2) (rx_idle), which
+         * reports data and EOF alike, and giving the socket back re-arms
+         * epoll, which reports both. The progress thread, on an event
+         * without EPOLLRDHUP: every later arrival, data or FIN, queues the
+         * edge-triggered event again. Otherwise (a FIN reported with the
+         * data, a timer) reads go on to EAGAIN or EOF. */
+        if (all && short_ok) {
+            r->drained = true;
+            break;
+        }
+        n = rx_read(qp, r, &all);
         if (n > 0) {
             r->drained = false;
             budget = (size_t)n < budget ? budget - (size_t)n : 0;
@@ -1451,7 +1476,32 @@ static int rx_progress(struct uiw_qp *qp, size_t budget)
 
 int uiw_qp_rx_progress(struct uiw_qp *qp)
 {
-    return rx_progress(qp, RX_BUDGET);
+    return rx_progress(qp, RX_BUDGET, qp->rx_muted != 0);
+}
+
+int uiw_qp_rx_event(struct uiw_qp *qp, uint32_t events)
+{
+    bool edge = (events & EPOLLIN) && !(events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
+
+    return rx_progress(qp, RX_BUDGET, edge || qp->rx_muted != 0);
+}
+
+/* A busy poller's empty polls: when the last read drained the socket and
+ * nothing waits in staging, ask poll(2) first. It reads the socket's state
+ * without its lock; recv(2) takes the lock (contending with the peer's
+ * sendmsg, which on loopback delivers into this very socket) and the
+ * staging buffer from the shared pool, only to find nothing. Errors and
+ * EOF make poll report the socket, and recv then sees them. True if there
+ * is nothing to read. */
+static bool rx_idle(struct uiw_qp *qp, const struct dp_rx *r)
+{
+    if (r && r->drained && qp->fd >= 0 && r->off >= r->len && !r->held && !r->eof &&
+        qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
+        struct pollfd p = {.fd = qp->fd, .events = POLLIN};
+
+        return poll(&p, 1, 0) == 0;
+    }
+    return false;
 }
 
 /* From ibv_poll_cq on an empty CQ: one read at most (the progress thread,
@@ -1459,25 +1509,22 @@ int uiw_qp_rx_progress(struct uiw_qp *qp)
  * instead of becoming the receive engine while the peer keeps sending. */
 int uiw_qp_rx_poll(struct uiw_qp *qp)
 {
-    struct dp_rx *r = RX(qp);
-
-    /* A busy poller's empty polls: when the last read drained the socket
-     * and nothing waits in staging, ask poll(2) first. It reads the
-     * socket's state without its lock; recv(2) takes the lock (contending
-     * with the peer's sendmsg, which on loopback delivers into this very
-     * socket) and the staging buffer from the shared pool, only to find
-     * nothing. Errors and EOF make poll report the socket, and recv then
-     * sees them. */
-    if (r && r->drained && qp->fd >= 0 && r->off >= r->len && !r->held && !r->eof &&
-        qp->state != IBV_QPS_ERR && qp->state != IBV_QPS_RESET) {
-        struct pollfd p = {.fd = qp->fd, .events = POLLIN};
-
-        if (poll(&p, 1, 0) == 0)
-            return 0;
-    }
+    if (rx_idle(qp, RX(qp)))
+        return 0;
     /* a poller that owns the socket (qp_dp.c "Poll ownership") is the
      * only one reading it: as much as the progress thread would */
-    rx_progress(qp, (qp->rx_muted & UIW_MUTE_POLL) ? RX_BUDGET : 1);
+    rx_progress(qp, (qp->rx_muted & UIW_MUTE_POLL) ? RX_BUDGET : 1, qp->rx_muted != 0);
+    return 1;
+}
+
+/* From a thread spinning in ibv_get_cq_event (cq.c "Waiting"), which has
+ * the socket to itself: everything there is, asking poll(2) first as a
+ * poller does (qperf's rc_rdma_read_bw: 7 to 8 empty recv per Read). */
+int uiw_qp_rx_wait_drive(struct uiw_qp *qp)
+{
+    if (rx_idle(qp, RX(qp)))
+        return 0;
+    rx_progress(qp, RX_BUDGET, qp->rx_muted != 0);
     return 1;
 }
 

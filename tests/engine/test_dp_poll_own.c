@@ -13,6 +13,10 @@
  *     while the program waits on its completion channel's fd with poll(2)
  *     (not in ibv_get_cq_event) raises the event;
  *   - many rounds of poll / stop / Read, each verified;
+ *   - an owning poller reads each Send with one read: a short read took
+ *     all the socket had, and the next poll asks poll(2) (qp_rx.c);
+ *   - the peer's Send followed at once by its FIN: the owning poller gets
+ *     the Send, then the EOF (the short read must not hide the FIN);
  *   - a QP destroyed while it is owned leaves no trace (sanitizers);
  *   - UIWARP_POLL_OWN_US=0 (child process): never owned, same traffic.
  */
@@ -123,6 +127,8 @@ static void run(void)
     setup();
 
     /* a busy poller owns the QP and takes its Sends itself */
+    uint64_t zc0, cp0, rd0, zc1, cp1, rd1;
+    uiw_qp_rx_stats(to_uqp(A.qp), &zc0, &cp0, &rd0);
     for (unsigned i = 0; i < 50; i++) {
         CHECK_EQ(eng_post_recv(A.qp, abuf, MSG, amr->lkey, 10 + i), 0);
         spin_a();
@@ -133,6 +139,11 @@ static void run(void)
         CHECK_EQ(wc.wr_id, 10 + i);
         reap_b_send();
     }
+    uiw_qp_rx_stats(to_uqp(A.qp), &zc1, &cp1, &rd1);
+    printf("  50 Sends to an owning poller: %llu reads\n", (unsigned long long)(rd1 - rd0));
+    /* one per Send (plus a few Sends split by TCP); two each before */
+    if (own_on)
+        CHECK(rd1 - rd0 <= 60);
 
     /* it stops polling: the QP is given back by itself */
     {
@@ -180,6 +191,34 @@ static void run(void)
     CHECK_EQ(owned(A.qp), own_on);
     CHECK_EQ(dp_state(A.qp), IBV_QPS_RTS);
     CHECK_EQ(dp_state(B.qp), IBV_QPS_RTS);
+
+    /* B's Send, then at once B's FIN: A, still polling, gets the Send with
+     * a short read and must still see the EOF after it */
+    {
+        uint64_t end;
+        bool got = false;
+
+        CHECK_EQ(eng_post_recv(A.qp, abuf, MSG, amr->lkey, 900), 0);
+        spin_a();
+        send_b(900);
+        reap_b_send(); /* the Send is on the wire */
+        CHECK_EQ(shutdown(to_uqp(B.qp)->fd, SHUT_WR), 0);
+        end = dp_now_ms() + DP_TIMEOUT_MS;
+        while (dp_now_ms() < end) {
+            int n = ibv_poll_cq(A.rcq, 1, &wc);
+
+            CHECK(n >= 0);
+            if (n == 1 && !got) {
+                check_recv(&wc, 900);
+                CHECK_EQ(wc.wr_id, 900);
+                got = true;
+            }
+            if (got && dp_state(A.qp) == IBV_QPS_ERR)
+                break;
+        }
+        CHECK(got);
+        CHECK_EQ(dp_state(A.qp), IBV_QPS_ERR);
+    }
     ibv_dereg_mr(amr);
     ibv_dereg_mr(bmr);
     ibv_dereg_mr(armr);
