@@ -228,6 +228,28 @@ else
   bad "kernel verbs consumer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
+# a hostile peer: a raw TCP socket in uiwarp_ktest.ko speaks MPA to a QP
+# on uiw0, then sends one malformed or forbidden FPDU per connection (18
+# classes: bad CRC, DDP and RDMAP versions, invalid STag, bounds, TO
+# wrap, MSN, QN, MO, oversize Send, ULPDU_Length 1, reserved opcode,
+# Read Requests beyond IRD, Read sources out of bounds or unregistered);
+# each checked in the module: the Terminate's bytes, EOF, that QP in ERR
+# with its receives completed in error, guard pages intact, a second QP
+# still carrying Sends; then no object left
+kclr
+if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1; then
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  dmesg | grep 'hostile peer:'
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 18 classes' && ok "hostile peer: 18 Terminate classes" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  res=\$(rdma res show uiw0)
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "removal after the hostile peer"
+else
+  bad "hostile peer: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
 # the connection test again with MPA CRC asked for (mpa_crc=2) and
 # 1000-byte FPDUs (max_fpdu): the same data over CRC-protected,
 # many-FPDU streams
