@@ -131,6 +131,7 @@ struct uiw_ep {
         u16 hdr_len;   /* DDP + RDMAP header bytes (the ULPDU's others are payload) */
         bool need_rqe; /* a Send waits for a posted receive */
         bool rqe_valid;
+        bool inv_failed;    /* its Send with Invalidate named a bad STag */
         struct uiw_rqe rqe; /* the receive the current Send fills */
         u32 rqe_len;
     } seg;
@@ -705,17 +706,20 @@ static void terminate(struct uiw_ep *ep, uiw_term_cause cause, const u8 *bad, un
     if (qp) {
         struct uiw_after af = AFTER_INIT;
         unsigned long fl;
+        /* the receive of the Send in progress first, the oldest: a Send
+         * longer than it is the receive's length error, a bad Invalidate
+         * STag a remote invalidate request error (IB_WC_LOC_LEN_ERR,
+         * IB_WC_REM_INV_REQ_ERR, as the engine), any other cause flushes
+         * it */
+        enum ib_wc_status st = IB_WC_WR_FLUSH_ERR;
 
+        if (cause.layer == UIW_LAYER_DDP && cause.etype == UIW_DDP_ET_UNTAGGED &&
+            cause.ecode == UIW_DDP_EC_U_MSG_TOO_LONG)
+            st = IB_WC_LOC_LEN_ERR;
+        else if (ep->seg.inv_failed)
+            st = IB_WC_REM_INV_REQ_ERR;
         spin_lock_irqsave(&qp->lock, fl);
-        /* the receive of the Send in progress first, the oldest; a Send
-         * longer than it is the receive's length error (IB_WC_LOC_LEN_ERR
-         * as in the engine), any other cause flushes it */
-        rqe_abort_locked(ep, qp,
-                         cause.layer == UIW_LAYER_DDP && cause.etype == UIW_DDP_ET_UNTAGGED &&
-                                 cause.ecode == UIW_DDP_EC_U_MSG_TOO_LONG
-                             ? IB_WC_LOC_LEN_ERR
-                             : IB_WC_WR_FLUSH_ERR,
-                         &af);
+        rqe_abort_locked(ep, qp, st, &af);
         if (qp->state != IB_QPS_ERR) {
             uiw_after_qp_event(&af, IB_EVENT_QP_FATAL);
             uiw_qp_error_locked(qp, &af);
@@ -1028,6 +1032,7 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
     ep->seg.h = *h;
     ep->seg.payload_len = ev->payload_len;
     ep->seg.hdr_len = ev->hdr_len;
+    ep->seg.inv_failed = false;
     ep->seg.kind = SEG_NONE;
     if (h->tagged) {
         struct uiw_dev *d = to_udev(qp->base.device);
@@ -1186,8 +1191,13 @@ static void local_inv(struct uiw_qp *qp, u32 stag)
     spin_unlock(&d->mr_lock);
 }
 
-/* remote invalidation (Send with Invalidate, RFC 5040 §5.4) */
-static bool remote_inv(struct uiw_ep *ep, u32 stag)
+/* Remote invalidation (Send with Invalidate, RFC 5040 §5.3). True, or
+ * false with *code the RDMAP Remote Protection code of the Terminate
+ * (§7.2 items 4 and 5):
+ * an STag that names no MR is invalid (as the engine); one of another PD
+ * (not associated with this stream) or one that is not a fast-register
+ * MR (the DMA MR) cannot be invalidated. */
+static bool remote_inv(struct uiw_ep *ep, u32 stag, u8 *code)
 {
     struct uiw_dev *d = to_udev(ep->qp->base.device);
     struct uiw_mr *mr;
@@ -1196,8 +1206,11 @@ static bool remote_inv(struct uiw_ep *ep, u32 stag)
 
     spin_lock_irqsave(&d->mr_lock, fl);
     mr = xa_load(&d->mrs, stag >> 8);
-    if (mr && mr->stag == stag && mr->base.pd == ep->qp->base.pd &&
-        mr->base.type == IB_MR_TYPE_MEM_REG) {
+    if (!mr || mr->stag != stag) {
+        *code = UIW_RDMAP_EC_INVALID_STAG;
+    } else if (mr->base.pd != ep->qp->base.pd || mr->base.type != IB_MR_TYPE_MEM_REG) {
+        *code = UIW_RDMAP_EC_CANT_INVALIDATE;
+    } else {
         mr->valid = false;
         ok = true;
     }
@@ -1234,10 +1247,13 @@ static void rx_end(struct uiw_ep *ep)
         unsigned long fl;
 
         if (inv) {
-            if (!remote_inv(ep, h->inv_stag)) {
-                uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
-                                    UIW_RDMAP_EC_CANT_INVALIDATE};
+            u8 code;
 
+            if (!remote_inv(ep, h->inv_stag, &code)) {
+                uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, code};
+
+                /* its receive: a remote invalidate request error */
+                ep->seg.inv_failed = true;
                 term_on(ep, c, "Send with Invalidate");
                 return;
             }

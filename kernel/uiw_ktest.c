@@ -1923,7 +1923,8 @@ struct hconn {
     struct socket *sock;
     bool crc;
     struct end s;
-    int nrecv; /* receives posted on the server QP */
+    int nrecv; /* receives posted on the server QP and not completed */
+    int rbase; /* of those posted, completed (and checked) by the test itself */
 };
 
 /* The raw client connects and sends an MPA Request (RFC 5044 §7.1,
@@ -2092,7 +2093,7 @@ static void h_down(struct hconn *h, const char *what, int rstatus, unsigned int 
         n += ib_poll_cq(h->s.cq, 16 - n, wc + n);
     CHECK(n == h->nrecv, "%s: %d receive completions, want %d", what, n, h->nrecv);
     for (i = 0; i < n; i++)
-        CHECK(wc[i].wr_id == 500 + i &&
+        CHECK(wc[i].wr_id == 500 + h->rbase + i &&
                   (rstatus == H_ANY ||
                    (wc[i].status != IB_WC_SUCCESS && (i || rstatus < 0 || wc[i].status == rstatus))),
               "%s: receive %d: id %llu status %d", what, i, wc[i].wr_id, wc[i].status);
@@ -2441,6 +2442,75 @@ static void test_hostile(struct ib_device *ib)
     h_down(&h, "good Write, then bounds", -1, 200);
     h_alive(&c, &s, "after the Read Requests");
     cases++;
+    /* 19. a Send with Invalidate of the region's STag (it completes with
+     * the invalidated key), then a Write to it: DDP, tagged, code 0
+     * "invalid STag", nothing of the Write placed */
+    if (h_up(ib, &hin, &h, true, 2, 2, 512)) {
+        struct ib_wc wc;
+
+        hl = hdr_u(hd, 4, 0, 1, 0);
+        be32(hd + 2, hmr->rkey); /* RFC 5040 §4.1: the Invalidate STag */
+        n = fpdu(f, true, hd, hl, pay, 16);
+        raw_send(h.sock, f, n);
+        n = poll_n(h.s.cq, &wc, 1);
+        CHECK(n == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 500 && wc.byte_len == 16 &&
+                  (wc.wc_flags & IB_WC_WITH_INVALIDATE) && wc.ex.invalidate_rkey == hmr->rkey,
+              "Send with Invalidate: n %d status %d flags 0x%x", n, n ? wc.status : -1,
+              n ? wc.wc_flags : 0);
+        h.nrecv = 1;
+        h.rbase = 1;
+        n = fpdu(f, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova + 100), pay, 16);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Write after remote invalidate", T_DDP, 1, 0, f, 2 + 14, NULL);
+        CHECK(!memcmp(hmem + PAGE_SIZE, pay, 16), "the Send placed");
+    }
+    h_down(&h, "Write after remote invalidate", -1, 16);
+    cases++;
+
+    /* 20. a Send with SE and Invalidate naming an STag nobody registered
+     * (RFC 5040 §7.2 item 4): RDMAP, Remote Protection, code 0 "invalid
+     * STag", its receive completed with a remote invalidate error */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        hl = hdr_u(hd, 6, 0, 1, 0);
+        be32(hd + 2, hmr->rkey ^ 0x00800000);
+        n = fpdu(f, false, hd, hl, pay, 4);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Send with Invalidate, bad STag", T_RDMAP, 1, 0, f, 2 + 18, NULL);
+    }
+    h_down(&h, "Send with Invalidate, bad STag", IB_WC_REM_INV_REQ_ERR, 512);
+    cases++;
+
+    /* 21. a Write to an MR without remote write (registered for local
+     * write and remote read): RDMAP, Remote Protection, code 2 "access
+     * rights violation" (as siw; the userspace engine answers DDP invalid
+     * STag), nothing placed */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        static struct scatterlist sg2;
+        struct ib_mr *ro = fr_mr(h.s.id->qp, h.s.pd, &sg2, hmem + PAGE_SIZE, H_RLEN,
+                                 IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ);
+
+        CHECK(ro, "a read-only MR");
+        if (ro) {
+            n = fpdu(f, true, hd, hdr_t(hd, 0, ro->rkey, ro->iova), pay, 32);
+            raw_send(h.sock, f, n);
+            h_term(&h, "Write without remote write", T_RDMAP, 1, 2, f, 2 + 14, NULL);
+            ib_dma_unmap_sg(h.s.pd->device, &sg2, 1, DMA_BIDIRECTIONAL);
+            ib_dereg_mr(ro);
+        }
+    }
+    h_down(&h, "Write without remote write", -1, 0);
+    cases++;
+
+    /* 22. a Read Response nobody asked for: RDMAP, Remote Operation, code
+     * 6 "unexpected opcode" (the userspace engine: DDP invalid STag),
+     * nothing placed */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_t(hd, 2, hmr->rkey, hmr->iova), pay, 8);
+        raw_send(h.sock, f, n);
+        h_term(&h, "unsolicited Read Response", T_RDMAP, 2, 6, f, 2 + 14, NULL);
+    }
+    h_down(&h, "unsolicited Read Response", -1, 0);
+    cases++;
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
     h_alive(&c, &s, "after the damaged streams");
@@ -2453,6 +2523,13 @@ out:
     conn_data_free(&c, &s);
     end_fini(&c);
     end_fini(&s);
+    /* after a failure: connections the test did not take (their ids
+     * would call this module's handler after it is gone) */
+    while (q_hs.in != q_hs.out) {
+        i = q_hs.out++ % ARRAY_SIZE(q_hs.e);
+        if (q_hs.e[i].ev == RDMA_CM_EVENT_CONNECT_REQUEST)
+            rdma_destroy_id(q_hs.e[i].id);
+    }
     if (hid && !IS_ERR(hid))
         rdma_destroy_id(hid);
     if (lid && !IS_ERR(lid))
