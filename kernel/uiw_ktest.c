@@ -2094,8 +2094,8 @@ static void h_down(struct hconn *h, const char *what, int rstatus, unsigned int 
     CHECK(n == h->nrecv, "%s: %d receive completions, want %d", what, n, h->nrecv);
     for (i = 0; i < n; i++)
         CHECK(wc[i].wr_id == 500 + h->rbase + i &&
-                  (rstatus == H_ANY ||
-                   (wc[i].status != IB_WC_SUCCESS && (i || rstatus < 0 || wc[i].status == rstatus))),
+                  (rstatus == H_ANY || (wc[i].status != IB_WC_SUCCESS &&
+                                        (i || rstatus < 0 || wc[i].status == rstatus))),
               "%s: receive %d: id %llu status %d", what, i, wc[i].wr_id, wc[i].status);
     CHECK(qp_state(h->s.id->qp) == IB_QPS_ERR, "%s: QP state %d", what, qp_state(h->s.id->qp));
     CHECK(rstatus == H_ANY || atomic_read(&qp_events) >= 1, "%s: no QP event", what);
