@@ -15,7 +15,13 @@
 #                                  (eth0 down/up), a kernel verbs consumer
 #                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
 #                                  REG_MR/LOCAL_INV, flush, drain; no
-#                                  object left), no kernel warnings
+#                                  object left), a hostile peer (22
+#                                  Terminate classes, damaged streams),
+#                                  siw interop, NVMe-oF on uiw0 and on
+#                                  siw0 (--nvme-mib, default 32;
+#                                  --no-nvme-siw), rmmod with NVMe-oF
+#                                  connected (--live rounds, default 4),
+#                                  no kernel warnings
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
 # SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
@@ -435,6 +441,10 @@ if [ -f /x/nv/nvmet-rdma.ko ]; then
     [ -e /sys/class/nvme/nvme0 ] && { echo "round \$r: nvme0 still there"; lf=\$((lf + 1)); }
     grep -q '^uiwarp ' /proc/modules && { echo "round \$r: uiwarp still loaded"; lf=\$((lf + 1)); }
     [ -n "\$tr" ] && wait \$tr
+    # the unload says nothing about eth0 (no replayed port DOWN or
+    # "going away" from the netdevice notifier's removal)
+    dmesg | grep -E 'uiw0: (port 1 DOWN|eth0 is going away)' && { echo "round \$r: notifier replay"; lf=\$((lf + 1)); }
+    kclr
     nvme_port_rm
     r=\$((r + 1))
   done
@@ -541,7 +551,7 @@ test)
     ;;
 clean) rm -rf "$B" && say "removed $B" ;;
 *)
-    sed -n '2,20p' "$0" >&2
+    sed -n '2,/^# Exit status/p' "$0" >&2
     exit 2
     ;;
 esac
