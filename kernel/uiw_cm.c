@@ -398,8 +398,6 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     return 0;
 }
 
-/* ep->mu held: the QP lets go of the connection; the QP to ERR (flush) if
- * it is not there already. */
 /* qp->lock held: the receive a Send was being placed into, taken off the
  * receive queue, completes with status (it is no longer on the queue that
  * uiw_qp_error_locked flushes) */
@@ -419,6 +417,8 @@ static void rqe_abort_locked(struct uiw_ep *ep, struct uiw_qp *qp, enum ib_wc_st
     uiw_cq_add(to_ucq(qp->base.recv_cq), &wc, af);
 }
 
+/* ep->mu held: the QP lets go of the connection; the QP to ERR (flush) if
+ * it is not there already. */
 static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
 {
     struct uiw_qp *qp = ep->qp;
@@ -706,6 +706,7 @@ static void terminate(struct uiw_ep *ep, uiw_term_cause cause, const u8 *bad, un
     if (qp) {
         struct uiw_after af = AFTER_INIT;
         unsigned long fl;
+
         /* the receive of the Send in progress first, the oldest: a Send
          * longer than it is the receive's length error, a bad Invalidate
          * STag a remote invalidate request error (IB_WC_LOC_LEN_ERR,
