@@ -1925,7 +1925,26 @@ struct hconn {
     struct end s;
     int nrecv; /* receives posted on the server QP and not completed */
     int rbase; /* of those posted, completed (and checked) by the test itself */
+    int sends, send_status; /* completions of the Send posted at h_up, the last status */
 };
+
+/* The next completion of a receive (1, in *wc; 0 after 10 s); the
+ * completion of the Send h_up posted is counted aside. */
+static int h_wc(struct hconn *h, struct ib_wc *wc, unsigned int ms)
+{
+    unsigned long end = jiffies + msecs_to_jiffies(ms);
+
+    do {
+        while (ib_poll_cq(h->s.cq, 1, wc) == 1) {
+            if (wc->wr_id != 900)
+                return 1;
+            h->sends++;
+            h->send_status = wc->status;
+        }
+        usleep_range(200, 1000);
+    } while (time_before(jiffies, end));
+    return 0;
+}
 
 /* The raw client connects and sends an MPA Request (RFC 5044 §7.1,
  * revision 2 with RFC 6581's IRD/ORD, CRC when asked, no markers); the
@@ -1949,6 +1968,9 @@ static bool h_up(struct ib_device *ib, struct sockaddr_in *sin, struct hconn *h,
         h->sock = NULL;
         return false;
     }
+    /* its port in TIME_WAIT later must not keep the driver's sockets
+     * (SO_REUSEADDR, bound to the port rdma_cm picks) from binding it */
+    sock_set_reuseaddr(h->sock->sk);
     h->sock->sk->sk_rcvtimeo = 5 * HZ;
     h->sock->sk->sk_sndtimeo = 5 * HZ;
     rc = kernel_connect(h->sock, (struct sockaddr *)sin, sizeof(*sin), 0);
@@ -2003,7 +2025,21 @@ static bool h_up(struct ib_device *ib, struct sockaddr_in *sin, struct hconn *h,
     /* RFC 6581 §7.1: the responder's IRD, at most what was asked */
     CHECK(((u32)rep[20] << 8 | rep[21]) == (u32)ird, "the Reply's IRD %u, want %d",
           (u32)rep[20] << 8 | rep[21], ird);
-    return evq_wait(&q_hs, RDMA_CM_EVENT_ESTABLISHED, "hostile: established") >= 0;
+    if (evq_wait(&q_hs, RDMA_CM_EVENT_ESTABLISHED, "hostile: established") < 0)
+        return false;
+    /* a Send of the QP's own, held until the peer's first FPDU (RFC 5044
+     * §7.1.2): it completes once, sent before the error or flushed */
+    {
+        /* from the second connection's client buffer through the DMA MR
+         * (not the region: class 19 invalidates it remotely) */
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)cbuf, .length = 32, .lkey = h->s.pd->local_dma_lkey};
+
+        rc = post_one(h->s.id->qp, IB_WR_SEND, 900, &sge, 1, 0, 0);
+        CHECK(rc == 0, "hostile: post a Send: %d", rc);
+        h->sends = rc ? -1 : 0;
+    }
+    return true;
 }
 
 /* The next FPDU from the QP: its ULPDU in u (up to cap bytes), its length. */
@@ -2087,11 +2123,15 @@ static void h_down(struct hconn *h, const char *what, int rstatus, unsigned int 
         memset(h, 0, sizeof(*h));
         return;
     }
-    n = poll_n(h->s.cq, wc, h->nrecv);
-    usleep_range(2000, 3000);
-    if (n == h->nrecv)
-        n += ib_poll_cq(h->s.cq, 16 - n, wc + n);
+    for (n = 0; n < h->nrecv && h_wc(h, &wc[n], 10000);)
+        n++;
+    /* nothing more may come (a receive twice, the Send twice) */
+    while (n < 16 && h_wc(h, &wc[n], 3))
+        n++;
     CHECK(n == h->nrecv, "%s: %d receive completions, want %d", what, n, h->nrecv);
+    CHECK(h->sends == 1 &&
+              (h->send_status == IB_WC_SUCCESS || h->send_status == IB_WC_WR_FLUSH_ERR),
+          "%s: the QP's Send completed %d times, status %d", what, h->sends, h->send_status);
     for (i = 0; i < n; i++)
         CHECK(wc[i].wr_id == 500 + h->rbase + i &&
                   (rstatus == H_ANY || (wc[i].status != IB_WC_SUCCESS &&
@@ -2452,7 +2492,7 @@ static void test_hostile(struct ib_device *ib)
         be32(hd + 2, hmr->rkey); /* RFC 5040 §4.1: the Invalidate STag */
         n = fpdu(f, true, hd, hl, pay, 16);
         raw_send(h.sock, f, n);
-        n = poll_n(h.s.cq, &wc, 1);
+        n = h_wc(&h, &wc, 10000);
         CHECK(n == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 500 && wc.byte_len == 16 &&
                   (wc.wc_flags & IB_WC_WITH_INVALIDATE) && wc.ex.invalidate_rkey == hmr->rkey,
               "Send with Invalidate: n %d status %d flags 0x%x", n, n ? wc.status : -1,
