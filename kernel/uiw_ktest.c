@@ -2231,6 +2231,44 @@ static void h_mutations(struct ib_device *ib, struct sockaddr_in *hin)
     CHECK(it == mutations, "mutations: %u of %u streams", it, mutations);
 }
 
+/* A bad MPA Request (RFC 5044 §7.1): the connection closes (after a
+ * Reject, with R, if anything is sent), the ULP hears nothing of it, the
+ * listener stays (the next class connects through it). */
+static void h_bad_mpa(struct sockaddr_in *hin, const u8 *req, unsigned int len, const char *what)
+{
+    static u8 b[1024];
+    struct socket *sk;
+    unsigned int got = 0;
+    int rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &sk);
+
+    CHECK(rc == 0, "%s: socket: %d", what, rc);
+    if (rc)
+        return;
+    sock_set_reuseaddr(sk->sk);
+    sk->sk->sk_rcvtimeo = 5 * HZ;
+    rc = kernel_connect(sk, (struct sockaddr *)hin, sizeof(*hin), 0);
+    CHECK(rc == 0, "%s: connect: %d", what, rc);
+    if (!rc)
+        rc = raw_send(sk, req, len);
+    while (!rc) {
+        struct kvec v = {.iov_base = b + min_t(unsigned int, got, 512), .iov_len = 512};
+        struct msghdr m = {};
+        int r = kernel_recvmsg(sk, &m, &v, 1, v.iov_len, 0);
+
+        if (r <= 0) {
+            rc = r ? r : 1;
+            break;
+        }
+        got += r;
+    }
+    CHECK(rc == 1, "%s: no EOF (%d)", what, rc);
+    CHECK(got == 0 || (got >= 20 && !memcmp(b, "MPA ID Rep Frame", 16) && (b[16] & 0x20)),
+          "%s: %u bytes back, not a Reject", what, got);
+    sock_release(sk);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hs.in) == q_hs.out, "%s: an event reached the ULP", what);
+}
+
 static void test_hostile(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -2551,6 +2589,33 @@ static void test_hostile(struct ib_device *ib)
     }
     h_down(&h, "unsolicited Read Response", -1, 0);
     cases++;
+    /* 23-25. MPA: not MPA at all; a Request with PD_Length 65535 (at
+     * most 512, RFC 5044 §7.1); one that asks for markers (refused by
+     * the negotiation) */
+    h_bad_mpa(&hin, (const u8 *)"GET / HTTP/1.1\r\nHost: uiw0\r\n\r\n", 30, "not MPA");
+    cases++;
+    {
+        static u8 big[20 + 512];
+
+        memcpy(big, "MPA ID Req Frame", 16);
+        big[16] = 0x10;
+        big[17] = 2;
+        be16(big + 18, 65535);
+        h_bad_mpa(&hin, big, sizeof(big), "PD_Length 65535");
+        cases++;
+    }
+    {
+        u8 mk[24] = "MPA ID Req Frame";
+
+        mk[16] = 0x80 | 0x10; /* M */
+        mk[17] = 2;
+        be16(mk + 18, 4);
+        be16(mk + 20, 4);
+        be16(mk + 22, 1);
+        h_bad_mpa(&hin, mk, sizeof(mk), "markers asked for");
+        cases++;
+    }
+    h_alive(&c, &s, "after the MPA classes");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
     h_alive(&c, &s, "after the damaged streams");

@@ -16,7 +16,8 @@
 #                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
 #                                  REG_MR/LOCAL_INV, flush, drain; no
 #                                  object left), a hostile peer (22
-#                                  Terminate classes, damaged streams),
+#                                  Terminate classes, 3 bad MPA
+#                                  Requests, damaged streams),
 #                                  siw interop, NVMe-oF on uiw0 and on
 #                                  siw0 (--nvme-mib, default 32;
 #                                  --no-nvme-siw), rmmod with NVMe-oF
@@ -236,11 +237,12 @@ else
 fi
 # a hostile peer: a raw TCP socket in uiwarp_ktest.ko speaks MPA to a QP
 # on uiw0, then sends one malformed or forbidden FPDU per connection (22
-# classes: bad CRC, DDP and RDMAP versions, invalid STag, bounds, TO
+# Terminate classes: bad CRC, DDP and RDMAP versions, invalid STag, bounds, TO
 # wrap, MSN, QN, MO, oversize Send, ULPDU_Length 1, reserved opcode,
 # Read Requests beyond IRD, Read sources out of bounds or unregistered,
 # a Write after a remote invalidate, a bad Invalidate STag, a Write
-# without remote write, an unsolicited Read Response), then 500 randomly
+# without remote write, an unsolicited Read Response), 3 bad MPA
+# Requests (not MPA, PD_Length 65535, markers), then 500 randomly
 # damaged streams;
 # each checked in the module: the Terminate's bytes, EOF, that QP in ERR
 # with its receives completed in error, guard pages intact, a second QP
@@ -250,7 +252,7 @@ if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
-  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 22 classes' && ok "hostile peer: 22 Terminate classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 25 classes' && ok "hostile peer: 25 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
