@@ -128,8 +128,10 @@ struct uiw_ep {
         enum seg_kind kind;
         uiw_hdr h;
         u32 payload_len;
+        u16 hdr_len;   /* DDP + RDMAP header bytes (the ULPDU's others are payload) */
         bool need_rqe; /* a Send waits for a posted receive */
         bool rqe_valid;
+        bool inv_failed;    /* its Send with Invalidate named a bad STag */
         struct uiw_rqe rqe; /* the receive the current Send fills */
         u32 rqe_len;
     } seg;
@@ -396,6 +398,25 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     return 0;
 }
 
+/* qp->lock held: the receive a Send was being placed into, taken off the
+ * receive queue, completes with status (it is no longer on the queue that
+ * uiw_qp_error_locked flushes) */
+static void rqe_abort_locked(struct uiw_ep *ep, struct uiw_qp *qp, enum ib_wc_status status,
+                             struct uiw_after *af)
+{
+    struct ib_wc wc = {
+        .wr_id = ep->seg.rqe.wr_id,
+        .status = status,
+        .opcode = IB_WC_RECV,
+        .qp = &qp->base,
+    };
+
+    if (!ep->seg.rqe_valid)
+        return;
+    ep->seg.rqe_valid = false;
+    uiw_cq_add(to_ucq(qp->base.recv_cq), &wc, af);
+}
+
 /* ep->mu held: the QP lets go of the connection; the QP to ERR (flush) if
  * it is not there already. */
 static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
@@ -411,6 +432,7 @@ static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
     if (qp->ep == ep) {
         qp->ep = NULL;
         had = true;
+        rqe_abort_locked(ep, qp, IB_WC_WR_FLUSH_ERR, &af);
     }
     /* a connected QP goes to ERR (a failed connect leaves it as it was) */
     if (had && (qp->state == IB_QPS_RTS || qp->state == IB_QPS_SQD)) {
@@ -558,6 +580,12 @@ static struct uiw_mr *mr_check(struct uiw_qp *qp, u32 stag, int access, u64 addr
         }
         return NULL;
     }
+    if (len && addr > U64_MAX - (len - 1)) {
+        /* RFC 5041 §7.1 check 5, §7.2: TO + length wraps 2^64 */
+        if (cause)
+            cause->ecode = UIW_DDP_EC_T_TO_WRAP;
+        return NULL;
+    }
     if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) {
         if (cause)
             cause->ecode = UIW_DDP_EC_T_BASE_BOUNDS;
@@ -679,7 +707,20 @@ static void terminate(struct uiw_ep *ep, uiw_term_cause cause, const u8 *bad, un
         struct uiw_after af = AFTER_INIT;
         unsigned long fl;
 
+        /* the receive of the Send in progress first, the oldest: a Send
+         * longer than it is the receive's length error, a bad Invalidate
+         * STag a remote invalidate request error (IB_WC_LOC_LEN_ERR,
+         * IB_WC_REM_INV_REQ_ERR, as the engine), any other cause flushes
+         * it */
+        enum ib_wc_status st = IB_WC_WR_FLUSH_ERR;
+
+        if (cause.layer == UIW_LAYER_DDP && cause.etype == UIW_DDP_ET_UNTAGGED &&
+            cause.ecode == UIW_DDP_EC_U_MSG_TOO_LONG)
+            st = IB_WC_LOC_LEN_ERR;
+        else if (ep->seg.inv_failed)
+            st = IB_WC_REM_INV_REQ_ERR;
         spin_lock_irqsave(&qp->lock, fl);
+        rqe_abort_locked(ep, qp, st, &af);
         if (qp->state != IB_QPS_ERR) {
             uiw_after_qp_event(&af, IB_EVENT_QP_FATAL);
             uiw_qp_error_locked(qp, &af);
@@ -929,11 +970,52 @@ static bool rqe_pop(struct uiw_ep *ep)
     return got;
 }
 
+/* A Read Request's source checked when it arrives, so that the Terminate
+ * carries its headers (RFC 5040 §4.8 Figure 10: D and R): the source
+ * STag is the RDMA header's, an RDMAP Remote Protection error (RFC 5040
+ * §7.2) with the code of the DDP tagged check that failed. A zero-length
+ * Read (siw's RTR, to STag 1) names no memory. It is checked again when
+ * the response is built. */
+static bool rreq_src_ok(struct uiw_ep *ep, const uiw_rreq *r, uiw_term_cause *cause)
+{
+    struct uiw_dev *d = to_udev(ep->qp->base.device);
+    unsigned long fl;
+    bool ok;
+
+    if (!r->read_size)
+        return true;
+    spin_lock_irqsave(&d->mr_lock, fl);
+    ok = mr_check(ep->qp, r->src_stag, IB_ACCESS_REMOTE_READ, r->src_to, r->read_size, cause);
+    spin_unlock_irqrestore(&d->mr_lock, fl);
+    if (ok || cause->layer != UIW_LAYER_DDP)
+        return ok;
+    cause->layer = UIW_LAYER_RDMAP;
+    cause->etype = UIW_RDMAP_ET_REMOTE_PROT;
+    switch (cause->ecode) {
+    case UIW_DDP_EC_T_BASE_BOUNDS:
+        cause->ecode = UIW_RDMAP_EC_BASE_BOUNDS;
+        break;
+    case UIW_DDP_EC_T_STAG_NOT_ASSOC:
+        cause->ecode = UIW_RDMAP_EC_STAG_NOT_ASSOC;
+        break;
+    case UIW_DDP_EC_T_TO_WRAP:
+        cause->ecode = UIW_RDMAP_EC_TO_WRAP;
+        break;
+    default:
+        cause->ecode = UIW_RDMAP_EC_INVALID_STAG;
+        break;
+    }
+    return false;
+}
+
 static void term_on(struct uiw_ep *ep, uiw_term_cause cause, const char *why)
 {
     u8 img[UIW_TERM_HDR_IMAGE_MAX];
-    unsigned int n = uiw_term_hdr_image(&ep->seg.h, UIW_HDR_UNTAGGED_LEN + ep->seg.payload_len,
-                                        true, img);
+    /* RFC 5040 §4.8: the DDP Segment Length is the ULPDU_Length of the
+     * segment, its header (tagged, untagged, with a Read Request's RDMA
+     * header) and payload */
+    unsigned int n =
+        uiw_term_hdr_image(&ep->seg.h, ep->seg.hdr_len + ep->seg.payload_len, true, img);
 
     terminate(ep, cause, img, n, why);
 }
@@ -950,6 +1032,8 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
     ep->tx_hold = false; /* the initiator's first FPDU (RFC 5044 §7.1.2) */
     ep->seg.h = *h;
     ep->seg.payload_len = ev->payload_len;
+    ep->seg.hdr_len = ev->hdr_len;
+    ep->seg.inv_failed = false;
     ep->seg.kind = SEG_NONE;
     if (h->tagged) {
         struct uiw_dev *d = to_udev(qp->base.device);
@@ -998,6 +1082,21 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
                 cause.etype = UIW_DDP_ET_UNTAGGED;
                 cause.ecode = UIW_DDP_EC_U_INVALID_MSN_NOBUF;
                 term_on(ep, cause, "no room for the Read Request");
+                return true;
+            }
+            if (ep->irq_count >= max_t(u32, ep->ird, 1)) {
+                /* RFC 5040 §6.1 (the peer keeps at most IRD Read
+                 * Requests outstanding, RFC 6581 §7.1 negotiated it):
+                 * as the engine, Remote Operation, catastrophic error
+                 * localized to the stream, with the request's headers */
+                cause.layer = UIW_LAYER_RDMAP;
+                cause.etype = UIW_RDMAP_ET_REMOTE_OP;
+                cause.ecode = UIW_RDMAP_EC_CATASTROPHIC_STREAM;
+                term_on(ep, cause, "Read Requests beyond IRD");
+                return true;
+            }
+            if (!rreq_src_ok(ep, &h->u.rreq, &cause)) {
+                term_on(ep, cause, "Read Request source");
                 return true;
             }
             uiw_useq_accept(q, h, ev->payload_len);
@@ -1093,8 +1192,13 @@ static void local_inv(struct uiw_qp *qp, u32 stag)
     spin_unlock(&d->mr_lock);
 }
 
-/* remote invalidation (Send with Invalidate, RFC 5040 §5.4) */
-static bool remote_inv(struct uiw_ep *ep, u32 stag)
+/* Remote invalidation (Send with Invalidate, RFC 5040 §5.3). True, or
+ * false with *code the RDMAP Remote Protection code of the Terminate
+ * (§7.2 items 4 and 5):
+ * an STag that names no MR is invalid (as the engine); one of another PD
+ * (not associated with this stream) or one that is not a fast-register
+ * MR (the DMA MR) cannot be invalidated. */
+static bool remote_inv(struct uiw_ep *ep, u32 stag, u8 *code)
 {
     struct uiw_dev *d = to_udev(ep->qp->base.device);
     struct uiw_mr *mr;
@@ -1103,8 +1207,11 @@ static bool remote_inv(struct uiw_ep *ep, u32 stag)
 
     spin_lock_irqsave(&d->mr_lock, fl);
     mr = xa_load(&d->mrs, stag >> 8);
-    if (mr && mr->stag == stag && mr->base.pd == ep->qp->base.pd &&
-        mr->base.type == IB_MR_TYPE_MEM_REG) {
+    if (!mr || mr->stag != stag) {
+        *code = UIW_RDMAP_EC_INVALID_STAG;
+    } else if (mr->base.pd != ep->qp->base.pd || mr->base.type != IB_MR_TYPE_MEM_REG) {
+        *code = UIW_RDMAP_EC_CANT_INVALIDATE;
+    } else {
         mr->valid = false;
         ok = true;
     }
@@ -1141,10 +1248,13 @@ static void rx_end(struct uiw_ep *ep)
         unsigned long fl;
 
         if (inv) {
-            if (!remote_inv(ep, h->inv_stag)) {
-                uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_OP,
-                                    UIW_RDMAP_EC_CANT_INVALIDATE};
+            u8 code;
 
+            if (!remote_inv(ep, h->inv_stag, &code)) {
+                uiw_term_cause c = {UIW_LAYER_RDMAP, UIW_RDMAP_ET_REMOTE_PROT, code};
+
+                /* its receive: a remote invalidate request error */
+                ep->seg.inv_failed = true;
                 term_on(ep, c, "Send with Invalidate");
                 return;
             }
@@ -1193,6 +1303,7 @@ static int stream_rx(struct uiw_ep *ep)
             /* the header again, now with its receive */
             ev.hdr = &ep->seg.h;
             ev.payload_len = ep->seg.payload_len;
+            ev.hdr_len = ep->seg.hdr_len;
             if (!rx_hdr(ep, &ev))
                 return progress;
             progress = 1;

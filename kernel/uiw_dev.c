@@ -223,11 +223,19 @@ static void uiw_port_event(struct uiw_dev *d)
  * device going away removes the device first (the core holds the
  * interface until then; ib_device_set_netdev); from the notifier the
  * removal is queued. */
+/* Set at module unload: unregister_netdevice_notifier replays DOWN and
+ * UNREGISTER for every interface to the notifier it removes, which would
+ * report the ports DOWN and every interface "going away"; uiw_dev_exit
+ * removes the devices itself. */
+static bool uiw_exiting;
+
 static int uiw_netdev_event(struct notifier_block *nb, unsigned long event, void *ptr)
 {
     struct net_device *nd = netdev_notifier_info_to_dev(ptr);
     struct ib_device *ib;
 
+    if (READ_ONCE(uiw_exiting))
+        return NOTIFY_DONE;
     switch (event) {
     case NETDEV_UP:
     case NETDEV_DOWN:
@@ -276,6 +284,7 @@ int uiw_dev_init(void)
 void uiw_dev_exit(void)
 {
     rdma_link_unregister(&uiw_link_ops);
+    WRITE_ONCE(uiw_exiting, true);
     unregister_netdevice_notifier(&uiw_netdev_nb);
     for (;;) {
         struct uiw_dev *d;

@@ -16,6 +16,7 @@
 #define pr_fmt(fmt) KBUILD_MODNAME ": " fmt
 
 #include <linux/completion.h>
+#include <linux/crc32c.h>
 #include <linux/delay.h>
 #include <linux/kthread.h>
 #include <linux/module.h>
@@ -28,6 +29,7 @@
 #include <linux/inet.h>
 #include <linux/inetdevice.h>
 #include <linux/wait.h>
+#include <net/sock.h>
 #include <rdma/ib_verbs.h>
 #include <rdma/rdma_cm.h>
 
@@ -1768,6 +1770,880 @@ out:
     kfree(tx);
 }
 
+/* ------------------------------------------------------------------------
+ * A hostile peer (hostile=1): a plain kernel TCP socket that speaks MPA to
+ * a QP of the device (an rdma_cm listener on port+2) and then writes
+ * hand-built FPDUs, one malformed or forbidden message per connection.
+ * The FPDUs and the checks of the Terminate are written here from the
+ * RFCs, not with the wire core the driver uses: RFC 5044 §4 (FPDU: the
+ * ULPDU_Length, the ULPDU, pad, CRC32C), RFC 5041 §4 (the DDP headers),
+ * RFC 5040 §4 (RDMAP), §4.8 (the Terminate), RFC 6581 (IRD/ORD).
+ * For each class: the Terminate's layer / type / code and the headers it
+ * carries (bytes compared with what was sent), EOF after it, the QP in
+ * ERR with an async event, every posted receive completed with an error,
+ * no byte of the registered region nor of the guard pages around it
+ * changed (unless the class places data), and a second connection on the
+ * device (rdma_cm, both ends ours) still carrying a Send.
+ * ---------------------------------------------------------------------- */
+
+static bool hostile;
+module_param(hostile, bool, 0444);
+MODULE_PARM_DESC(hostile, "run the hostile-peer test only (default 0)");
+
+/* RFC 5040 §7.1 / RFC 5041 §7.2 / RFC 5044 §8: Terminate layers, types, codes */
+#define T_RDMAP 0
+#define T_DDP   1
+#define T_LLP   2
+#define H_PAGES 4 /* guard page | two region pages | guard page */
+#define H_RLEN  (2 * PAGE_SIZE)
+#define H_GUARD 0xA5
+#define H_ANY   (-2) /* h_down: receives may complete with any status */
+
+static struct evq q_hs;
+static u8 *hmem;          /* H_PAGES pages */
+static struct ib_mr *hmr; /* the region, every right */
+static struct scatterlist hsg;
+
+static void be16(u8 *p, u32 v)
+{
+    p[0] = v >> 8;
+    p[1] = v;
+}
+
+static void be32(u8 *p, u32 v)
+{
+    be16(p, v >> 16);
+    be16(p + 2, v);
+}
+
+static void be64(u8 *p, u64 v)
+{
+    be32(p, v >> 32);
+    be32(p + 4, v);
+}
+
+static u32 get_be32(const u8 *p)
+{
+    return (u32)p[0] << 24 | (u32)p[1] << 16 | (u32)p[2] << 8 | p[3];
+}
+
+/* RFC 5041 §4.2 untagged header + RFC 5040 §4.3 RDMAP control (18 bytes):
+ * L set, DDP version 1, RDMAP version 1 */
+static unsigned int hdr_u(u8 *h, unsigned int op, u32 qn, u32 msn, u32 mo)
+{
+    memset(h, 0, 18);
+    h[0] = 0x40 | 0x01;
+    h[1] = 0x40 | op;
+    be32(h + 6, qn);
+    be32(h + 10, msn);
+    be32(h + 14, mo);
+    return 18;
+}
+
+/* RFC 5041 §4.1 tagged header (14 bytes) */
+static unsigned int hdr_t(u8 *h, unsigned int op, u32 stag, u64 to)
+{
+    h[0] = 0x80 | 0x40 | 0x01;
+    h[1] = 0x40 | op;
+    be32(h + 2, stag);
+    be64(h + 6, to);
+    return 14;
+}
+
+/* RFC 5040 §4.4: a Read Request (untagged header on QN 1 and its RDMA
+ * header, 46 bytes) */
+static unsigned int hdr_rreq(u8 *h, u32 msn, u32 sink, u64 sink_to, u32 size, u32 src, u64 src_to)
+{
+    unsigned int n = hdr_u(h, 1, 1, msn, 0);
+
+    be32(h + n, sink);
+    be64(h + n + 4, sink_to);
+    be32(h + n + 12, size);
+    be32(h + n + 16, src);
+    be64(h + n + 20, src_to);
+    return n + 28;
+}
+
+/* RFC 5044 §4.1: ULPDU_Length, ULPDU (hdr, payload), pad to 4, CRC32C of
+ * all of it or zero without CRC (§4.4: the standard reflected CRC, complemented, least
+ * significant byte first as the kernel's crc32c users send it). Returns
+ * the FPDU's length. */
+static unsigned int fpdu(u8 *out, bool crc, const u8 *h, unsigned int hl, const u8 *pay,
+                         unsigned int pl)
+{
+    unsigned int n = 2 + hl + pl;
+
+    be16(out, hl + pl);
+    memcpy(out + 2, h, hl);
+    if (pl)
+        memcpy(out + 2 + hl, pay, pl);
+    while (n % 4)
+        out[n++] = 0;
+    {
+        /* the CRC field is there without CRC too, zero (RFC 5044 §4.1) */
+        u32 c = crc ? ~crc32c(~0u, out, n) : 0;
+
+        out[n++] = c;
+        out[n++] = c >> 8;
+        out[n++] = c >> 16;
+        out[n++] = c >> 24;
+    }
+    return n;
+}
+
+static int raw_send(struct socket *s, const void *b, size_t n)
+{
+    struct kvec v = {.iov_base = (void *)b, .iov_len = n};
+    struct msghdr m = {};
+    int r = kernel_sendmsg(s, &m, &v, 1, n);
+
+    return r == (int)n ? 0 : (r < 0 ? r : -EIO);
+}
+
+/* exactly n bytes; 0, -ETIMEDOUT / -EAGAIN (5 s) or -EPIPE at EOF */
+static int raw_recv(struct socket *s, void *b, size_t n)
+{
+    while (n) {
+        struct kvec v = {.iov_base = b, .iov_len = n};
+        struct msghdr m = {};
+        int r = kernel_recvmsg(s, &m, &v, 1, n, MSG_WAITALL);
+
+        if (r == 0)
+            return -EPIPE;
+        if (r < 0)
+            return r;
+        b = (u8 *)b + r;
+        n -= r;
+    }
+    return 0;
+}
+
+/* the raw end and the QP it talks to */
+struct hconn {
+    struct socket *sock;
+    bool crc;
+    struct end s;
+    int nrecv; /* receives posted on the server QP and not completed */
+    int rbase; /* of those posted, completed (and checked) by the test itself */
+    int sends, send_status; /* completions of the Send posted at h_up, the last status */
+};
+
+/* The next completion of a receive (1, in *wc; 0 after 10 s); the
+ * completion of the Send h_up posted is counted aside. */
+static int h_wc(struct hconn *h, struct ib_wc *wc, unsigned int ms)
+{
+    unsigned long end = jiffies + msecs_to_jiffies(ms);
+
+    do {
+        while (ib_poll_cq(h->s.cq, 1, wc) == 1) {
+            if (wc->wr_id != 900)
+                return 1;
+            h->sends++;
+            h->send_status = wc->status;
+        }
+        usleep_range(200, 1000);
+    } while (time_before(jiffies, end));
+    return 0;
+}
+
+/* The raw client connects and sends an MPA Request (RFC 5044 §7.1,
+ * revision 2 with RFC 6581's IRD/ORD, CRC when asked, no markers); the
+ * server accepts with IRD ird and posts nrecv receives of rlen bytes
+ * into the region first; the raw end reads the Reply. */
+static bool h_up(struct ib_device *ib, struct sockaddr_in *sin, struct hconn *h, bool crc, int ird,
+                 int nrecv, u32 rlen)
+{
+    struct rdma_conn_param p = {.responder_resources = ird, .initiator_depth = ird};
+    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+    u8 req[24] = "MPA ID Req Frame", rep[20 + 64];
+    int i, rc;
+    u32 pl;
+
+    memset(h, 0, sizeof(*h));
+    h->crc = crc;
+    memset(hmem, H_GUARD, H_PAGES * PAGE_SIZE);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &h->sock);
+    CHECK(rc == 0, "raw socket: %d", rc);
+    if (rc) {
+        h->sock = NULL;
+        return false;
+    }
+    /* its port in TIME_WAIT later must not keep the driver's sockets
+     * (SO_REUSEADDR, bound to the port rdma_cm picks) from binding it */
+    sock_set_reuseaddr(h->sock->sk);
+    h->sock->sk->sk_rcvtimeo = 5 * HZ;
+    h->sock->sk->sk_sndtimeo = 5 * HZ;
+    rc = kernel_connect(h->sock, (struct sockaddr *)sin, sizeof(*sin), 0);
+    CHECK(rc == 0, "raw connect: %d", rc);
+    if (rc)
+        return false;
+    req[16] = (crc ? 0x40 : 0) | 0x10; /* C, and S: IRD/ORD words (RFC 6581 §7.1) */
+    req[17] = 2;
+    be16(req + 18, 4);
+    be16(req + 20, 4); /* IRD 4 */
+    be16(req + 22, 1); /* ORD 1: the responder's IRD is then its own (at least 1) */
+    CHECK(raw_send(h->sock, req, sizeof(req)) == 0, "MPA Request");
+    i = evq_wait(&q_hs, RDMA_CM_EVENT_CONNECT_REQUEST, "hostile: request");
+    if (i < 0)
+        return false;
+    h->s.id = q_hs.e[i].id;
+    if (!end_init(ib, &h->s) || conn_qp(&h->s)) {
+        CHECK(0, "hostile: server PD/CQ/QP");
+        return false;
+    }
+    hmr = fr_mr(h->s.id->qp, h->s.pd, &hsg, hmem + PAGE_SIZE, H_RLEN, rw);
+    CHECK(hmr, "hostile: fast-register MR");
+    if (!hmr)
+        return false;
+    for (i = 0; i < nrecv; i++) {
+        struct ib_sge sge = {.addr = hmr->iova + i * rlen, .length = rlen, .lkey = hmr->lkey};
+        struct ib_recv_wr r = {.wr_id = 500 + i, .sg_list = &sge, .num_sge = 1};
+
+        rc = ib_post_recv(h->s.id->qp, &r, NULL);
+        CHECK(rc == 0, "hostile: post_recv %d: %d", i, rc);
+    }
+    h->nrecv = nrecv;
+    p.qp_num = h->s.id->qp->qp_num;
+    atomic_set(&qp_events, 0);
+    last_qp_event = -1;
+    rdma_lock_handler(h->s.id);
+    rc = rdma_accept(h->s.id, &p);
+    rdma_unlock_handler(h->s.id);
+    CHECK(rc == 0, "hostile: rdma_accept: %d", rc);
+    if (rc)
+        return false;
+    rc = raw_recv(h->sock, rep, 20);
+    CHECK(rc == 0 && !memcmp(rep, "MPA ID Rep Frame", 16) && !(rep[16] & 0x20) &&
+              !!(rep[16] & 0x40) == crc && rep[17] == 2,
+          "MPA Reply: rc %d, flags 0x%02x rev %u", rc, rep[16], rep[17]);
+    if (rc)
+        return false;
+    pl = (u32)rep[18] << 8 | rep[19];
+    CHECK(pl >= 4 && pl <= 64, "MPA Reply private data: %u bytes", pl);
+    if (pl < 4 || pl > 64 || raw_recv(h->sock, rep + 20, pl))
+        return false;
+    /* RFC 6581 §7.1: the responder's IRD, at most what was asked */
+    CHECK(((u32)rep[20] << 8 | rep[21]) == (u32)ird, "the Reply's IRD %u, want %d",
+          (u32)rep[20] << 8 | rep[21], ird);
+    if (evq_wait(&q_hs, RDMA_CM_EVENT_ESTABLISHED, "hostile: established") < 0)
+        return false;
+    /* a Send of the QP's own, held until the peer's first FPDU (RFC 5044
+     * §7.1.2): it completes once, sent before the error or flushed */
+    {
+        /* from the second connection's client buffer through the DMA MR
+         * (not the region: class 19 invalidates it remotely) */
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)cbuf, .length = 32, .lkey = h->s.pd->local_dma_lkey};
+
+        rc = post_one(h->s.id->qp, IB_WR_SEND, 900, &sge, 1, 0, 0);
+        CHECK(rc == 0, "hostile: post a Send: %d", rc);
+        h->sends = rc ? -1 : 0;
+    }
+    return true;
+}
+
+/* The next FPDU from the QP: its ULPDU in u (up to cap bytes), its length. */
+static int h_fpdu(struct hconn *h, u8 *u, unsigned int cap)
+{
+    u8 b[8]; /* pad (up to 3) and CRC */
+    unsigned int n, pad;
+    int rc = raw_recv(h->sock, b, 2);
+
+    if (rc)
+        return rc;
+    n = (u32)b[0] << 8 | b[1];
+    if (n > cap)
+        return -E2BIG;
+    rc = raw_recv(h->sock, u, n);
+    pad = (4 - (2 + n) % 4) % 4 + 4; /* and the CRC field */
+    if (!rc)
+        rc = raw_recv(h->sock, b, pad);
+    return rc ? rc : (int)n;
+}
+
+/* The Terminate (skipping other messages, such as Read Responses): RFC
+ * 5040 §4.8 and §5.4: untagged, opcode 7, QN 2, MSN 1, MO 0, L; then the
+ * Terminate Control (layer, type, code; M, D, R) and the DDP Segment
+ * Length, the DDP header (img, img_len bytes: 2 + 14 or 18 as it came
+ * from us) and the RDMA header (rdma, 28 bytes) when flagged. img NULL:
+ * M, D and R must be clear. Then EOF. */
+static void h_term(struct hconn *h, const char *what, int layer, int etype, int ecode,
+                   const u8 *img, unsigned int img_len, const u8 *rdma)
+{
+    static u8 u[65536];
+    int n;
+
+    for (;;) {
+        n = h_fpdu(h, u, sizeof(u));
+        if (n < 0 || (n >= 2 && !(u[0] & 0x80) && (u[1] & 0x0F) == 7))
+            break;
+    }
+    CHECK(n >= 22, "%s: no Terminate (%d)", what, n);
+    if (n < 22)
+        return;
+    CHECK(u[0] == 0x41 && u[1] == 0x47 && get_be32(u + 6) == 2 && get_be32(u + 10) == 1 &&
+              get_be32(u + 14) == 0,
+          "%s: Terminate header %*ph", what, 18, u);
+    CHECK(u[18] >> 4 == layer && (u[18] & 0x0F) == etype && u[19] == ecode,
+          "%s: Terminate %x/%x/%02x, want %x/%x/%02x", what, u[18] >> 4, u[18] & 0x0F, u[19], layer,
+          etype, ecode);
+    if (!img) {
+        CHECK((u[20] & 0xE0) == 0 && n == 22, "%s: headers attached (0x%02x, %d bytes)", what,
+              u[20], n);
+    } else {
+        CHECK((u[20] & 0xC0) == 0xC0, "%s: M and D (0x%02x)", what, u[20]);
+        CHECK(!!(u[20] & 0x20) == !!rdma, "%s: R 0x%02x", what, u[20]);
+        CHECK(n >= 22 + (int)img_len && !memcmp(u + 22, img, img_len),
+              "%s: the attached DDP header %*ph, want %*ph", what, min_t(int, img_len, n - 22),
+              u + 22, img_len, img);
+        if (rdma)
+            CHECK(n >= 22 + (int)img_len + 28 && !memcmp(u + 22 + img_len, rdma, 28),
+                  "%s: the attached RDMA header", what);
+    }
+    n = h_fpdu(h, u, sizeof(u));
+    CHECK(n == -EPIPE, "%s: EOF after the Terminate (%d)", what, n);
+}
+
+/* After the Terminate: the QP in ERR with an async event, each receive
+ * completed once with an error (rstatus for the first, or any error when
+ * rstatus is -1; any status and no event required when it is H_ANY), the region and guards as expected (placed: bytes of the
+ * region that may have changed from its start), the server's
+ * DISCONNECTED, then everything destroyed. */
+static void h_down(struct hconn *h, const char *what, int rstatus, unsigned int placed)
+{
+    struct ib_wc wc[16];
+    int i, n;
+    bool g = true;
+
+    if (!h->s.cq) { /* h_up failed before the QP (checked there) */
+        if (h->sock)
+            sock_release(h->sock);
+        if (h->s.id)
+            rdma_destroy_id(h->s.id);
+        memset(h, 0, sizeof(*h));
+        return;
+    }
+    for (n = 0; n < h->nrecv && h_wc(h, &wc[n], 10000);)
+        n++;
+    /* nothing more may come (a receive twice, the Send twice) */
+    while (n < 16 && h_wc(h, &wc[n], 3))
+        n++;
+    CHECK(n == h->nrecv, "%s: %d receive completions, want %d", what, n, h->nrecv);
+    CHECK(h->sends == 1 &&
+              (h->send_status == IB_WC_SUCCESS || h->send_status == IB_WC_WR_FLUSH_ERR),
+          "%s: the QP's Send completed %d times, status %d", what, h->sends, h->send_status);
+    for (i = 0; i < n; i++)
+        CHECK(wc[i].wr_id == 500 + h->rbase + i &&
+                  (rstatus == H_ANY || (wc[i].status != IB_WC_SUCCESS &&
+                                        (i || rstatus < 0 || wc[i].status == rstatus))),
+              "%s: receive %d: id %llu status %d", what, i, wc[i].wr_id, wc[i].status);
+    CHECK(qp_state(h->s.id->qp) == IB_QPS_ERR, "%s: QP state %d", what, qp_state(h->s.id->qp));
+    CHECK(rstatus == H_ANY || atomic_read(&qp_events) >= 1, "%s: no QP event", what);
+    evq_wait(&q_hs, RDMA_CM_EVENT_DISCONNECTED, what);
+    for (i = 0; i < H_PAGES * PAGE_SIZE; i++)
+        if ((i < PAGE_SIZE || i >= PAGE_SIZE + placed) && hmem[i] != H_GUARD) {
+            pr_err("%s: byte %d of the region's pages changed: 0x%02x\n", what,
+                   (int)(i - PAGE_SIZE), hmem[i]);
+            g = false;
+            break;
+        }
+    CHECK(g, "%s: memory outside what may be placed untouched", what);
+    if (h->sock)
+        sock_release(h->sock);
+    if (hmr) {
+        ib_dma_unmap_sg(h->s.pd->device, &hsg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(hmr);
+        hmr = NULL;
+    }
+    end_fini(&h->s);
+}
+
+/* a Send on the other connection: the device still works */
+static void h_alive(struct end *c, struct end *s, const char *what)
+{
+    static int slot;
+    struct ib_sge sge = {.addr = (u64)(uintptr_t)cbuf, .length = 64, .lkey = c->pd->local_dma_lkey};
+    int rc = post_one(c->id->qp, IB_WR_SEND, 70, &sge, 1, 0, 0);
+
+    CHECK(rc == 0, "%s: a Send on the second QP: %d", what, rc);
+    if (!rc && xfer_done(c, s, 70, 1000 + slot, 64, what)) {
+        CHECK(post_srecv(s, slot) == 0, "%s: repost", what);
+        slot = (slot + 1) % 3;
+    }
+    CHECK(qp_state(c->id->qp) == IB_QPS_RTS && qp_state(s->id->qp) == IB_QPS_RTS,
+          "%s: the second QP's states %d %d", what, qp_state(c->id->qp), qp_state(s->id->qp));
+}
+
+/* Random damage to valid streams (CRC off, so damaged headers are acted
+ * upon): per stream four rounds of a Write, a Send and a Read Request
+ * into or from the region, one to three bits flipped anywhere, then our
+ * FIN. Whatever the QP makes of it: it ends in ERR, each receive
+ * completes exactly once, nothing outside the region changes, and the
+ * kernel stays quiet (the VM test greps dmesg). */
+static unsigned int mutations = 500;
+module_param(mutations, uint, 0444);
+MODULE_PARM_DESC(mutations, "hostile=1: the number of randomly damaged streams (default 500)");
+
+static void h_mutations(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static u8 f[4 * (3 * 64 + 1200)], u[65536];
+    unsigned int it, terms = 0, k, n, len;
+    struct hconn h;
+    u8 hd[64], pay[600];
+
+    for (k = 0; k < sizeof(pay); k++)
+        pay[k] = k * 5 + 3;
+    for (it = 0; it < mutations; it++) {
+        if (!h_up(ib, hin, &h, false, 4, 4, 1000)) {
+            h_down(&h, "mutation", H_ANY, H_RLEN);
+            break;
+        }
+        for (k = 1, n = 0; k <= 4; k++) {
+            len = get_random_u32() % 600;
+            n += fpdu(f + n, false, hd,
+                      hdr_t(hd, 0, hmr->rkey, hmr->iova + get_random_u32() % (H_RLEN - 600)), pay,
+                      len);
+            n += fpdu(f + n, false, hd, hdr_u(hd, k & 1 ? 3 : 5, 0, k, 0), pay,
+                      get_random_u32() % 600);
+            n += fpdu(f + n, false, hd,
+                      hdr_rreq(hd, k, 0x100 + k, 0, get_random_u32() % 512, hmr->rkey,
+                               hmr->iova + get_random_u32() % (H_RLEN - 512)),
+                      NULL, 0);
+        }
+        for (k = 0, len = 1 + get_random_u32() % 3; k < len; k++)
+            f[get_random_u32() % n] ^= 1u << (get_random_u32() % 8);
+        raw_send(h.sock, f, n);
+        kernel_sock_shutdown(h.sock, SHUT_WR);
+        /* everything the QP sends until it closes */
+        for (;;) {
+            int r = h_fpdu(&h, u, sizeof(u));
+
+            if (r < 0)
+                break;
+            if (r >= 2 && !(u[0] & 0x80) && (u[1] & 0x0F) == 7)
+                terms++;
+        }
+        for (k = 0; k < 500 && qp_state(h.s.id->qp) != IB_QPS_ERR; k++)
+            usleep_range(1000, 2000);
+        h_down(&h, "mutation", H_ANY, H_RLEN);
+    }
+    pr_info("hostile peer: %u damaged streams, %u answered with a Terminate\n", it, terms);
+    CHECK(it == mutations, "mutations: %u of %u streams", it, mutations);
+}
+
+/* A bad MPA Request (RFC 5044 §7.1): the connection closes (after a
+ * Reject, with R, if anything is sent), the ULP hears nothing of it, the
+ * listener stays (the next class connects through it). */
+static void h_bad_mpa(struct sockaddr_in *hin, const u8 *req, unsigned int len, const char *what)
+{
+    static u8 b[1024];
+    struct socket *sk;
+    unsigned int got = 0;
+    int rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &sk);
+
+    CHECK(rc == 0, "%s: socket: %d", what, rc);
+    if (rc)
+        return;
+    sock_set_reuseaddr(sk->sk);
+    sk->sk->sk_rcvtimeo = 5 * HZ;
+    rc = kernel_connect(sk, (struct sockaddr *)hin, sizeof(*hin), 0);
+    CHECK(rc == 0, "%s: connect: %d", what, rc);
+    if (!rc)
+        rc = raw_send(sk, req, len);
+    while (!rc) {
+        struct kvec v = {.iov_base = b + min_t(unsigned int, got, 512), .iov_len = 512};
+        struct msghdr m = {};
+        int r = kernel_recvmsg(sk, &m, &v, 1, v.iov_len, 0);
+
+        if (r <= 0) {
+            rc = r ? r : 1;
+            break;
+        }
+        got += r;
+    }
+    CHECK(rc == 1, "%s: no EOF (%d)", what, rc);
+    CHECK(got == 0 || (got >= 20 && !memcmp(b, "MPA ID Rep Frame", 16) && (b[16] & 0x20)),
+          "%s: %u bytes back, not a Reject", what, got);
+    sock_release(sk);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hs.in) == q_hs.out, "%s: an event reached the ULP", what);
+}
+
+static void test_hostile(struct ib_device *ib)
+{
+    struct end c = {}, s = {};
+    struct rdma_cm_id *lid = NULL, *hid = NULL;
+    struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(port)};
+    struct sockaddr_in hin;
+    struct net_device *nd = dev_get_by_name(&init_net, netdev);
+    struct hconn h;
+    u8 hd[64], f[512], pay[256], rr[3][64];
+    unsigned int hl, n, i, cases = 0;
+    int rc;
+
+    if (!nd) {
+        CHECK(0, "no interface %s", netdev);
+        return;
+    }
+    sin.sin_addr.s_addr = inet_select_addr(nd, 0, RT_SCOPE_UNIVERSE);
+    dev_put(nd);
+    hin = sin;
+    hin.sin_port = htons(port + 2);
+    evq_init(&q_cli);
+    evq_init(&q_srv);
+    evq_init(&q_hs);
+    hmem = (u8 *)__get_free_pages(GFP_KERNEL, 2);
+    lid = rdma_create_id(&init_net, cm_handler, &q_srv, RDMA_PS_TCP, IB_QPT_RC);
+    hid = rdma_create_id(&init_net, cm_handler, &q_hs, RDMA_PS_TCP, IB_QPT_RC);
+    if (!hmem || IS_ERR(lid) || IS_ERR(hid)) {
+        CHECK(0, "hostile: setup");
+        goto out;
+    }
+    rc = rdma_bind_addr(lid, (struct sockaddr *)&sin) ?: rdma_listen(lid, 4) ?:
+         rdma_bind_addr(hid, (struct sockaddr *)&hin) ?: rdma_listen(hid, 4);
+    CHECK(rc == 0, "hostile: listeners: %d", rc);
+    if (rc)
+        goto out;
+    /* the second connection, both ends ours, kept up all along */
+    if (conn_up(ib, &sin, &c, &s, false))
+        goto out;
+    cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+    if (!cbuf)
+        goto out;
+    h_alive(&c, &s, "before");
+    for (i = 0; i < sizeof(pay); i++)
+        pay[i] = i * 3 + 1;
+
+    /* 1. bad CRC on a Send (RFC 5044 §8: LLP, MPA, code 2 "CRC error";
+     * LLP errors carry no headers, RFC 5040 §4.8 Figure 10) */
+    if (h_up(ib, &hin, &h, true, 2, 2, 512)) {
+        n = fpdu(f, true, hd, hdr_u(hd, 3, 0, 1, 0), pay, 100);
+        f[n - 1] ^= 0x40;
+        raw_send(h.sock, f, n);
+        h_term(&h, "bad CRC", T_LLP, 0, 2, NULL, 0, NULL);
+    }
+    h_down(&h, "bad CRC", IB_WC_WR_FLUSH_ERR, 512); /* placed before the CRC was seen */
+    h_alive(&c, &s, "after bad CRC");
+    cases++;
+
+    /* 2. DDP version 2 on a Send: DDP, untagged, code 6 (RFC 5041 §7.2) */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        hl = hdr_u(hd, 3, 0, 1, 0);
+        hd[0] = (hd[0] & ~3) | 2;
+        n = fpdu(f, false, hd, hl, pay, 40);
+        raw_send(h.sock, f, n);
+        h_term(&h, "DDP version (untagged)", T_DDP, 2, 6, f, 2 + 18, NULL);
+    }
+    h_down(&h, "DDP version (untagged)", -1, 0);
+    cases++;
+
+    /* 3. DDP version 0 on a Write: DDP, tagged, code 4 */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        hl = hdr_t(hd, 0, hmr->rkey, hmr->iova);
+        hd[0] &= ~3;
+        n = fpdu(f, true, hd, hl, pay, 40);
+        raw_send(h.sock, f, n);
+        h_term(&h, "DDP version (tagged)", T_DDP, 1, 4, f, 2 + 14, NULL);
+    }
+    h_down(&h, "DDP version (tagged)", -1, 0);
+    cases++;
+
+    /* 4. RDMAP version 2 on a Send: RDMAP, Remote Operation, code 5
+     * "invalid RDMAP version" (RFC 5040 §7.2) */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        hl = hdr_u(hd, 3, 0, 1, 0);
+        hd[1] = 0x80 | 3;
+        n = fpdu(f, false, hd, hl, pay, 40);
+        raw_send(h.sock, f, n);
+        h_term(&h, "RDMAP version", T_RDMAP, 2, 5, f, 2 + 18, NULL);
+    }
+    h_down(&h, "RDMAP version", -1, 0);
+    h_alive(&c, &s, "after the version errors");
+    cases++;
+
+    /* 5. a Write to an STag nobody registered: DDP, tagged, code 0
+     * "invalid STag" (RFC 5041 §7.2), nothing placed */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        n = fpdu(f, true, hd, hdr_t(hd, 0, hmr->rkey ^ 0x00800000, hmr->iova), pay, 64);
+        raw_send(h.sock, f, n);
+        h_term(&h, "invalid STag", T_DDP, 1, 0, f, 2 + 14, NULL);
+    }
+    h_down(&h, "invalid STag", -1, 0);
+    cases++;
+
+    /* 6. a Write crossing the region's end: DDP, tagged, code 1 "base or
+     * bounds violation", nothing of it placed (the guard page after it
+     * intact) */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova + H_RLEN - 100), pay, 200);
+        raw_send(h.sock, f, n);
+        h_term(&h, "bounds (end)", T_DDP, 1, 1, f, 2 + 14, NULL);
+    }
+    h_down(&h, "bounds (end)", -1, 0);
+    cases++;
+
+    /* 7. ... and one starting below the region's base */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova - 8), pay, 16);
+        raw_send(h.sock, f, n);
+        h_term(&h, "bounds (base)", T_DDP, 1, 1, f, 2 + 14, NULL);
+    }
+    h_down(&h, "bounds (base)", -1, 0);
+    cases++;
+
+    /* 8. TO + length past 2^64: DDP, tagged, code 3 "TO wrap" (RFC 5041
+     * §7.1 check 5, §7.2) */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_t(hd, 0, hmr->rkey, U64_MAX - 3), pay, 8);
+        raw_send(h.sock, f, n);
+        h_term(&h, "TO wrap", T_DDP, 1, 3, f, 2 + 14, NULL);
+    }
+    h_down(&h, "TO wrap", -1, 0);
+    h_alive(&c, &s, "after the tagged errors");
+    cases++;
+
+    /* 9. a Send with MSN 3 where 1 is expected: DDP, untagged, code 3
+     * "invalid MSN - MSN range" (RFC 5041 §7.2), the receive flushed */
+    if (h_up(ib, &hin, &h, true, 2, 2, 512)) {
+        n = fpdu(f, true, hd, hdr_u(hd, 3, 0, 3, 0), pay, 10);
+        raw_send(h.sock, f, n);
+        h_term(&h, "MSN range", T_DDP, 2, 3, f, 2 + 18, NULL);
+    }
+    h_down(&h, "MSN range", IB_WC_WR_FLUSH_ERR, 0);
+    cases++;
+
+    /* 10. QN 5 (only 0-2 are RDMAP's, RFC 5040 §5.1): DDP, untagged, code
+     * 1 "invalid QN" */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_u(hd, 3, 5, 1, 0), pay, 10);
+        raw_send(h.sock, f, n);
+        h_term(&h, "invalid QN", T_DDP, 2, 1, f, 2 + 18, NULL);
+    }
+    h_down(&h, "invalid QN", -1, 0);
+    cases++;
+
+    /* 11. MO 8 on a new message: DDP, untagged, code 4 "invalid MO" */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_u(hd, 3, 0, 1, 8), pay, 10);
+        raw_send(h.sock, f, n);
+        h_term(&h, "invalid MO", T_DDP, 2, 4, f, 2 + 18, NULL);
+    }
+    h_down(&h, "invalid MO", -1, 0);
+    cases++;
+
+    /* 12. an oversize Send: ULPDU_Length 65535 (only the header sent) for
+     * a 512-byte receive: DDP, untagged, code 5 "DDP message too long",
+     * the receive completed with a length error, nothing placed */
+    if (h_up(ib, &hin, &h, false, 2, 2, 512)) {
+        n = fpdu(f, false, hd, hdr_u(hd, 3, 0, 1, 0), pay, 0);
+        be16(f, 65535);
+        raw_send(h.sock, f, 2 + 18);
+        h_term(&h, "message too long", T_DDP, 2, 5, f, 2 + 18, NULL);
+    }
+    h_down(&h, "message too long", IB_WC_LOC_LEN_ERR, 0);
+    h_alive(&c, &s, "after the untagged errors");
+    cases++;
+
+    /* 13. ULPDU_Length 1, too short for any DDP header: LLP, MPA, code 3
+     * (RFC 5044 §8), no headers */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        u8 bad[8] = {0, 1, 0x41, 0x43};
+
+        raw_send(h.sock, bad, sizeof(bad));
+        h_term(&h, "ULPDU_Length 1", T_LLP, 0, 3, NULL, 0, NULL);
+    }
+    h_down(&h, "ULPDU_Length 1", -1, 0);
+    cases++;
+
+    /* 14. reserved opcode 0xC on QN 0: RDMAP, Remote Operation, code 6
+     * "unexpected opcode" (RFC 5040 §7.2) */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        hl = hdr_u(hd, 0xC, 0, 1, 0);
+        n = fpdu(f, false, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "reserved opcode", T_RDMAP, 2, 6, f, 2 + 18, NULL);
+    }
+    h_down(&h, "reserved opcode", -1, 0);
+    cases++;
+
+    /* 15. three Read Requests at once with IRD 2 (RFC 5040 §6.1: the peer
+     * may not exceed the responder's IRD; RFC 6581 §7.1 negotiated it):
+     * RDMAP, Remote Operation, code 7 "catastrophic error, localized to
+     * RDMAP stream", with the third request's DDP and RDMA headers (R) */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        memset(hmem + PAGE_SIZE, 0x3C, H_RLEN);
+        for (i = 0, n = 0; i < 3; i++) {
+            hl = hdr_rreq(hd, i + 1, 0x100 + i, 0, 64, hmr->rkey, hmr->iova);
+            rc = fpdu(rr[i], true, hd, hl, NULL, 0);
+            memcpy(f + n, rr[i], rc);
+            n += rc;
+        }
+        raw_send(h.sock, f, n); /* one write: the QP sees all three at once */
+        h_term(&h, "IRD exceeded", T_RDMAP, 2, 7, rr[2], 2 + 18, rr[2] + 20);
+        memset(hmem + PAGE_SIZE, H_GUARD, H_RLEN);
+    }
+    h_down(&h, "IRD exceeded", -1, 0);
+    cases++;
+
+    /* 16. a Read Request whose source leaves the region: RDMAP, Remote
+     * Protection, code 1 "base or bounds violation" with D and R (RFC
+     * 5040 §7.2: the source STag is the RDMA header's) */
+    if (h_up(ib, &hin, &h, false, 4, 1, 512)) {
+        hl = hdr_rreq(hd, 1, 0x4321, 0, 11, hmr->rkey, hmr->iova + H_RLEN - 10);
+        n = fpdu(f, false, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Read source bounds", T_RDMAP, 1, 1, f, 2 + 18, f + 20);
+    }
+    h_down(&h, "Read source bounds", -1, 0);
+    cases++;
+
+    /* 17. ... and one naming an STag nobody registered: RDMAP, Remote
+     * Protection, code 0 "invalid STag" */
+    if (h_up(ib, &hin, &h, false, 4, 1, 512)) {
+        hl = hdr_rreq(hd, 1, 0x4321, 0, 16, hmr->rkey ^ 0x00800000, hmr->iova);
+        n = fpdu(f, false, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Read source STag", T_RDMAP, 1, 0, f, 2 + 18, f + 20);
+    }
+    h_down(&h, "Read source STag", -1, 0);
+    cases++;
+
+    /* 18. a Write that is fine, then one past the end in the same stream:
+     * the first placed (its bytes checked), the second not */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        n = fpdu(f, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova), pay, 200);
+        hl = fpdu(f + n, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova + H_RLEN - 4), pay, 8);
+        raw_send(h.sock, f, n + hl);
+        h_term(&h, "good Write, then bounds", T_DDP, 1, 1, f + n, 2 + 14, NULL);
+        CHECK(!memcmp(hmem + PAGE_SIZE, pay, 200), "the good Write placed");
+    }
+    h_down(&h, "good Write, then bounds", -1, 200);
+    h_alive(&c, &s, "after the Read Requests");
+    cases++;
+    /* 19. a Send with Invalidate of the region's STag (it completes with
+     * the invalidated key), then a Write to it: DDP, tagged, code 0
+     * "invalid STag", nothing of the Write placed */
+    if (h_up(ib, &hin, &h, true, 2, 2, 512)) {
+        struct ib_wc wc;
+
+        hl = hdr_u(hd, 4, 0, 1, 0);
+        be32(hd + 2, hmr->rkey); /* RFC 5040 §4.1: the Invalidate STag */
+        n = fpdu(f, true, hd, hl, pay, 16);
+        raw_send(h.sock, f, n);
+        n = h_wc(&h, &wc, 10000);
+        CHECK(n == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 500 && wc.byte_len == 16 &&
+                  (wc.wc_flags & IB_WC_WITH_INVALIDATE) && wc.ex.invalidate_rkey == hmr->rkey,
+              "Send with Invalidate: n %d status %d flags 0x%x", n, n ? wc.status : -1,
+              n ? wc.wc_flags : 0);
+        h.nrecv = 1;
+        h.rbase = 1;
+        n = fpdu(f, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova + 100), pay, 16);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Write after remote invalidate", T_DDP, 1, 0, f, 2 + 14, NULL);
+        CHECK(!memcmp(hmem + PAGE_SIZE, pay, 16), "the Send placed");
+    }
+    h_down(&h, "Write after remote invalidate", -1, 16);
+    cases++;
+
+    /* 20. a Send with SE and Invalidate naming an STag nobody registered
+     * (RFC 5040 §7.2 item 4): RDMAP, Remote Protection, code 0 "invalid
+     * STag", its receive completed with a remote invalidate error */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        hl = hdr_u(hd, 6, 0, 1, 0);
+        be32(hd + 2, hmr->rkey ^ 0x00800000);
+        n = fpdu(f, false, hd, hl, pay, 4);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Send with Invalidate, bad STag", T_RDMAP, 1, 0, f, 2 + 18, NULL);
+    }
+    h_down(&h, "Send with Invalidate, bad STag", IB_WC_REM_INV_REQ_ERR, 512);
+    cases++;
+
+    /* 21. a Write to an MR without remote write (registered for local
+     * write and remote read): RDMAP, Remote Protection, code 2 "access
+     * rights violation" (as siw; the userspace engine answers DDP invalid
+     * STag), nothing placed */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        static struct scatterlist sg2;
+        struct ib_mr *ro = fr_mr(h.s.id->qp, h.s.pd, &sg2, hmem + PAGE_SIZE, H_RLEN,
+                                 IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_READ);
+
+        CHECK(ro, "a read-only MR");
+        if (ro) {
+            n = fpdu(f, true, hd, hdr_t(hd, 0, ro->rkey, ro->iova), pay, 32);
+            raw_send(h.sock, f, n);
+            h_term(&h, "Write without remote write", T_RDMAP, 1, 2, f, 2 + 14, NULL);
+            ib_dma_unmap_sg(h.s.pd->device, &sg2, 1, DMA_BIDIRECTIONAL);
+            ib_dereg_mr(ro);
+        }
+    }
+    h_down(&h, "Write without remote write", -1, 0);
+    cases++;
+
+    /* 22. a Read Response nobody asked for: RDMAP, Remote Operation, code
+     * 6 "unexpected opcode" (the userspace engine: DDP invalid STag),
+     * nothing placed */
+    if (h_up(ib, &hin, &h, false, 2, 1, 512)) {
+        n = fpdu(f, false, hd, hdr_t(hd, 2, hmr->rkey, hmr->iova), pay, 8);
+        raw_send(h.sock, f, n);
+        h_term(&h, "unsolicited Read Response", T_RDMAP, 2, 6, f, 2 + 14, NULL);
+    }
+    h_down(&h, "unsolicited Read Response", -1, 0);
+    cases++;
+    /* 23-25. MPA: not MPA at all; a Request with PD_Length 65535 (at
+     * most 512, RFC 5044 §7.1); one that asks for markers (refused by
+     * the negotiation) */
+    h_bad_mpa(&hin, (const u8 *)"GET / HTTP/1.1\r\nHost: uiw0\r\n\r\n", 30, "not MPA");
+    cases++;
+    {
+        static u8 big[20 + 512];
+
+        memcpy(big, "MPA ID Req Frame", 16);
+        big[16] = 0x10;
+        big[17] = 2;
+        be16(big + 18, 65535);
+        h_bad_mpa(&hin, big, sizeof(big), "PD_Length 65535");
+        cases++;
+    }
+    {
+        u8 mk[24] = "MPA ID Req Frame";
+
+        mk[16] = 0x80 | 0x10; /* M */
+        mk[17] = 2;
+        be16(mk + 18, 4);
+        be16(mk + 20, 4);
+        be16(mk + 22, 1);
+        h_bad_mpa(&hin, mk, sizeof(mk), "markers asked for");
+        cases++;
+    }
+    h_alive(&c, &s, "after the MPA classes");
+    pr_info("hostile peer: %u classes\n", cases);
+    h_mutations(ib, &hin);
+    h_alive(&c, &s, "after the damaged streams");
+
+    rc = rdma_disconnect(c.id);
+    CHECK(rc == 0, "rdma_disconnect: %d", rc);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client");
+    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server");
+out:
+    conn_data_free(&c, &s);
+    end_fini(&c);
+    end_fini(&s);
+    /* after a failure: connections the test did not take (their ids
+     * would call this module's handler after it is gone) */
+    while (q_hs.in != q_hs.out) {
+        i = q_hs.out++ % ARRAY_SIZE(q_hs.e);
+        if (q_hs.e[i].ev == RDMA_CM_EVENT_CONNECT_REQUEST)
+            rdma_destroy_id(q_hs.e[i].id);
+    }
+    if (hid && !IS_ERR(hid))
+        rdma_destroy_id(hid);
+    if (lid && !IS_ERR(lid))
+        rdma_destroy_id(lid);
+    if (hmem)
+        free_pages((unsigned long)hmem, 2);
+    hmem = NULL;
+}
+
 static int __init uiw_ktest_init(void)
 {
     struct ib_device *ib = ib_device_get_by_name(dev, RDMA_DRIVER_UNKNOWN);
@@ -1776,7 +2652,9 @@ static int __init uiw_ktest_init(void)
         pr_err("verbs test: FAIL (no device %s)\n", dev);
         return 0;
     }
-    if (rping_dst) {
+    if (hostile) {
+        test_hostile(ib);
+    } else if (rping_dst) {
         test_rping(ib);
     } else if (rping_listen) {
         test_rping_server(ib);

@@ -4,7 +4,7 @@
 #                                  module for the siw rig's kernel (Debian 12,
 #                                  6.1.0-56-amd64), against that kernel's
 #                                  headers as the rig extracted them
-#   bash scripts/kernel.sh test [--loops N]
+#   bash scripts/kernel.sh test [--loops N] [--live N] [--nvme-mib M] [--no-nvme-siw]
 #                                  build, then boot the rig's VM: insmod (the
 #                                  wire self-test's PASS line in dmesg), rmmod,
 #                                  selftest=0, the device (rdma link add/
@@ -15,7 +15,14 @@
 #                                  (eth0 down/up), a kernel verbs consumer
 #                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
 #                                  REG_MR/LOCAL_INV, flush, drain; no
-#                                  object left), no kernel warnings
+#                                  object left), a hostile peer (22
+#                                  Terminate classes, 3 bad MPA
+#                                  Requests, damaged streams),
+#                                  siw interop, NVMe-oF on uiw0 and on
+#                                  siw0 (--nvme-mib, default 32;
+#                                  --no-nvme-siw), rmmod with NVMe-oF
+#                                  connected (--live rounds, default 4),
+#                                  no kernel warnings
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
 # SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
@@ -144,7 +151,7 @@ NVME_MODS="crypto/crct10dif_common crypto/crct10dif_generic lib/crc-t10dif lib/c
 # The guest side of the test: busybox sh in the rig's VM, the module in /x.
 guest_script() {
     cat <<EOF
-loops=$1
+loops=$1 nvmib=$2 nvsiw=$3 live=$4
 pass=0 fail=0
 ok() { echo "KTEST ok   \$*"; pass=\$((pass + 1)); }
 bad() { echo "KTEST FAIL \$*"; fail=\$((fail + 1)); }
@@ -228,6 +235,32 @@ else
   bad "kernel verbs consumer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
+# a hostile peer: a raw TCP socket in uiwarp_ktest.ko speaks MPA to a QP
+# on uiw0, then sends one malformed or forbidden FPDU per connection (22
+# Terminate classes: bad CRC, DDP and RDMAP versions, invalid STag, bounds, TO
+# wrap, MSN, QN, MO, oversize Send, ULPDU_Length 1, reserved opcode,
+# Read Requests beyond IRD, Read sources out of bounds or unregistered,
+# a Write after a remote invalidate, a bad Invalidate STag, a Write
+# without remote write, an unsolicited Read Response), 3 bad MPA
+# Requests (not MPA, PD_Length 65535, markers), then 500 randomly
+# damaged streams;
+# each checked in the module: the Terminate's bytes, EOF, that QP in ERR
+# with its receives completed in error, guard pages intact, a second QP
+# still carrying Sends; then no object left
+kclr
+if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1; then
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  dmesg | grep 'hostile peer:'
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 25 classes' && ok "hostile peer: 25 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  res=\$(rdma res show uiw0)
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "removal after the hostile peer"
+else
+  bad "hostile peer: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
 # the connection test again with MPA CRC asked for (mpa_crc=2) and
 # 1000-byte FPDUs (max_fpdu): the same data over CRC-protected,
 # many-FPDU streams
@@ -302,11 +335,58 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
 else
   echo "KTEST skip siw interop (no veth.ko or siw.ko)"
 fi
-# NVMe over Fabrics on uiw0: nvmet-rdma exports a 32 MiB file, nvme-rdma
-# connects to it over eth0's own address (rdma_rw: Fast Register, Read
-# with Invalidate, Send with Invalidate); 32 MiB read and 32 MiB written
-# with O_DIRECT, compared with the file; no error recovery; everything
-# removed, no object left
+# NVMe over Fabrics: nvmet-rdma exports a file of $nvmib MiB (default
+# 32), nvme-rdma connects to it over eth0's own address (rdma_rw: Fast
+# Register, Read with Invalidate, Send with Invalidate); the whole device
+# read and written with O_DIRECT in 1 MiB requests, compared with the file,
+# each timed (NVMEPERF lines: MB/s, 10^6 bytes); no error recovery; the
+# controller deleted and the target removed. nvme_on DEV runs it on DEV
+# (uiw0, then siw0 on eth0 for comparison: the same test, the same VM).
+nvme_target() { # \$1: the backing file's MiB; the subsystem t1, no port
+  dd if=/dev/urandom of=/tmp/nvback bs=1M count=\$1 2>/dev/null
+  mkdir \$c/subsystems/t1 && echo 1 >\$c/subsystems/t1/attr_allow_any_host &&
+    mkdir \$c/subsystems/t1/namespaces/1 && echo /tmp/nvback >\$c/subsystems/t1/namespaces/1/device_path &&
+    echo 1 >\$c/subsystems/t1/namespaces/1/buffered_io && echo 1 >\$c/subsystems/t1/namespaces/1/enable
+}
+nvme_target_rm() {
+  echo 0 >\$c/subsystems/t1/namespaces/1/enable
+  rmdir \$c/subsystems/t1/namespaces/1 \$c/subsystems/t1
+  rm -f /tmp/nvback
+}
+nvme_port() { # the port on 10.0.2.15:4420, then the host connects (\$1: more options)
+  mkdir \$c/ports/1 && echo rdma >\$c/ports/1/addr_trtype && echo ipv4 >\$c/ports/1/addr_adrfam &&
+    echo 10.0.2.15 >\$c/ports/1/addr_traddr && echo 4420 >\$c/ports/1/addr_trsvcid &&
+    ln -s \$c/subsystems/t1 \$c/ports/1/subsystems/t1 &&
+    echo "transport=rdma,traddr=10.0.2.15,trsvcid=4420,nqn=t1,nr_io_queues=1\$1" >/dev/nvme-fabrics &&
+    { i=0; while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done; [ -b /dev/nvme0n1 ]; }
+}
+nvme_port_rm() {
+  rm -f \$c/ports/1/subsystems/t1; rmdir \$c/ports/1
+}
+now() { cut -d' ' -f1 /proc/uptime; }
+rate() { awk "BEGIN { d = \$2 - \$1; if (d <= 0) d = 0.01; printf \"%.1f\", \$3 * 1.048576 / d }"; }
+nvme_on() {
+  d=\$1
+  nvme_target \$nvmib
+  nvme_port && ok "NVMe-oF on \$d: nvme-rdma connected to nvmet-rdma" || bad "NVMe-oF on \$d: setup or connect"
+  t0=\$(now)
+  dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=\$nvmib iflag=direct 2>/dev/null; r=\$?
+  t1=\$(now)
+  [ \$r = 0 ] && cmp /tmp/nvr /tmp/nvback && ok "NVMe-oF on \$d: \$nvmib MiB read, the file's bytes" || bad "NVMe-oF on \$d: read"
+  rm -f /tmp/nvr
+  dd if=/dev/urandom of=/tmp/nvw bs=1M count=\$nvmib 2>/dev/null
+  t2=\$(now)
+  dd if=/tmp/nvw of=/dev/nvme0n1 bs=1M oflag=direct 2>/dev/null; r=\$?
+  t3=\$(now)
+  [ \$r = 0 ] && cmp /tmp/nvw /tmp/nvback && ok "NVMe-oF on \$d: \$nvmib MiB written, in the file" || bad "NVMe-oF on \$d: write"
+  rm -f /tmp/nvw
+  echo "NVMEPERF \$d \$nvmib MiB: read \$(rate \$t0 \$t1 \$nvmib) MB/s, write \$(rate \$t2 \$t3 \$nvmib) MB/s"
+  dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "NVMe-oF on \$d: errors in dmesg" || ok "NVMe-oF on \$d: no error recovery"
+  echo 1 >/sys/class/nvme/nvme0/delete_controller
+  nvme_port_rm
+  nvme_target_rm
+}
+c=/sys/kernel/config/nvmet
 if [ -f /x/nv/nvmet-rdma.ko ]; then
   kclr
   for m in crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft t10-pi nvme-core nvme-fabrics nvme-rdma nvmet nvmet-rdma; do
@@ -314,29 +394,7 @@ if [ -f /x/nv/nvmet-rdma.ko ]; then
   done
   grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
   insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0
-  dd if=/dev/urandom of=/tmp/nvback bs=1M count=32 2>/dev/null
-  c=/sys/kernel/config/nvmet
-  { mkdir \$c/subsystems/t1 && echo 1 >\$c/subsystems/t1/attr_allow_any_host &&
-    mkdir \$c/subsystems/t1/namespaces/1 && echo /tmp/nvback >\$c/subsystems/t1/namespaces/1/device_path &&
-    echo 1 >\$c/subsystems/t1/namespaces/1/buffered_io && echo 1 >\$c/subsystems/t1/namespaces/1/enable &&
-    mkdir \$c/ports/1 && echo rdma >\$c/ports/1/addr_trtype && echo ipv4 >\$c/ports/1/addr_adrfam &&
-    echo 10.0.2.15 >\$c/ports/1/addr_traddr && echo 4420 >\$c/ports/1/addr_trsvcid &&
-    ln -s \$c/subsystems/t1 \$c/ports/1/subsystems/t1 &&
-    echo "transport=rdma,traddr=10.0.2.15,trsvcid=4420,nqn=t1,nr_io_queues=1" >/dev/nvme-fabrics; } &&
-    ok "NVMe-oF: nvme-rdma connected to nvmet-rdma on uiw0" || bad "NVMe-oF: setup or connect"
-  i=0
-  while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
-  dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=32 iflag=direct 2>/dev/null && cmp /tmp/nvr /tmp/nvback &&
-    ok "NVMe-oF: 32 MiB read, the file's bytes" || bad "NVMe-oF: read"
-  rm -f /tmp/nvr
-  dd if=/dev/urandom of=/tmp/nvw bs=1M count=32 2>/dev/null
-  dd if=/tmp/nvw of=/dev/nvme0n1 bs=1M oflag=direct 2>/dev/null && cmp /tmp/nvw /tmp/nvback &&
-    ok "NVMe-oF: 32 MiB written, in the file" || bad "NVMe-oF: write"
-  rm -f /tmp/nvw
-  dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "NVMe-oF: errors in dmesg" || ok "NVMe-oF: no error recovery"
-  echo 1 >/sys/class/nvme/nvme0/delete_controller
-  rm -f \$c/ports/1/subsystems/t1; rmdir \$c/ports/1; echo 0 >\$c/subsystems/t1/namespaces/1/enable
-  rmdir \$c/subsystems/t1/namespaces/1 \$c/subsystems/t1
+  nvme_on uiw0
   rmmod nvme_rdma nvmet_rdma
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
@@ -344,7 +402,73 @@ if [ -f /x/nv/nvmet-rdma.ko ]; then
   case "\$res" in *"pd 0 cq "*" qp 0 "*"mr 0 "*"srq 0"*) ok "NVMe-oF: no PD, QP or MR left (rdma res)";; *) bad "NVMe-oF: objects left: \$res";; esac
   rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "NVMe-oF: removal, the driver counts no object" ||
     bad "NVMe-oF: removal"
-  rm -f /tmp/nvback
+  # the same over siw on eth0, for the throughput beside uiw0's
+  if [ \$nvsiw = 1 ]; then
+    kclr
+    if insmod /x/nv/nvme-rdma.ko && insmod /x/nv/nvmet-rdma.ko && modprobe siw && rdma link add siw0 type siw netdev eth0; then
+      nvme_on siw0
+      rdma link delete siw0
+    else
+      bad "NVMe-oF on siw0: setup"
+    fi
+  fi
+  # rmmod uiwarp with NVMe-oF connected over uiw0, \$live rounds, every
+  # other one with reads in flight: refused or clean (it is clean: the
+  # core's device removal makes nvme-rdma delete its controller and
+  # nvmet-rdma its queues); then the rdma modules' reference counts,
+  # TCP sockets and the kernel's slab total back where they were
+  kclr
+  grep -q '^nvme_rdma ' /proc/modules || insmod /x/nv/nvme-rdma.ko
+  grep -q '^nvmet_rdma ' /proc/modules || insmod /x/nv/nvmet-rdma.ko
+  mods0=\$(grep -E '^(ib_core|iw_cm|rdma_cm|nvme_rdma|nvmet_rdma) ' /proc/modules | awk '{print \$1, \$3}')
+  tcp0=\$(grep '^TCP:' /proc/net/sockstat | awk '{print \$3, \$9}')
+  slab0=\$(awk '/^Slab:/ {print \$2}' /proc/meminfo)
+  # A controller in error recovery when the device goes (nvmet-rdma's
+  # disconnect can come first) is not found by nvme-rdma's device removal
+  # (its queues and device reference are already gone): it then tries to
+  # reconnect until ctrl_loss_tmo (600 s by default) with its I/O
+  # requeued; 3 s here, and such rounds are counted as late.
+  nvme_target 8
+  r=0 lf=0 refused=0 late=0
+  while [ \$r -lt \$live ]; do
+    insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 &&
+      nvme_port ",reconnect_delay=1,ctrl_loss_tmo=3" || lf=\$((lf + 1))
+    tr=
+    if [ \$((r % 2)) = 1 ]; then
+      (while dd if=/dev/nvme0n1 of=/dev/null bs=1M iflag=direct 2>/dev/null; do :; done) &
+      tr=\$!
+      sleep 0.3
+    fi
+    if ! rmmod uiwarp; then
+      refused=\$((refused + 1))
+      echo 1 >/sys/class/nvme/nvme0/delete_controller
+      rmmod uiwarp || lf=\$((lf + 1))
+    fi
+    i=0
+    while [ -e /sys/class/nvme/nvme0 ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+    [ \$i -gt 20 ] && { echo "round \$r: nvme0 gone after \${i}00 ms"; late=\$((late + 1)); }
+    [ -e /sys/class/nvme/nvme0 ] && { echo "round \$r: nvme0 still there"; lf=\$((lf + 1)); }
+    grep -q '^uiwarp ' /proc/modules && { echo "round \$r: uiwarp still loaded"; lf=\$((lf + 1)); }
+    [ -n "\$tr" ] && { kill \$tr 2>/dev/null; wait \$tr; }
+    # the unload says nothing about eth0 (no replayed port DOWN or
+    # "going away" from the netdevice notifier's removal)
+    dmesg | grep -E 'uiw0: (port 1 DOWN|eth0 is going away)' && { echo "round \$r: notifier replay"; lf=\$((lf + 1)); }
+    kclr
+    nvme_port_rm
+    r=\$((r + 1))
+  done
+  nvme_target_rm
+  [ \$lf = 0 ] && ok "\$live rounds: rmmod uiwarp with NVMe-oF connected (every other one reading): clean (\$refused refused, \$late late)" ||
+    bad "rmmod with NVMe-oF connected: \$lf failures in \$live rounds"
+  rmmod nvme_rdma nvmet_rdma; insmod /x/nv/nvme-rdma.ko; insmod /x/nv/nvmet-rdma.ko
+  mods1=\$(grep -E '^(ib_core|iw_cm|rdma_cm|nvme_rdma|nvmet_rdma) ' /proc/modules | awk '{print \$1, \$3}')
+  i=0
+  while [ "\$(grep '^TCP:' /proc/net/sockstat | awk '{print \$3, \$9}')" != "\$tcp0" ] && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  tcp1=\$(grep '^TCP:' /proc/net/sockstat | awk '{print \$3, \$9}')
+  slab1=\$(awk '/^Slab:/ {print \$2}' /proc/meminfo)
+  echo "LIVE: module refs before: \$(echo \$mods0); after: \$(echo \$mods1); TCP inuse/alloc \$tcp0 -> \$tcp1; Slab \$slab0 kB -> \$slab1 kB"
+  [ "\$mods0" = "\$mods1" ] && [ "\$tcp0" = "\$tcp1" ] && ok "after the rounds: module references and TCP sockets as before" ||
+    bad "after the rounds: modules '\$mods0' -> '\$mods1', TCP '\$tcp0' -> '\$tcp1'"
 else
   echo "KTEST skip NVMe-oF (no nvmet-rdma.ko)"
 fi
@@ -365,7 +489,7 @@ EOF
 }
 
 test_vm() {
-    local loops=$1 t0=$SECONDS
+    local loops=$1 nvmib=$2 nvsiw=$3 live=$4 t0=$SECONDS
     [ -n "$SIW_PEER" ] || die "the siw peer rig (\$UIWARP_SHARED/siw-peer) is not there; set SIW_PEER"
     [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initramfs.cpio.gz" ] || rig_build "the VM images ($OUT)"
     local vmabi
@@ -382,14 +506,20 @@ test_vm() {
     for m in $NVME_MODS; do
         [ ! -f "$B/mods/${m##*/}.ko" ] || cp "$B/mods/${m##*/}.ko" "$x/nv/"
     done
-    guest_script "$loops" >"$x/guest.sh"
+    guest_script "$loops" "$nvmib" "$nvsiw" "$live" >"$x/guest.sh"
     local log=$B/test.log rc=0
-    # -v none: siw is not needed; 300 s is far above a TCG boot (about 10 s)
-    "$SIW_PEER/siw-vm-run" -v none -t 300 -x "$x" 'sh /x/guest.sh' 2>&1 | tee "$log" || rc=$?
+    # the NVMe-oF test keeps the file and a copy in the VM's tmpfs
+    local mem=1024
+    [ "$nvmib" -le 64 ] || mem=$((1024 + 4 * nvmib))
+    # -v none: siw is loaded by the test itself; 300 s is far above the
+    # default run (about 50 s under TCG), more for longer runs
+    "$SIW_PEER/siw-vm-run" -v none -m "$mem" -t $((300 + 2 * live + loops + 2 * nvmib)) -x "$x" \
+        'sh /x/guest.sh' 2>&1 | tee "$log" || rc=$?
     local summary
     summary=$(grep '^KTEST: ' "$log" | tail -1 || true)
     [ -n "$summary" ] || die "no result from the VM (siw-vm-run rc=$rc; log: $log)"
     [ "$rc" = 0 ] || die "$summary (siw-vm-run rc=$rc; log: $log)"
+    grep '^NVMEPERF\|^LIVE:' "$log" | sed 's/^/kernel.sh: /' || true
     say "$summary; VM test in $((SECONDS - t0)) s"
 }
 
@@ -398,7 +528,7 @@ cmd=${1:-}
 case $cmd in
 build) build ;;
 test)
-    loops=20
+    loops=20 nvmib=32 nvsiw=1 live=4
     while [ $# -gt 0 ]; do
         case $1 in
         --loops)
@@ -406,17 +536,31 @@ test)
             loops=$2
             shift
             ;;
+        --live)
+            [ $# -ge 2 ] || die "--live needs a number"
+            live=$2
+            shift
+            ;;
+        --nvme-mib)
+            [ $# -ge 2 ] || die "--nvme-mib needs a number"
+            nvmib=$2
+            shift
+            ;;
+        --no-nvme-siw) nvsiw=0 ;;
         *) die "unknown option $1" ;;
         esac
         shift
     done
-    case $loops in '' | *[!0-9]*) die "--loops wants a number, not '$loops'" ;; esac
+    for v in "$loops" "$live" "$nvmib"; do
+        case $v in '' | *[!0-9]*) die "--loops, --live and --nvme-mib want a number, not '$v'" ;; esac
+    done
+    [ "$nvmib" -ge 1 ] || die "--nvme-mib wants at least 1"
     build
-    test_vm "$loops"
+    test_vm "$loops" "$nvmib" "$nvsiw" "$live"
     ;;
 clean) rm -rf "$B" && say "removed $B" ;;
 *)
-    sed -n '2,20p' "$0" >&2
+    sed -n '2,/^# Exit status/p' "$0" >&2
     exit 2
     ;;
 esac
