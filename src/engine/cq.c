@@ -133,8 +133,12 @@ static void chan_post(struct uiw_comp_channel *ch, struct uiw_cq *cq)
     }
     ch->pending = pending;
     ch->pending[ch->npending++] = cq;
-    if (ch->npending == 1)
-        chan_signal_locked(ch);
+    if (ch->npending == 1) {
+        if (ch->spinners)
+            ch->byte_owed = true; /* a spinning waiter takes it (chan_spin_end) */
+        else
+            chan_signal_locked(ch);
+    }
     pthread_mutex_unlock(&ch->lock);
 }
 
@@ -150,8 +154,12 @@ static uint32_t chan_purge(struct uiw_comp_channel *ch, struct uiw_cq *cq)
         if (ch->pending[i] != cq)
             ch->pending[j++] = ch->pending[i];
     ch->npending = j;
-    if (had && !j)
-        chan_unsignal_locked(ch);
+    if (had && !j) {
+        if (ch->byte_owed)
+            ch->byte_owed = false;
+        else
+            chan_unsignal_locked(ch);
+    }
     reported = cq->comp_reported;
     pthread_mutex_unlock(&ch->lock);
     return reported;
@@ -249,7 +257,44 @@ static bool chan_qps(struct uiw_comp_channel *ch, struct uiw_qp **qps, unsigned 
     return true;
 }
 
-static void chan_spin(struct uiw_comp_channel *ch)
+/* The first queued event (ch->lock held): returned through cq/ctx. */
+static void chan_take_locked(struct uiw_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+    struct uiw_cq *c = ch->pending[0];
+
+    memmove(ch->pending, ch->pending + 1, (ch->npending - 1) * sizeof(*ch->pending));
+    if (--ch->npending)
+        chan_signal_locked(ch); /* more queued: the byte goes back */
+    c->comp_reported++;
+    atomic_store_explicit(&ch->last_event_ns, uiw_now_ns(), memory_order_relaxed);
+    *cq = &c->ibcq;
+    *cq_context = c->ibcq.cq_context;
+}
+
+/* A spinner stops. An event posted while any spinner was there came
+ * without its byte (chan_post): the spinner takes it itself (true:
+ * returned through cq/ctx), so that no reader waits for a byte that never
+ * comes. Any spinner may take it: each leaves through here. */
+static bool chan_spin_end(struct uiw_comp_channel *ch, struct ibv_cq **cq, void **cq_context)
+{
+    bool took = false;
+
+    pthread_mutex_lock(&ch->lock);
+    ch->spinners--;
+    if (ch->byte_owed) {
+        ch->byte_owed = false;
+        if (ch->npending) {
+            chan_take_locked(ch, cq, cq_context); /* sends the byte for the rest */
+            took = true;
+        }
+    }
+    pthread_mutex_unlock(&ch->lock);
+    return took;
+}
+
+/* Spins (see above); true if it took the event itself (cq/ctx set, no
+ * byte to read). */
+static bool chan_spin(struct uiw_comp_channel *ch, struct ibv_cq **ecq, void **ectx)
 {
     uint64_t spin = (uint64_t)uiw_config()->progress_spin_us * 1000u;
     uint64_t now, until;
@@ -257,16 +302,21 @@ static void chan_spin(struct uiw_comp_channel *ch)
     unsigned nqps;
     int fl;
 
+    bool took;
+
     if (!spin)
-        return;
+        return false;
     now = uiw_now_ns();
     if (now - atomic_load_explicit(&ch->last_event_ns, memory_order_relaxed) >= 2 * spin)
-        return;
+        return false;
     fl = fcntl(ch->ch.fd, F_GETFL);
     if (fl < 0 || (fl & O_NONBLOCK))
-        return;
+        return false;
     if (!chan_qps(ch, qps, &nqps))
-        return;
+        return false;
+    pthread_mutex_lock(&ch->lock);
+    ch->spinners++;
+    pthread_mutex_unlock(&ch->lock);
     /* the progress thread would be woken for the data we are about to read
      * (and, waking on this CPU, be given it by our sched_yield) */
     for (unsigned i = 0; i < nqps; i++)
@@ -286,6 +336,8 @@ static void chan_spin(struct uiw_comp_channel *ch)
         uiw_qp_rx_mute(qps[i], false);
         uiw_qp_put(qps[i]);
     }
+    took = chan_spin_end(ch, ecq, ectx);
+    return took;
 }
 
 UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,
@@ -300,7 +352,8 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
     /* about to wait: what this process left deferred goes out first
      * (transmit coalescing, qp_tx.c), not after the backstop's delay */
     uiw_tx_flush_deferred();
-    chan_spin(ch);
+    if (chan_spin(ch, cq, cq_context))
+        return 0; /* its own event, handed over without the byte */
     for (;;) {
         char b;
         ssize_t r = read(channel->fd, &b, 1);
@@ -313,15 +366,7 @@ UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq 
         }
         pthread_mutex_lock(&ch->lock);
         if (ch->npending) {
-            struct uiw_cq *c = ch->pending[0];
-
-            memmove(ch->pending, ch->pending + 1, (ch->npending - 1) * sizeof(*ch->pending));
-            if (--ch->npending)
-                chan_signal_locked(ch); /* more queued: the byte goes back */
-            c->comp_reported++;
-            atomic_store_explicit(&ch->last_event_ns, uiw_now_ns(), memory_order_relaxed);
-            *cq = &c->ibcq;
-            *cq_context = c->ibcq.cq_context;
+            chan_take_locked(ch, cq, cq_context);
             pthread_mutex_unlock(&ch->lock);
             return 0;
         }

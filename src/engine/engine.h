@@ -325,6 +325,11 @@ struct uiw_comp_channel {
     struct uiw_cq **cqs;
     unsigned ncqs, cqs_cap;
     _Atomic uint64_t last_event_ns; /* the latest event handed out */
+    /* Under lock: threads spinning in ibv_get_cq_event (cq.c "Waiting"),
+     * and whether the queue's first event was posted without its byte
+     * because one of them takes it at once. */
+    unsigned spinners;
+    bool byte_owed;
 };
 
 struct uiw_qp;

@@ -8,7 +8,8 @@
  * waits end with an event the waiter's own receive processing produced
  * (uiw_event_spin_hits), with UIWARP_PROGRESS_SPIN_US=0 (argument
  * "nospin") none do and the progress thread delivers them all. Also: a
- * non-blocking channel fd still gives EAGAIN right after a burst, and CQs
+ * non-blocking channel fd still gives EAGAIN right after a burst, no
+ * channel fd is left readable after the last event, and CQs
  * created and destroyed on a channel while another thread waits on it.
  */
 #include <errno.h>
@@ -149,6 +150,15 @@ static void ping_pong(bool spin)
         CHECK(hits >= ROUNDS / 4); /* typically nearly all */
     else
         CHECK_EQ(hits, 0);
+    /* every event taken, none left behind: a waiter that takes its own
+     * event skips the channel's byte (cq.c chan_post / chan_spin_end), and
+     * no byte may stay behind for an event that is gone */
+    {
+        struct pollfd pf[2] = {{.fd = A.ch->fd, .events = POLLIN},
+                               {.fd = B.ch->fd, .events = POLLIN}};
+
+        CHECK_EQ(poll(pf, 2, 0), 0);
+    }
 
     /* Right after the burst (a waiter would spin), a non-blocking fd with
      * nothing queued still says EAGAIN, and spins not. */
