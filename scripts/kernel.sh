@@ -335,6 +335,75 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
 else
   echo "KTEST skip siw interop (no veth.ko or siw.ko)"
 fi
+# interop with uiwarp's userspace library on the host (Debian's rping
+# through uiwarp run), across qemu's user network: the host's rping
+# servers listen on 127.0.0.1:2718N, 10.0.2.2 here; the module's rping
+# client on uiw0 (eth0) connects to each, its start buffer Read by the
+# library and Written back, compared byte for byte; then the reverse: the
+# module's rping server on 10.0.2.15:7190 (the host's 127.0.0.1:27190
+# forwarded to it) and the host's rping -c -V. A case is a size, with a
+# "c" after it when the module asks for CRC (mpa_crc=2; else mpa_crc=1:
+# CRC only when the peer asks, and the library does not by default).
+# Host and guest hand over through files in /rig: srv.C.rc (a host
+# server's exit status), kready.C (the module listens), cli.C.rc (the
+# host client's exit status)
+if [ -f /rig/libcases ]; then
+  kcrc=
+  kload() { # \$1: mpa_crc; uiwarp.ko with uiw0 on eth0, reloaded when it changes
+    [ "\$kcrc" = "\$1" ] && return 0
+    [ -z "\$kcrc" ] || { rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "lib interop: removal"; }
+    kcrc=\$1
+    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
+    echo 'module uiwarp +p' >/proc/dynamic_debug/control
+  }
+  waitf() { i=0; while [ ! -s "\$1" ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done; [ -s "\$1" ]; }
+  # the negotiated CRC in the driver's debug line: 1 when the module asked
+  crcchk() { # \$1: the case
+    want=0; case \$1 in *c) want=1;; esac
+    dmesg | grep -q "in RTS (CRC \$want" && ok "lib interop \$1: CRC \$want negotiated" || bad "lib interop \$1: \$(dmesg | grep 'in RTS' | tail -1)"
+  }
+  n=0
+  for cs in \$(cat /rig/libcases); do
+    n=\$((n + 1)) s=\${cs%c} crc=1
+    case \$cs in *c) crc=2;; esac
+    kclr
+    kload \$crc
+    insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$((27180 + n)) rping_size=\$s rping_count=\$(cat /rig/libcount)
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    dmesg | grep 'in RTS' | tail -1
+    case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
+    case \$cs in *c) crcchk \$cs;; esac
+    rmmod uiwarp_ktest
+    waitf /rig/srv.\$cs.rc 20 && [ "\$(cat /rig/srv.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -s exits 0" ||
+      bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
+  done
+  for cs in \$(cat /rig/libcases); do
+    crc=1
+    case \$cs in *c) crc=2;; esac
+    kclr
+    kload \$crc
+    insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=7190 rping_count=\$(cat /rig/libcount) &
+    kt=\$!
+    i=0
+    while ! ss -ltn 2>/dev/null | grep -q ':7190 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+    echo ready >/rig/kready.\$cs
+    wait \$kt
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    dmesg | grep 'in RTS' | tail -1
+    case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping server, the host's uiwarp rping -c -V";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping server: \${line:-no summary line}";; esac
+    case \$cs in *c) crcchk \$cs;; esac
+    rmmod uiwarp_ktest
+    waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
+      bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
+  done
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "lib interop: removal, the driver counts no object" ||
+    bad "lib interop: removal"
+  kclr
+else
+  echo "KTEST skip lib interop (no uiwarp build on the host)"
+fi
 # NVMe over Fabrics: nvmet-rdma exports a file of $nvmib MiB (default
 # 32), nvme-rdma connects to it over eth0's own address (rdma_rw: Fast
 # Register, Read with Invalidate, Send with Invalidate); the whole device
@@ -488,6 +557,69 @@ echo "KTEST: \$pass passed, \$fail failed"
 EOF
 }
 
+# The host's side of the library interop cases (docs/KERNEL.md): Debian's
+# rping through uiwarp's libraries, each connection captured by the library
+# itself (UIWARP_PCAP). The servers (one per size, ports LIB_SPORT+1..)
+# listen before the VM boots; a client runs when the guest's module
+# listens (kready.S) on the port qemu forwards from LIB_HPORT. Exit
+# statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
+UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
+LIB_CASES="64 4096 60000 60000c" LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
+lib_host() {
+    local d=$1 s n=0
+    echo "$LIB_CASES" >"$d/libcases"
+    echo "$LIB_COUNT" >"$d/libcount"
+    for s in $LIB_CASES; do
+        n=$((n + 1))
+        (
+            UIWARP_PCAP=$d/srv.$s.pcap timeout 280 "$UIWARP_BIN" run rping -s -a 127.0.0.1 \
+                -p $((LIB_SPORT + n)) -C $LIB_COUNT -V -S "${s%c}" >"$d/srv.$s.log" 2>&1 &
+            echo $! >"$d/srv.$s.pid"
+            wait $!
+            echo $? >"$d/srv.$s.rc.tmp" && mv "$d/srv.$s.rc.tmp" "$d/srv.$s.rc"
+        ) &
+    done
+    for s in $LIB_CASES; do
+        while [ ! -e "$d/kready.$s" ] && [ ! -e "$d/vm.done" ]; do sleep 0.1; done
+        [ -e "$d/kready.$s" ] || break
+        UIWARP_PCAP=$d/cli.$s.pcap timeout 60 "$UIWARP_BIN" run rping -c -a 127.0.0.1 \
+            -p $LIB_HPORT -C $LIB_COUNT -V -S "${s%c}" >"$d/cli.$s.log" 2>&1
+        echo $? >"$d/cli.$s.rc.tmp" && mv "$d/cli.$s.rc.tmp" "$d/cli.$s.rc"
+    done
+    while [ ! -e "$d/vm.done" ]; do sleep 0.2; done
+    # a server the module never reached (its timeout passes the TERM on)
+    for s in $LIB_CASES; do
+        [ -e "$d/srv.$s.rc" ] || kill "$(cat "$d/srv.$s.pid")" 2>/dev/null || true
+    done
+    wait
+}
+# each capture the library wrote, checked by uiwarp dump: no violation
+lib_dump() {
+    local d=$1 f
+    for f in "$d"/srv.*.pcap "$d"/cli.*.pcap; do
+        [ -e "$f" ] || continue
+        if "$UIWARP_BIN" dump -q "$f" >"$f.dump.txt" 2>&1; then
+            echo "KTEST ok   host: uiwarp dump $(basename "$f"): $(grep -m1 '^== total' "$f.dump.txt" | sed 's/^== total [^:]*: //'), $(grep -A8 '^== total' "$f.dump.txt" | grep -m1 'violations:' | sed 's/^ *//')"
+        else
+            echo "KTEST FAIL host: uiwarp dump $(basename "$f"): $(grep -E 'violation|problem|error' "$f.dump.txt" | head -3 | paste -sd';')"
+        fi
+    done
+    # where the module asked for CRC: every FPDU carries a good one
+    for f in "$d"/srv.*c.pcap "$d"/cli.*c.pcap; do
+        [ -e "$f.dump.txt" ] || continue
+        local crc
+        crc=$(grep -A3 '^== total' "$f.dump.txt" | grep -m1 'CRC:' | sed 's/^ *//')
+        case $crc in
+        "CRC: good "[1-9]*", bad 0, not negotiated 0"*) echo "KTEST ok   host: $(basename "$f"): $crc" ;;
+        *) echo "KTEST FAIL host: $(basename "$f"): ${crc:-no CRC line}" ;;
+        esac
+    done
+    local n
+    n=$(ls "$d"/srv.*.pcap "$d"/cli.*.pcap 2>/dev/null | wc -l)
+    [ "$n" = $((2 * $(echo $LIB_CASES | wc -w))) ] && echo "KTEST ok   host: $n captures" ||
+        echo "KTEST FAIL host: $n captures, not one per connection"
+}
+
 test_vm() {
     local loops=$1 nvmib=$2 nvsiw=$3 live=$4 t0=$SECONDS
     [ -n "$SIW_PEER" ] || die "the siw peer rig (\$UIWARP_SHARED/siw-peer) is not there; set SIW_PEER"
@@ -507,18 +639,41 @@ test_vm() {
         [ ! -f "$B/mods/${m##*/}.ko" ] || cp "$B/mods/${m##*/}.ko" "$x/nv/"
     done
     guest_script "$loops" "$nvmib" "$nvsiw" "$live" >"$x/guest.sh"
-    local log=$B/test.log rc=0
+    local log=$B/test.log rc=0 share=$x/rig lib=0 fw=()
+    mkdir -p "$share"
+    if [ -x "$UIWARP_BIN" ]; then
+        lib=1
+        fw=(-d "$share" -p "$LIB_HPORT:7190")
+        lib_host "$share" &
+        libpid=$!
+    else
+        say "no $UIWARP_BIN: the library interop cases are skipped (build it: bash scripts/build.sh)"
+    fi
     # the NVMe-oF test keeps the file and a copy in the VM's tmpfs
     local mem=1024
     [ "$nvmib" -le 64 ] || mem=$((1024 + 4 * nvmib))
     # -v none: siw is loaded by the test itself; 300 s is far above the
     # default run (about 50 s under TCG), more for longer runs
     "$SIW_PEER/siw-vm-run" -v none -m "$mem" -t $((300 + 2 * live + loops + 2 * nvmib)) -x "$x" \
-        'sh /x/guest.sh' 2>&1 | tee "$log" || rc=$?
-    local summary
+        "${fw[@]}" 'sh /x/guest.sh' 2>&1 | tee "$log" || rc=$?
+    local summary hp=0 hf=0
+    if [ $lib = 1 ]; then
+        touch "$share/vm.done"
+        wait "$libpid" || true
+        lib_dump "$share" | tee -a "$log"
+        hp=$(grep -c '^KTEST ok   host' "$log" || true)
+        hf=$(grep -c '^KTEST FAIL host' "$log" || true)
+        mkdir -p "$B/lib-interop"
+        cp "$share"/*.pcap "$share"/srv.*.log "$share"/cli.*.log "$B/lib-interop/" 2>/dev/null || true
+    fi
     summary=$(grep '^KTEST: ' "$log" | tail -1 || true)
     [ -n "$summary" ] || die "no result from the VM (siw-vm-run rc=$rc; log: $log)"
-    [ "$rc" = 0 ] || die "$summary (siw-vm-run rc=$rc; log: $log)"
+    # the host's checks (the captures) added to the guest's count
+    local gp gf
+    gp=$(echo "$summary" | sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
+    gf=$(echo "$summary" | sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
+    summary="KTEST: $((gp + hp)) passed, $((gf + hf)) failed"
+    [ "$rc" = 0 ] && [ "$hf" = 0 ] || die "$summary (siw-vm-run rc=$rc; log: $log)"
     grep '^NVMEPERF\|^LIVE:' "$log" | sed 's/^/kernel.sh: /' || true
     say "$summary; VM test in $((SECONDS - t0)) s"
 }
