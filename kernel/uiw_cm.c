@@ -86,7 +86,7 @@ enum ep_state {
 enum { EPF_ABORT };
 
 /* what the current received segment is for */
-enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM };
+enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ };
 
 /* what the current transmitted message is */
 enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM };
@@ -1029,7 +1029,6 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
                             UIW_RDMAP_EC_UNEXPECTED_OPCODE};
     int qaccess = qp->attr.qp_access_flags;
 
-    ep->tx_hold = false; /* the initiator's first FPDU (RFC 5044 §7.1.2) */
     ep->seg.h = *h;
     ep->seg.payload_len = ev->payload_len;
     ep->seg.hdr_len = ev->hdr_len;
@@ -1099,9 +1098,10 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
                 term_on(ep, cause, "Read Request source");
                 return true;
             }
+            /* queued for its response at the FPDU's end, once MPA has
+             * its CRC (rx_end) */
             uiw_useq_accept(q, h, ev->payload_len);
-            ep->irq[(ep->irq_head + ep->irq_count) % IRQ_LEN] = h->u.rreq;
-            ep->irq_count++;
+            ep->seg.kind = SEG_RREQ;
             return true;
         }
         if (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV) {
@@ -1224,7 +1224,26 @@ static void rx_end(struct uiw_ep *ep)
     const uiw_hdr *h = &ep->seg.h;
     struct uiw_qp *qp = ep->qp;
 
-    if (ep->term_pending || ep->term_sent || !h->last)
+    /* A P2P responder sends nothing before the initiator's first FPDU:
+     * it "MUST receive and validate at least one FPDU before sending any
+     * FPDUs" (RFC 5044 §7.1.2 item 4), so all of it, its CRC checked,
+     * not its header (the uiwarp library's initiator sends its RTR's
+     * trailer up to 20 ms after the rest: answering at the header put
+     * our first FPDU before the end of its RTR). */
+    ep->tx_hold = false;
+    if (ep->term_pending || ep->term_sent)
+        return;
+    /* A Read Request is answered only once its FPDU is complete and its
+     * CRC good (RFC 5044 §4.4, §8 code 2: MPA passes no FPDU that fails
+     * the CRC; RFC 5041 §4.1 L bit: a message is Delivered once all of
+     * it is placed): answering at the header sent memory for a request
+     * whose CRC was still to come. */
+    if (ep->seg.kind == SEG_RREQ) {
+        ep->irq[(ep->irq_head + ep->irq_count) % IRQ_LEN] = h->u.rreq;
+        ep->irq_count++;
+        return;
+    }
+    if (!h->last)
         return;
     if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_READ_RESP) {
         u32 slot = ep->orq[ep->orq_head];
