@@ -359,13 +359,13 @@ if [ -f /rig/libcases ]; then
   waitf() { i=0; while [ ! -s "\$1" ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done; [ -s "\$1" ]; }
   # the negotiated CRC in the driver's debug line: 1 when the module asked
   crcchk() { # \$1: the case
-    want=0; case \$1 in *c) want=1;; esac
+    want=0; case \$1 in *[cL]*) want=1;; esac
     dmesg | grep -q "in RTS (CRC \$want" && ok "lib interop \$1: CRC \$want negotiated" || bad "lib interop \$1: \$(dmesg | grep 'in RTS' | tail -1)"
   }
   n=0
   for cs in \$(cat /rig/libcases); do
-    n=\$((n + 1)) s=\${cs%c} crc=1
-    case \$cs in *c) crc=2;; esac
+    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1
+    case \$cs in *c*) crc=2;; esac
     kclr
     kload \$crc
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$((27180 + n)) rping_size=\$s rping_count=\$(cat /rig/libcount)
@@ -373,14 +373,14 @@ if [ -f /rig/libcases ]; then
     echo "dmesg: \$line"
     dmesg | grep 'in RTS' | tail -1
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
-    case \$cs in *c) crcchk \$cs;; esac
+    crcchk \$cs
     rmmod uiwarp_ktest
     waitf /rig/srv.\$cs.rc 20 && [ "\$(cat /rig/srv.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -s exits 0" ||
       bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
   done
   for cs in \$(cat /rig/libcases); do
     crc=1
-    case \$cs in *c) crc=2;; esac
+    case \$cs in *c*) crc=2;; esac
     kclr
     kload \$crc
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=7190 rping_count=\$(cat /rig/libcount) &
@@ -393,7 +393,7 @@ if [ -f /rig/libcases ]; then
     echo "dmesg: \$line"
     dmesg | grep 'in RTS' | tail -1
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping server, the host's uiwarp rping -c -V";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping server: \${line:-no summary line}";; esac
-    case \$cs in *c) crcchk \$cs;; esac
+    crcchk \$cs
     rmmod uiwarp_ktest
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
@@ -564,7 +564,18 @@ EOF
 # listens (kready.S) on the port qemu forwards from LIB_HPORT. Exit
 # statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
 UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
-LIB_CASES="64 4096 60000 60000c" LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
+LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
+# a case's letters after its size: c the module asks for CRC (mpa_crc=2);
+# L the library asks for it (UIWARP_CRC=required); r the library's
+# initiator offers only the Read RTR (UIWARP_RTR=read); p the library's
+# initiator without P2P (UIWARP_P2P=0)
+lib_env() {
+    local e=UIWARP_RDMACM_RETRY_MS=3000
+    case $1 in *L*) e="$e UIWARP_CRC=required" ;; esac
+    case $1 in *r*) e="$e UIWARP_RTR=read" ;; esac
+    case $1 in *p*) e="$e UIWARP_P2P=0" ;; esac
+    echo "$e"
+}
 lib_host() {
     local d=$1 s n=0
     echo "$LIB_CASES" >"$d/libcases"
@@ -572,8 +583,8 @@ lib_host() {
     for s in $LIB_CASES; do
         n=$((n + 1))
         (
-            UIWARP_PCAP=$d/srv.$s.pcap timeout 280 "$UIWARP_BIN" run rping -s -a 127.0.0.1 \
-                -p $((LIB_SPORT + n)) -C $LIB_COUNT -V -S "${s%c}" >"$d/srv.$s.log" 2>&1 &
+            env $(lib_env "$s") UIWARP_PCAP=$d/srv.$s.pcap timeout 280 "$UIWARP_BIN" run rping -s -a 127.0.0.1 \
+                -p $((LIB_SPORT + n)) -C $LIB_COUNT -V -S "${s%%[!0-9]*}" >"$d/srv.$s.log" 2>&1 &
             echo $! >"$d/srv.$s.pid"
             wait $!
             echo $? >"$d/srv.$s.rc.tmp" && mv "$d/srv.$s.rc.tmp" "$d/srv.$s.rc"
@@ -582,8 +593,8 @@ lib_host() {
     for s in $LIB_CASES; do
         while [ ! -e "$d/kready.$s" ] && [ ! -e "$d/vm.done" ]; do sleep 0.1; done
         [ -e "$d/kready.$s" ] || break
-        UIWARP_PCAP=$d/cli.$s.pcap timeout 60 "$UIWARP_BIN" run rping -c -a 127.0.0.1 \
-            -p $LIB_HPORT -C $LIB_COUNT -V -S "${s%c}" >"$d/cli.$s.log" 2>&1
+        env $(lib_env "$s") UIWARP_PCAP=$d/cli.$s.pcap timeout 60 "$UIWARP_BIN" run rping -c -a 127.0.0.1 \
+            -p $LIB_HPORT -C $LIB_COUNT -V -S "${s%%[!0-9]*}" >"$d/cli.$s.log" 2>&1
         echo $? >"$d/cli.$s.rc.tmp" && mv "$d/cli.$s.rc.tmp" "$d/cli.$s.rc"
     done
     while [ ! -e "$d/vm.done" ]; do sleep 0.2; done
@@ -593,19 +604,20 @@ lib_host() {
     done
     wait
 }
-# each capture the library wrote, checked by uiwarp dump: no violation
+# each capture the library wrote, checked by uiwarp dump --strict: no
+# violation, no tolerated peer quirk
 lib_dump() {
     local d=$1 f
     for f in "$d"/srv.*.pcap "$d"/cli.*.pcap; do
         [ -e "$f" ] || continue
-        if "$UIWARP_BIN" dump -q "$f" >"$f.dump.txt" 2>&1; then
+        if "$UIWARP_BIN" dump -q --strict "$f" >"$f.dump.txt" 2>&1; then
             echo "KTEST ok   host: uiwarp dump $(basename "$f"): $(grep -m1 '^== total' "$f.dump.txt" | sed 's/^== total [^:]*: //'), $(grep -A8 '^== total' "$f.dump.txt" | grep -m1 'violations:' | sed 's/^ *//')"
         else
             echo "KTEST FAIL host: uiwarp dump $(basename "$f"): $(grep -E 'violation|problem|error' "$f.dump.txt" | head -3 | paste -sd';')"
         fi
     done
     # where the module asked for CRC: every FPDU carries a good one
-    for f in "$d"/srv.*c.pcap "$d"/cli.*c.pcap; do
+    for f in "$d"/srv.*[cL]*.pcap "$d"/cli.*[cL]*.pcap; do
         [ -e "$f.dump.txt" ] || continue
         local crc
         crc=$(grep -A3 '^== total' "$f.dump.txt" | grep -m1 'CRC:' | sed 's/^ *//')
@@ -663,7 +675,7 @@ test_vm() {
         lib_dump "$share" | tee -a "$log"
         hp=$(grep -c '^KTEST ok   host' "$log" || true)
         hf=$(grep -c '^KTEST FAIL host' "$log" || true)
-        mkdir -p "$B/lib-interop"
+        rm -rf "$B/lib-interop" && mkdir -p "$B/lib-interop"
         cp "$share"/*.pcap "$share"/srv.*.log "$share"/cli.*.log "$B/lib-interop/" 2>/dev/null || true
     fi
     summary=$(grep '^KTEST: ' "$log" | tail -1 || true)
