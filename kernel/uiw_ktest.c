@@ -2589,7 +2589,42 @@ static void test_hostile(struct ib_device *ib)
     }
     h_down(&h, "unsolicited Read Response", -1, 0);
     cases++;
-    /* 23-25. MPA: not MPA at all; a Request with PD_Length 65535 (at
+
+    /* 23. a first FPDU, a Read Request of the region, that stops short of
+     * its CRC field: nothing may come back, neither the Read Response nor
+     * the QP's held Send (RFC 5044 §7.1.2 item 4: the responder receives
+     * and validates a whole FPDU before it sends; §8: an FPDU whose CRC
+     * fails is not passed on), then the CRC field, wrong: LLP, MPA, code
+     * 2 "CRC error" and the Terminate is the first FPDU that comes (no
+     * region byte sent) */
+    if (h_up(ib, &hin, &h, true, 2, 1, 512)) {
+        u8 b = 0;
+
+        hl = hdr_rreq(hd, 1, 0x4321, 0, 64, hmr->rkey, hmr->iova);
+        n = fpdu(f, true, hd, hl, NULL, 0);
+        f[n - 1] ^= 0x40;
+        raw_send(h.sock, f, n - 4);
+        h.sock->sk->sk_rcvtimeo = HZ / 3;
+        rc = raw_recv(h.sock, &b, 1);
+        h.sock->sk->sk_rcvtimeo = 5 * HZ;
+        CHECK(rc == -EAGAIN || rc == -ETIMEDOUT,
+              "Read Request without its CRC field: the QP sent before it (%d, 0x%02x)", rc, b);
+        if (rc == -EAGAIN || rc == -ETIMEDOUT) {
+            static u8 u[256];
+
+            raw_send(h.sock, f + n - 4, 4);
+            rc = h_fpdu(&h, u, sizeof(u));
+            CHECK(rc >= 22 && !(u[0] & 0x80) && (u[1] & 0x0F) == 7 && u[18] >> 4 == T_LLP &&
+                      u[19] == 2,
+                  "Read Request with a bad CRC: the first FPDU back %d: %*ph", rc,
+                  rc > 0 ? min_t(int, rc, 24) : 0, u);
+            rc = h_fpdu(&h, u, sizeof(u));
+            CHECK(rc == -EPIPE, "Read Request with a bad CRC: EOF after the Terminate (%d)", rc);
+        }
+    }
+    h_down(&h, "Read Request with a bad CRC", IB_WC_WR_FLUSH_ERR, 0);
+    cases++;
+    /* 24-26. MPA: not MPA at all; a Request with PD_Length 65535 (at
      * most 512, RFC 5044 §7.1); one that asks for markers (refused by
      * the negotiation) */
     h_bad_mpa(&hin, (const u8 *)"GET / HTTP/1.1\r\nHost: uiw0\r\n\r\n", 30, "not MPA");
