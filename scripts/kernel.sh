@@ -18,7 +18,13 @@
 #                                  object left), a hostile peer (22
 #                                  Terminate classes, 3 bad MPA
 #                                  Requests, damaged streams),
-#                                  siw interop, NVMe-oF on uiw0 and on
+#                                  siw interop, interop with uiwarp's
+#                                  userspace library on the host (rping
+#                                  both ways through qemu's user network,
+#                                  each library capture under uiwarp
+#                                  dump --strict; build/bin/uiwarp or
+#                                  $UIWARP_BUILD/bin/uiwarp, skipped
+#                                  without it), NVMe-oF on uiw0 and on
 #                                  siw0 (--nvme-mib, default 32;
 #                                  --no-nvme-siw), rmmod with NVMe-oF
 #                                  connected (--live rounds, default 4),
@@ -685,6 +691,8 @@ test_vm() {
     gp=$(echo "$summary" | sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p')
     gf=$(echo "$summary" | sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p')
     summary="KTEST: $((gp + hp)) passed, $((gf + hf)) failed"
+    # the whole count on a line of its own (scripts/test.sh reads the last)
+    echo "$summary (guest $gp/$((gp + gf)), host $hp/$((hp + hf)))" | tee -a "$log"
     [ "$rc" = 0 ] && [ "$hf" = 0 ] || die "$summary (siw-vm-run rc=$rc; log: $log)"
     grep '^NVMEPERF\|^LIVE:' "$log" | sed 's/^/kernel.sh: /' || true
     say "$summary; VM test in $((SECONDS - t0)) s"
