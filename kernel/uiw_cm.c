@@ -1224,7 +1224,8 @@ static void rx_end(struct uiw_ep *ep)
     const uiw_hdr *h = &ep->seg.h;
     struct uiw_qp *qp = ep->qp;
 
-    /* A P2P responder sends nothing before the initiator's first FPDU:
+    /* A responder sends nothing before the initiator's first FPDU (the
+     * wire core sets await_rtr on every accept, P2P or not):
      * it "MUST receive and validate at least one FPDU before sending any
      * FPDUs" (RFC 5044 §7.1.2 item 4), so all of it, its CRC checked,
      * not its header (the uiwarp library's initiator sends its RTR's
