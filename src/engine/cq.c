@@ -302,8 +302,6 @@ static bool chan_spin(struct uiw_comp_channel *ch, struct ibv_cq **ecq, void **e
     unsigned nqps;
     int fl;
 
-    bool took;
-
     if (!spin)
         return false;
     now = uiw_now_ns();
@@ -336,8 +334,7 @@ static bool chan_spin(struct uiw_comp_channel *ch, struct ibv_cq **ecq, void **e
         uiw_qp_rx_mute(qps[i], false);
         uiw_qp_put(qps[i]);
     }
-    took = chan_spin_end(ch, ecq, ectx);
-    return took;
+    return chan_spin_end(ch, ecq, ectx);
 }
 
 UIW_EXPORT int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq,

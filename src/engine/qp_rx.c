@@ -1305,7 +1305,8 @@ static void rx_buf_put(struct dp_rx *r)
 
 /* One read: readv into the destination when possible, else recv into the
  * staging buffer. Returns bytes, 0 at EOF, or -errno; *all: the read took
- * less than it asked for, so the socket held no more at that moment. */
+ * less than it asked for (so the socket held no more at that moment) and
+ * at most RX_SHORT_MAX bytes. */
 static ssize_t rx_read(struct uiw_qp *qp, struct dp_rx *r, bool *all)
 {
     uint32_t poff = 0, room;
