@@ -149,13 +149,15 @@ perftest_line() { # FILE
 }
 
 # qperf's "name = number unit" to MB/s or us.
-qperf_val() { # FILE FIELD -> number in MB/s (bw) / us (latency) / K/s (msg_rate)
+qperf_val() { # FILE FIELD -> number in MB/s (bw) / us (latency) / K/s (msg_rate) / ms/GB (cost)
     awk -v f="$2" '
         $1 == f && $2 == "=" {
             v = $3; u = $4
             if (u == "GB/sec") v *= 1000; else if (u == "KB/sec") v /= 1000; else if (u == "bytes/sec") v /= 1e6
             if (u == "ms") v *= 1000; else if (u == "ns") v /= 1000; else if (u == "sec") v *= 1e6
             if (u == "M/sec") v *= 1000; else if (u == "/sec") v /= 1000
+            # qperf scales its costs too: 1.02 sec/GB is 1020 ms/GB
+            if (u == "sec/GB") v *= 1000; else if (u == "us/GB") v /= 1000; else if (u == "ns/GB") v /= 1e6
             printf (v >= 100 ? "%.0f\n" : "%.3g\n"), v; exit
         }' "$1"
 }
