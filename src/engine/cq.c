@@ -193,6 +193,7 @@ atomic_uint uiw_event_spinners;
  * back, two epoll_ctl per QP and wait). */
 #define UIW_WAIT_SPIN_QPS 4
 atomic_ulong uiw_event_spin_hits;
+atomic_uint uiw_test_spin_hold, uiw_test_spin_held;
 
 static bool chan_ready(struct uiw_comp_channel *ch)
 {
@@ -333,6 +334,11 @@ static bool chan_spin(struct uiw_comp_channel *ch, struct ibv_cq **ecq, void **e
     for (unsigned i = 0; i < nqps; i++) {
         uiw_qp_rx_mute(qps[i], false);
         uiw_qp_put(qps[i]);
+    }
+    if (atomic_load_explicit(&uiw_test_spin_hold, memory_order_relaxed)) {
+        atomic_fetch_add(&uiw_test_spin_held, 1);
+        while (atomic_load(&uiw_test_spin_hold))
+            sched_yield();
     }
     return chan_spin_end(ch, ecq, ectx);
 }

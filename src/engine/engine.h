@@ -791,6 +791,10 @@ extern atomic_uint uiw_event_spinners;
 /* Waits that ended while spinning (an event came while the waiter drove or
  * looked): for the tests. */
 extern atomic_ulong uiw_event_spin_hits;
+/* Tests only (test_dp_event_owed): while uiw_test_spin_hold is nonzero, a
+ * waiter whose spin ended stops before it leaves the spinners (counted in
+ * uiw_test_spin_held), so that events posted meanwhile are owed to it. */
+extern atomic_uint uiw_test_spin_hold, uiw_test_spin_held;
 /* The QPs whose completions land in cq, each with a reference (uiw_qp_put),
  * into out (at most max): how many there are (none taken if more than max). */
 unsigned uiw_cq_qps_get(struct uiw_cq *cq, struct uiw_qp **out, unsigned max);
