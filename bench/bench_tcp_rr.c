@@ -10,12 +10,20 @@
  * initiator depth of 1; docs/PERFORMANCE.md), beside a TCP stream of
  * SIZE-byte sends (what qperf's tcp_bw measures) in the same run.
  *
- * usage: bench_tcp_rr [-s SIZE] [-t SECONDS] [-p] [-r ROUNDS]
- *   -s  response size (default 4096), -t seconds per measurement (default 2)
- *   -p  busy-poll (MSG_DONTWAIT in a loop) instead of blocking recv
+ * With -q 64 -s 64 -p it is a busy-polling 64-byte ping-pong, as
+ * perftest's ib_send_lat -s 64 runs over uiwarp: the median, p99 and
+ * p99.9 of the one-way times (half round trips) are this machine's floor
+ * under that program's tail (docs/PERFORMANCE.md).
+ *
+ * usage: bench_tcp_rr [-s SIZE] [-q reqUEST] [-t SECONDS] [-p] [-r ROUNDS]
+ *   -s  response size (default 4096), -q request size (default 52)
+ *   -t  seconds per measurement (default 2)
+ *   -p  busy-poll (MSG_DONTWAIT in a loop) instead of blocking calls; each
+ *       side then needs a CPU of its own
  *   -r  rounds, each request/response then stream (default 3)
- * Prints per round: round trips/s, µs per round trip, MB/s of responses,
- * the stream's MB/s and the ratio request/response / stream.
+ * Prints per round: round trips/s, µs per round trip, the one-way median,
+ * p99 and p99.9 (µs), MB/s of responses, the stream's MB/s and the ratio
+ * request/response / stream.
  */
 #include <errno.h>
 #include <netinet/in.h>
@@ -31,9 +39,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#define REQ 52
+#define MAX_SAMPLES (1u << 24)
+
+static size_t req = 52;
 
 static bool busy;
+
+static int cmp_u32(const void *a, const void *b)
+{
+    uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+
+    return x < y ? -1 : x > y;
+}
 
 static uint64_t now_ns(void)
 {
@@ -71,7 +88,7 @@ static void nodelay(int fd)
  * connection, then serve until EOF */
 static void serve(int lfd, size_t size)
 {
-    uint8_t *buf = calloc(1, size > REQ ? size : REQ);
+    uint8_t *buf = calloc(1, size > req ? size : req);
 
     for (;;) {
         int fd = accept(lfd, NULL, NULL);
@@ -87,7 +104,7 @@ static void serve(int lfd, size_t size)
         if (mode == 'q')
             break;
         if (mode == 'r') {
-            while (io_all(fd, buf, REQ, true) == 0 && io_all(fd, buf, size, false) == 0)
+            while (io_all(fd, buf, req, true) == 0 && io_all(fd, buf, size, false) == 0)
                 ;
         } else {
             while (recv(fd, buf, size, 0) > 0)
@@ -121,8 +138,11 @@ int main(int argc, char **argv)
     unsigned rounds = 3;
     int o;
 
-    while ((o = getopt(argc, argv, "s:t:pr:h")) != -1) {
+    while ((o = getopt(argc, argv, "s:q:t:pr:h")) != -1) {
         switch (o) {
+        case 'q':
+            req = strtoul(optarg, NULL, 0);
+            break;
         case 's':
             size = strtoul(optarg, NULL, 0);
             break;
@@ -136,11 +156,12 @@ int main(int argc, char **argv)
             rounds = (unsigned)atoi(optarg);
             break;
         default:
-            fprintf(stderr, "usage: %s [-s SIZE] [-t SECONDS] [-p] [-r ROUNDS]\n", argv[0]);
+            fprintf(stderr, "usage: %s [-s SIZE] [-q REQUEST] [-t SECONDS] [-p] [-r ROUNDS]\n",
+                    argv[0]);
             return o == 'h' ? 0 : 2;
         }
     }
-    if (size < 1 || size > (64u << 20) || secs <= 0 || !rounds) {
+    if (size < 1 || size > (64u << 20) || req < 1 || req > (64u << 20) || secs <= 0 || !rounds) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
@@ -163,20 +184,32 @@ int main(int argc, char **argv)
     }
     close(lfd);
 
-    uint8_t *buf = calloc(1, size > REQ ? size : REQ);
+    uint8_t *buf = calloc(1, size > req ? size : req);
+    uint32_t *rtt = malloc(MAX_SAMPLES * sizeof(*rtt));
     uint64_t span = (uint64_t)(secs * 1e9);
 
-    printf("| round | size | round trips/s | us per round trip | request/response MB/s | stream "
-           "MB/s | ratio |\n|---|---|---|---|---|---|---|\n");
+    if (!buf || !rtt)
+        return 1;
+    printf("| round | request | response | round trips/s | us per round trip | one-way median / "
+           "p99 / p99.9, us | request/response MB/s | stream MB/s | ratio |\n"
+           "|---|---|---|---|---|---|---|---|---|\n");
     for (unsigned r = 1; r <= rounds; r++) {
         int fd = dial(port, 'r');
-        uint64_t n = 0, t0 = now_ns(), t;
+        uint64_t n = 0, t0 = now_ns(), t = t0, prev = t0;
 
         do {
-            if (io_all(fd, buf, REQ, false) || io_all(fd, buf, size, true))
+            if (io_all(fd, buf, req, false) || io_all(fd, buf, size, true))
                 return 1;
+            t = now_ns();
+            if (n < MAX_SAMPLES)
+                rtt[n] = (uint32_t)(t - prev > UINT32_MAX ? UINT32_MAX : t - prev);
+            prev = t;
             n++;
-        } while ((t = now_ns()) - t0 < span);
+        } while (t - t0 < span);
+        size_t ns = n < MAX_SAMPLES ? n : MAX_SAMPLES;
+        qsort(rtt, ns, sizeof(*rtt), cmp_u32);
+        double med = rtt[ns / 2] / 2e3, p99 = rtt[ns * 99 / 100] / 2e3,
+               p999 = rtt[ns * 999 / 1000] / 2e3;
         close(fd);
         double rr_s = (double)(t - t0) / 1e9;
         double rr_mbs = (double)n * (double)size / rr_s / 1e6;
@@ -192,13 +225,15 @@ int main(int argc, char **argv)
         close(fd);
         double st_mbs = (double)bytes / ((double)(t - t0) / 1e9) / 1e6;
 
-        printf("| %u | %zu | %.0f | %.2f | %.1f | %.1f | %.3f |\n", r, size, (double)n / rr_s,
-               rr_s * 1e6 / (double)n, rr_mbs, st_mbs, rr_mbs / st_mbs);
+        printf("| %u | %zu | %zu | %.0f | %.2f | %.2f / %.2f / %.2f | %.1f | %.1f | %.3f |\n", r,
+               req, size, (double)n / rr_s, rr_s * 1e6 / (double)n, med, p99, p999, rr_mbs, st_mbs,
+               rr_mbs / st_mbs);
         fflush(stdout);
     }
     int fd = dial(port, 'q');
     close(fd);
     waitpid(pid, NULL, 0);
     free(buf);
+    free(rtt);
     return 0;
 }
