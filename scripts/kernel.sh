@@ -732,6 +732,7 @@ sig() { echo "\$2" >/rig/t.\$1 && mv /rig/t.\$1 /rig/f.\$1; } # to the other VM
 waitp() { # the other VM's flag \$1, up to \$2 s (not when the other VM ended)
   i=0
   while [ ! -e /rig/p.\$1 ] && [ ! -e /rig/p.end ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done
+  [ -e /rig/p.\$1 ] || sleep 1 # the other VM ended: a flag of its last moments may still be copied
   [ -e /rig/p.\$1 ] || { bad "no '\$1' from the other VM within \$2 s"; return 1; }
 }
 end() { sig end 1; echo "KTEST: \$pass passed, \$fail failed"; [ \$fail = 0 ]; exit; }
@@ -893,9 +894,15 @@ test_pair() {
     rm -rf "$out" && mkdir -p "$out"
     pair_relay "$x/m" "$x/s" "$x/stop" &
     local relay=$! rs=0 rmo=0
-    # both VMs at once (one vCPU each, as siw-vm-pair); each captures its NIC
-    "$SIW_PEER/siw-vm-run" -s 1 -v default -m "$mem" -t "$tmo" -x "$x/x" -d "$x/s" -p "$PAIR_PORT:4420" \
-        -c "$out/siw-vm.pcap" 'sh /x/pair.sh siw' >"$out/siw-vm.log" 2>&1 &
+    # both VMs at once (one vCPU each, as siw-vm-pair); each captures its
+    # NIC; a VM that ended (p.end) stops the other's waiting
+    (
+        rc=0
+        "$SIW_PEER/siw-vm-run" -s 1 -v default -m "$mem" -t "$tmo" -x "$x/x" -d "$x/s" -p "$PAIR_PORT:4420" \
+            -c "$out/siw-vm.pcap" 'sh /x/pair.sh siw' >"$out/siw-vm.log" 2>&1 || rc=$?
+        touch "$x/m/p.end"
+        exit $rc
+    ) &
     local spid=$!
     "$SIW_PEER/siw-vm-run" -s 1 -v none -m "$mem" -t "$tmo" -x "$x/x" -d "$x/m" -p "$((PAIR_PORT + 1)):4420" \
         -c "$out/module-vm.pcap" 'sh /x/pair.sh module' >"$out/module-vm.log" 2>&1 || rmo=$?
