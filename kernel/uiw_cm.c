@@ -1566,8 +1566,16 @@ static void passive_request(struct uiw_ep *ep)
     }
     if (ep->neg.state != UIW_MPA_S_DONE)
         goto drop;
-    ep->ird = ep->neg.result.peer_ord; /* what the initiator wants read */
-    ep->ord = ep->neg.result.peer_ird;
+    /*
+     * The Request's own IRD and ORD, as siw and cxgb4 report them in the
+     * connect request event: rdma_cm turns ird into the ULP's
+     * initiator_depth (at most the peer's IRD: the Reads this end may have
+     * outstanding) and ord into its responder_resources (at least the
+     * peer's ORD). nvmet-rdma accepts with initiator_depth = that ird
+     * capped by the device, and needs it to Read a host's data.
+     */
+    ep->ird = ep->neg.result.peer_ird;
+    ep->ord = ep->neg.result.peer_ord;
     if (!ep->neg.result.enhanced)
         ep->ird = ep->ord = UIW_MPA_DEFAULT_IRD;
     mutex_lock_nested(&l->mu, SINGLE_DEPTH_NESTING);

@@ -803,6 +803,7 @@ struct evq {
         struct rdma_cm_id *id;
         u8 pd[64];
         u8 pd_len;
+        u8 initiator_depth, responder_resources;
     } e[16];
 };
 
@@ -828,6 +829,8 @@ static int cm_handler(struct rdma_cm_id *id, struct rdma_cm_event *ev)
         e->status = ev->status;
         e->id = id;
         e->pd_len = 0;
+        e->initiator_depth = ev->param.conn.initiator_depth;
+        e->responder_resources = ev->param.conn.responder_resources;
         if (ev->param.conn.private_data && ev->param.conn.private_data_len) {
             e->pd_len = min_t(u8, ev->param.conn.private_data_len, sizeof(e->pd));
             memcpy(e->pd, ev->param.conn.private_data, e->pd_len);
@@ -930,7 +933,8 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
                    bool reject)
 {
     static const char hello[] = "uiwarp-ktest-hello", welcome[] = "uiwarp-ktest-accept";
-    struct rdma_conn_param p = {.responder_resources = 4, .initiator_depth = 4,
+    /* IRD 5, ORD 3: told apart in the server's connect request */
+    struct rdma_conn_param p = {.responder_resources = 5, .initiator_depth = 3,
                                 .private_data = hello, .private_data_len = sizeof(hello)};
     int i, rc;
 
@@ -963,6 +967,14 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
     s->id = q_srv.e[i].id;
     CHECK(q_srv.e[i].pd_len >= sizeof(hello) && !memcmp(q_srv.e[i].pd, hello, sizeof(hello)),
           "the Request's private data (%u bytes)", q_srv.e[i].pd_len);
+    /*
+     * rdma_cm's view of the Request (RFC 6581 IRD 5, ORD 3), as over siw:
+     * initiator_depth is the client's IRD (the Reads the server may
+     * issue), responder_resources its ORD (the Reads it will take)
+     */
+    CHECK(q_srv.e[i].initiator_depth == 5 && q_srv.e[i].responder_resources == 3,
+          "connect request: initiator_depth %u (want the client's IRD 5), responder_resources %u (want its ORD 3)",
+          q_srv.e[i].initiator_depth, q_srv.e[i].responder_resources);
     if (reject) {
         rdma_lock_handler(s->id);
         rc = rdma_reject(s->id, "no", 2, 0);

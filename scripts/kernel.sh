@@ -29,6 +29,17 @@
 #                                  --no-nvme-siw), rmmod with NVMe-oF
 #                                  connected (--live rounds, default 4),
 #                                  no kernel warnings
+#   bash scripts/kernel.sh test-pair [--nvme-mib M] [--keep-pcaps]
+#                                  build, then two VMs at once through the
+#                                  host (as the rig's siw-vm-pair): one with
+#                                  siw only (siw0), one with the module only
+#                                  (uiw0); NVMe-oF both ways (nvmet-rdma on
+#                                  one, nvme-rdma on the other: M MiB,
+#                                  default 32, read, written, read back,
+#                                  compared; the cm_ids on the right device;
+#                                  rmmod uiwarp clean); both NICs captured
+#                                  and checked with uiwarp dump --strict
+#                                  (build/kernel/pair/)
 #   bash scripts/kernel.sh clean   remove build/kernel
 # Environment: UIWARP_SHARED (../shared) or SIW_PEER (the rig's folder),
 # SIW_RIG_CACHE / SIW_RIG_OUT (the rig's, /var/cache/siw-peer/{cache,out}),
@@ -698,6 +709,255 @@ test_vm() {
     say "$summary; VM test in $((SECONDS - t0)) s"
 }
 
+# NVMe over Fabrics across two VMs (docs/KERNEL.md, "NVMe-oF across two
+# VMs"): one VM with Linux siw only (siw0), the other with the module only
+# (uiw0; siw never loaded there), talking through the host as the rig's
+# siw-vm-pair does: each VM's port 4420 is forwarded from a host port
+# (PAIR_PORT for the siw VM, PAIR_PORT+1 for the module's) and the other
+# VM dials 10.0.2.2:that port. Direction A: nvmet-rdma on siw0, nvme-rdma
+# on uiw0; direction B the reverse. The two guests wait for each other
+# through flag files: a guest writes /rig/f.NAME, the host copies it into
+# the other guest's share as /rig/p.NAME (pair_relay).
+PAIR_PORT=${UIWARP_KPAIR_PORT:-27420}
+pair_guest_script() {
+    cat <<EOF
+role=\$1 nvmib=$1 hpa=$PAIR_PORT hpb=$((PAIR_PORT + 1))
+pass=0 fail=0
+case \$role in siw) tag=siw-vm dev=siw0;; *) tag=module-vm dev=uiw0;; esac
+ok() { echo "KTEST ok   \$tag: \$*"; pass=\$((pass + 1)); }
+bad() { echo "KTEST FAIL \$tag: \$*"; fail=\$((fail + 1)); }
+kwarn=
+kclr() { dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount' && kwarn=1; dmesg -c >/dev/null; }
+sig() { echo "\$2" >/rig/t.\$1 && mv /rig/t.\$1 /rig/f.\$1; } # to the other VM
+waitp() { # the other VM's flag \$1, up to \$2 s (not when the other VM ended)
+  i=0
+  while [ ! -e /rig/p.\$1 ] && [ ! -e /rig/p.end ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done
+  [ -e /rig/p.\$1 ] || sleep 1 # the other VM ended: a flag of its last moments may still be copied
+  [ -e /rig/p.\$1 ] || { bad "no '\$1' from the other VM within \$2 s"; return 1; }
+}
+end() { sig end 1; echo "KTEST: \$pass passed, \$fail failed"; [ \$fail = 0 ]; exit; }
+now() { cut -d' ' -f1 /proc/uptime; }
+rate() { awk "BEGIN { d = \$2 - \$1; if (d <= 0) d = 0.01; printf \"%.1f\", \$3 * 1.048576 / d }"; }
+h256() { sha256sum "\$1" | cut -d' ' -f1; }
+c=/sys/kernel/config/nvmet
+kclr
+for m in crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_generic crc64-rocksoft t10-pi nvme-core nvme-fabrics nvme-rdma nvmet nvmet-rdma; do
+  grep -q "^\$(echo \$m | tr - _) " /proc/modules || insmod /x/nv/\$m.ko || bad "insmod \$m"
+done
+grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
+uiw_up() { insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0; }
+# one RDMA device in this VM, the right one: siw only here, the module only there
+if [ \$role = module ]; then
+  uiw_up || bad "insmod uiwarp, rdma link add uiw0"
+  grep -q '^siw ' /proc/modules && bad "siw is loaded in the module's VM" || ok "siw not loaded"
+else
+  grep -q '^uiwarp ' /proc/modules && bad "uiwarp loaded in the siw VM" || ok "uiwarp not loaded"
+fi
+links=\$(rdma link show | awk '{print \$2}' | tr '\n' ' ')
+echo "rdma link: \$links"
+[ "\$links" = "\$dev/1 " ] && ok "the only RDMA device: \$dev" || bad "RDMA devices: '\$links', not \$dev alone"
+# the connections' cm_ids (rdma res show cm_id): at least 2 (admin and one
+# I/O queue) connected, all on \$dev, to or from the host's forwarding
+cmchk() { # \$1: what, \$2: comm (nvme_rdma or nvmet_rdma), \$3: the remote address pattern
+  rdma res show cm_id | tee /tmp/cm
+  n=\$(grep -c "state CONNECT.*comm \[\$2\]" /tmp/cm); nd=\$(grep "state CONNECT.*comm \[\$2\]" /tmp/cm | grep -c "^link \$dev/1 .*dst-addr \$3")
+  [ \$n -ge 2 ] && [ \$n = \$nd ] && ok "\$1: \$n connected cm_ids, all on \$dev" || bad "\$1: \$n connected cm_ids, \$nd on \$dev to \$3"
+}
+target_up() { # nvmet-rdma: a file of \$nvmib random MiB as t1's namespace, port 10.0.2.15:4420
+  dd if=/dev/urandom of=/tmp/nvback bs=1M count=\$nvmib 2>/dev/null
+  mkdir \$c/subsystems/t1 && echo 1 >\$c/subsystems/t1/attr_allow_any_host &&
+    mkdir \$c/subsystems/t1/namespaces/1 && echo /tmp/nvback >\$c/subsystems/t1/namespaces/1/device_path &&
+    echo 1 >\$c/subsystems/t1/namespaces/1/buffered_io && echo 1 >\$c/subsystems/t1/namespaces/1/enable &&
+    mkdir \$c/ports/1 && echo rdma >\$c/ports/1/addr_trtype && echo ipv4 >\$c/ports/1/addr_adrfam &&
+    echo 10.0.2.15 >\$c/ports/1/addr_traddr && echo 4420 >\$c/ports/1/addr_trsvcid &&
+    ln -s \$c/subsystems/t1 \$c/ports/1/subsystems/t1
+}
+target_down() { # the port and subsystem gone; the file stays
+  rm -f \$c/ports/1/subsystems/t1; rmdir \$c/ports/1
+  echo 0 >\$c/subsystems/t1/namespaces/1/enable
+  rmdir \$c/subsystems/t1/namespaces/1 \$c/subsystems/t1
+}
+# the target's side of direction \$1 (\$2: the host's comm in cm_id lines)
+target() {
+  D=\$1
+  if target_up; then ok "\$D: nvmet-rdma target on \$dev, \$nvmib MiB"; else bad "\$D: target setup"; sig \$D.ready x; return 1; fi
+  sig \$D.ready "\$(h256 /tmp/nvback)"
+  waitp \$D.conn 120 && cmchk "\$D: the target" nvmet_rdma '10.0.2.2:'
+  sig \$D.cm 1
+  if waitp \$D.done \$((120 + 2 * nvmib)); then
+    target_down
+    [ "\$(h256 /tmp/nvback)" = "\$(cat /rig/p.\$D.done)" ] && ok "\$D: the target's file holds what the host wrote (sha256)" ||
+      bad "\$D: the target's file is not what the host wrote"
+  else
+    target_down
+  fi
+  rm -f /tmp/nvback
+  dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "\$D: errors in the target's dmesg" || ok "\$D: no errors in the target's dmesg"
+}
+# the host's side of direction \$1 through host port \$2
+host() {
+  D=\$1
+  waitp \$D.ready 120 || return 1
+  sum=\$(cat /rig/p.\$D.ready)
+  echo "transport=rdma,traddr=10.0.2.2,trsvcid=\$2,nqn=t1,nr_io_queues=1" >/dev/nvme-fabrics &&
+    { i=0; while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 200 ]; do sleep 0.1; i=\$((i + 1)); done; [ -b /dev/nvme0n1 ]; } &&
+    ok "\$D: nvme-rdma on \$dev connected to 10.0.2.2:\$2" || { bad "\$D: connect to 10.0.2.2:\$2"; dmesg | tail -20; sig \$D.conn x; sig \$D.done x; return 1; }
+  sz=\$((\$(cat /sys/block/nvme0n1/size) * 512))
+  [ \$sz = \$((nvmib * 1048576)) ] && ok "\$D: namespace of \$nvmib MiB" || bad "\$D: namespace of \$sz bytes"
+  cmchk "\$D: the host" nvme_rdma "10.0.2.2:\$2"
+  sig \$D.conn 1
+  t0=\$(now)
+  dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=\$nvmib iflag=direct 2>/dev/null; r=\$?
+  t1=\$(now)
+  [ \$r = 0 ] && [ "\$(h256 /tmp/nvr)" = "\$sum" ] && ok "\$D: \$nvmib MiB read: the target's file (sha256)" || bad "\$D: read (dd \$r)"
+  rm -f /tmp/nvr
+  dd if=/dev/urandom of=/tmp/nvw bs=1M count=\$nvmib 2>/dev/null
+  t2=\$(now)
+  dd if=/tmp/nvw of=/dev/nvme0n1 bs=1M oflag=direct 2>/dev/null; r=\$?
+  t3=\$(now)
+  dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=\$nvmib iflag=direct 2>/dev/null
+  [ \$r = 0 ] && cmp /tmp/nvw /tmp/nvr && ok "\$D: \$nvmib MiB written, read back byte for byte" || bad "\$D: write (dd \$r) or read back"
+  wsum=\$(h256 /tmp/nvw)
+  rm -f /tmp/nvr /tmp/nvw
+  echo "NVMEPERF \$D (host on \$dev) \$nvmib MiB: read \$(rate \$t0 \$t1 \$nvmib) MB/s, write \$(rate \$t2 \$t3 \$nvmib) MB/s"
+  waitp \$D.cm 60
+  echo 1 >/sys/class/nvme/nvme0/delete_controller
+  i=0; while [ -e /sys/class/nvme/nvme0 ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+  [ -e /sys/class/nvme/nvme0 ] && bad "\$D: the controller still there 10 s after delete" || ok "\$D: disconnected"
+  sig \$D.done "\$wsum"
+  dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "\$D: errors in the host's dmesg" || ok "\$D: no errors in the host's dmesg"
+}
+nores() { # \$1: what; no PD, QP or MR left on \$dev
+  res=\$(rdma res show \$dev)
+  echo "rdma res: \$res"
+  case "\$res" in *"pd 0 cq "*" qp 0 "*"mr 0 "*) ok "\$1: no PD, QP or MR left on \$dev";; *) bad "\$1: objects left: \$res";; esac
+}
+if [ \$role = siw ]; then
+  target A
+  kclr
+  host B \$hpb
+  rmmod nvme_rdma nvmet_rdma || bad "rmmod nvme_rdma nvmet_rdma"
+  nores "after both directions"
+else
+  host A \$hpa
+  # the host's side unloads the module: clean, nothing left
+  rmmod nvme_rdma || bad "rmmod nvme_rdma"
+  nores "A"
+  rmmod uiwarp && ! grep -q '^uiwarp ' /proc/modules && ! dmesg | grep 'objects left' && ok "A: rmmod uiwarp: clean, the driver counts no object" ||
+    bad "A: rmmod uiwarp"
+  kclr
+  uiw_up || bad "B: insmod uiwarp, rdma link add uiw0"
+  target B
+  rmmod nvmet_rdma || bad "rmmod nvmet_rdma"
+  nores "B"
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "B: rdma link delete, rmmod uiwarp: clean, the driver counts no object" ||
+    bad "B: removal"
+fi
+if dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount' || [ -n "\$kwarn" ]; then bad "kernel warnings"; else ok "no kernel warnings (the whole run)"; fi
+end
+EOF
+}
+
+pair_relay() { # copy each guest's f.NAME into the other's share as p.NAME
+    local a=$1 b=$2 stop=$3 f n t
+    while [ ! -e "$stop" ]; do
+        for f in "$a"/f.* "$b"/f.*; do
+            [ -e "$f" ] || continue
+            n=${f##*/f.}
+            case $f in "$a"/*) t=$b ;; *) t=$a ;; esac
+            [ -e "$t/p.$n" ] || { cp "$f" "$t/q.$n" && mv "$t/q.$n" "$t/p.$n"; }
+        done
+        sleep 0.1
+    done
+}
+
+test_pair() {
+    local nvmib=$1 keep=$2 t0=$SECONDS
+    [ -n "$SIW_PEER" ] || die "the siw peer rig (\$UIWARP_SHARED/siw-peer) is not there; set SIW_PEER"
+    [ -f "$OUT/vmlinuz" ] && [ -f "$OUT/initramfs.cpio.gz" ] || rig_build "the VM images ($OUT)"
+    local vmabi
+    vmabi=$(cat "$OUT/kabi" 2>/dev/null || true)
+    [ "$vmabi" = "$KABI" ] || die "the rig's VM boots '$vmabi', the module is built for $KABI"
+    x=$(mktemp -d "${TMPDIR:-/tmp}/uiwarp-kpair.XXXXXX") # global: the trap needs it
+    trap 'touch "$x/stop"; rm -rf "$x"' EXIT
+    guest_modules
+    mkdir -p "$x/x/nv" "$x/m" "$x/s"
+    cp "$B/uiwarp.ko" "$x/x/"
+    local m
+    for m in $NVME_MODS; do
+        [ -f "$B/mods/${m##*/}.ko" ] || die "no ${m##*/}.ko in $B/mods (the rig's linux-image .deb is missing)"
+        cp "$B/mods/${m##*/}.ko" "$x/x/nv/"
+    done
+    pair_guest_script "$nvmib" >"$x/x/pair.sh"
+    local mem=1024 tmo=$((240 + 3 * nvmib)) log=$B/pair.log out=$B/pair
+    [ "$nvmib" -le 64 ] || mem=$((1024 + 4 * nvmib))
+    rm -rf "$out" && mkdir -p "$out"
+    pair_relay "$x/m" "$x/s" "$x/stop" &
+    local relay=$! rs=0 rmo=0
+    # both VMs at once (one vCPU each, as siw-vm-pair); each captures its
+    # NIC; a VM that ended (p.end) stops the other's waiting
+    (
+        rc=0
+        "$SIW_PEER/siw-vm-run" -s 1 -v default -m "$mem" -t "$tmo" -x "$x/x" -d "$x/s" -p "$PAIR_PORT:4420" \
+            -c "$out/siw-vm.pcap" 'sh /x/pair.sh siw' >"$out/siw-vm.log" 2>&1 || rc=$?
+        touch "$x/m/p.end"
+        exit $rc
+    ) &
+    local spid=$!
+    "$SIW_PEER/siw-vm-run" -s 1 -v none -m "$mem" -t "$tmo" -x "$x/x" -d "$x/m" -p "$((PAIR_PORT + 1)):4420" \
+        -c "$out/module-vm.pcap" 'sh /x/pair.sh module' >"$out/module-vm.log" 2>&1 || rmo=$?
+    touch "$x/s/p.end"
+    wait "$spid" || rs=$?
+    touch "$x/stop"
+    wait "$relay" || true
+    {
+        echo "===== siw VM (siw0 only; rc $rs)"
+        cat "$out/siw-vm.log"
+        echo "===== module VM (uiw0 only; rc $rmo)"
+        cat "$out/module-vm.log"
+    } >"$log"
+    cat "$log"
+    local hp=0 hf=0 f
+    # the wire on each VM's NIC, checked by uiwarp dump --strict (no
+    # violation, no tolerated quirk; slirp re-segments the streams, dump
+    # reassembles them); and in each MPA exchange the responder's ORD
+    # (RFC 6581) at least 1 and at most the initiator's IRD: nvmet-rdma
+    # Reads the host's data with it
+    if [ -x "$UIWARP_BIN" ]; then
+        for f in "$out"/siw-vm.pcap "$out"/module-vm.pcap; do
+            if [ -s "$f" ] && "$UIWARP_BIN" dump -q --strict "$f" >"$f.dump.txt" 2>&1; then
+                echo "KTEST ok   host: uiwarp dump --strict $(basename "$f"): $(grep -m1 '^== total' "$f.dump.txt" | sed 's/^== total [^:]*: //'), $(grep -A8 '^== total' "$f.dump.txt" | grep -m1 'violations:' | sed 's/^ *//')"
+                [ "$keep" = 1 ] || rm -f "$f"
+            else
+                echo "KTEST FAIL host: uiwarp dump --strict $(basename "$f"): $(grep -E 'violation|problem|error|tolerated: [a-z]' "$f.dump.txt" 2>/dev/null | head -3 | paste -sd';')"
+            fi
+            local ords
+            ords=$(sed -n 's/.*IRD\/ORD a \([0-9]*\)\/[0-9]* b [0-9]*\/\([0-9]*\).*/\1 \2/p' "$f.dump.txt" 2>/dev/null)
+            if [ "$(echo "$ords" | grep -c .)" -ge 4 ] && echo "$ords" | awk '$2 < 1 || $2 > $1 { exit 1 }'; then
+                echo "KTEST ok   host: $(basename "$f"): $(echo "$ords" | grep -c .) MPA exchanges, the responder's ORD in 1..the initiator's IRD ($(echo "$ords" | tr ' \n' '/ ' | sed 's/ $//'))"
+            else
+                echo "KTEST FAIL host: $(basename "$f"): MPA exchanges' initiator IRD / responder ORD: $(echo "$ords" | tr '\n' ' ')"
+            fi
+        done | tee -a "$log"
+        hp=$(grep -c '^KTEST ok   host' "$log" || true)
+        hf=$(grep -c '^KTEST FAIL host' "$log" || true)
+    else
+        echo "KTEST skip host: no $UIWARP_BIN, the captures are not checked" | tee -a "$log"
+    fi
+    local gp=0 gf=0 s p q
+    for s in siw-vm module-vm; do
+        p=$(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1/p' "$out/$s.log" | tail -1)
+        q=$(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\2/p' "$out/$s.log" | tail -1)
+        [ -n "$p" ] || { echo "KTEST FAIL host: no result from the $s" | tee -a "$log"; hf=$((hf + 1)); continue; }
+        gp=$((gp + p)) gf=$((gf + q))
+    done
+    local summary="KTEST: $((gp + hp)) passed, $((gf + hf)) failed"
+    echo "$summary (guests $gp/$((gp + gf)), host $hp/$((hp + hf)))" | tee -a "$log"
+    grep -h '^NVMEPERF' "$out"/*.log | sed 's/^/kernel.sh: /' || true
+    [ "$rs" = 0 ] && [ "$rmo" = 0 ] && [ "$((gf + hf))" = 0 ] || die "$summary (siw VM rc=$rs, module VM rc=$rmo; log: $log)"
+    say "$summary; two-VM test in $((SECONDS - t0)) s"
+}
+
 cmd=${1:-}
 [ $# -gt 0 ] && shift
 case $cmd in
@@ -732,6 +992,25 @@ test)
     [ "$nvmib" -ge 1 ] || die "--nvme-mib wants at least 1"
     build
     test_vm "$loops" "$nvmib" "$nvsiw" "$live"
+    ;;
+test-pair)
+    nvmib=32 keep=0
+    while [ $# -gt 0 ]; do
+        case $1 in
+        --keep-pcaps) keep=1 ;;
+        --nvme-mib)
+            [ $# -ge 2 ] || die "--nvme-mib needs a number"
+            nvmib=$2
+            shift
+            ;;
+        *) die "unknown option $1" ;;
+        esac
+        shift
+    done
+    case $nvmib in '' | *[!0-9]*) die "--nvme-mib wants a number, not '$nvmib'" ;; esac
+    [ "$nvmib" -ge 1 ] || die "--nvme-mib wants at least 1"
+    build
+    test_pair "$nvmib" "$keep"
     ;;
 clean) rm -rf "$B" && say "removed $B" ;;
 *)

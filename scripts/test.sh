@@ -11,7 +11,9 @@
 #   5. the Linux siw interop matrix, CI part (tests/siw/interop.sh --ci:
 #      boots the ../shared/siw-peer VM; UIWARP_SIW=0 skips it);
 #   6. the kernel module: scripts/kernel.sh test (builds uiwarp.ko, boots
-#      the rig's VM; UIWARP_KERNEL=0 skips it);
+#      the rig's VM), then scripts/kernel.sh test-pair (NVMe-oF between
+#      the module and siw in two VMs, both ways); UIWARP_KERNEL=0 skips
+#      both;
 #   and the benchmark's quick mode (bench/bench_apps.sh --quick), to prove
 #   it runs.
 # Exits non-zero when anything fails; the last line sums it up.
@@ -167,6 +169,18 @@ if [ "${UIWARP_KERNEL:-1}" != 0 ]; then
     passed=$((passed + ${kp:-0}))
     if [ $rc != 0 ]; then
         fail "kernel module: exit $rc, ${kf:-?} checks failed (log: $klog)"
+        [ "${kf:-0}" -gt 1 ] && failed=$((failed + kf - 1)) # fail counted one
+    fi
+    stage "kernel module against siw across two VMs (scripts/kernel.sh test-pair: NVMe-oF both ways)"
+    klog=build/kernel-test-pair.log
+    bash scripts/kernel.sh test-pair >"$klog" 2>&1
+    rc=$?
+    tail -4 "$klog"
+    # every check in the two VMs and on the host is one result
+    read -r kp kf < <(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$klog" | tail -1)
+    passed=$((passed + ${kp:-0}))
+    if [ $rc != 0 ]; then
+        fail "kernel module, two VMs: exit $rc, ${kf:-?} checks failed (log: $klog)"
         [ "${kf:-0}" -gt 1 ] && failed=$((failed + kf - 1)) # fail counted one
     fi
 fi
