@@ -742,6 +742,7 @@ static int tx_start(struct uiw_ep *ep)
     u64 total = 0;
     int niov = 0, rc;
     u32 i;
+    enum ib_wc_status lerr = IB_WC_LOC_PROT_ERR; /* local_err's status */
 
     if (ep->term_pending) {
         ep->term_pending = false;
@@ -790,13 +791,20 @@ static int tx_start(struct uiw_ep *ep)
     }
     ep->msg_slot = (qp->sq_head + qp->sq_sent) % qp->cap.max_send_wr;
     e = qp->sq[ep->msg_slot];
-    if (is_read(e.opcode) && ep->orq_count == min_t(u32, ORQ_LEN, max(ep->ord, 1))) {
+    if (is_read(e.opcode) && ep->ord && ep->orq_count == min_t(u32, ORQ_LEN, ep->ord)) {
         spin_unlock_irqrestore(&qp->lock, fl);
         return 0; /* ORD Reads in flight: wait for a response */
     }
     qp->sq_sent++;
     ep->msg_gen = qp->sq_gen;
     spin_unlock_irqrestore(&qp->lock, fl);
+    if (is_read(e.opcode) && !ep->ord) {
+        /* no Read credit negotiated (ORD 0: the peer's IRD, RFC 6581 §7.1
+         * of the MPA exchange): nothing goes out; the WR fails with a
+         * local QP operation error, as the library's (qp_tx.c) */
+        lerr = IB_WC_LOC_QP_OP_ERR;
+        goto local_err;
+    }
 
     if (!is_read(e.opcode)) {
         for (i = 0; i < e.num_sge; i++) {
@@ -839,15 +847,17 @@ static int tx_start(struct uiw_ep *ep)
     return 1;
 
 local_err : {
-    /* a bad local SGE: the WR completes with a local protection error,
-     * the QP goes to ERR (flushing the rest) */
+    /* a bad local SGE (a local protection error), or a Read without Read
+     * credit (lerr): the WR completes with that status, the QP goes to ERR
+     * (flushing the rest) */
     struct uiw_after af = AFTER_INIT;
 
     spin_lock_irqsave(&qp->lock, fl);
     if (qp->sq_gen == ep->msg_gen && qp->state != IB_QPS_ERR) {
         /* the flush completes it with this status, in order */
-        qp->sq[ep->msg_slot].err_status = IB_WC_LOC_PROT_ERR;
-        uiw_after_qp_event(&af, IB_EVENT_QP_ACCESS_ERR);
+        qp->sq[ep->msg_slot].err_status = lerr;
+        uiw_after_qp_event(&af, lerr == IB_WC_LOC_PROT_ERR ? IB_EVENT_QP_ACCESS_ERR
+                                                           : IB_EVENT_QP_FATAL);
         uiw_qp_error_locked(qp, &af);
     }
     spin_unlock_irqrestore(&qp->lock, fl);

@@ -929,6 +929,9 @@ static int poll_n(struct ib_cq *cq, struct ib_wc *wc, int n)
 static void conn_data(struct end *c, struct end *s);
 
 /* Client connects; server accepts (or rejects). 0 when established. */
+/* the ORD the server accepts with (initiator_depth in rdma_accept) */
+static u8 accept_ord = 3;
+
 static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c, struct end *s,
                    bool reject)
 {
@@ -992,6 +995,7 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
     p.private_data = welcome;
     p.private_data_len = sizeof(welcome);
     p.qp_num = s->id->qp->qp_num;
+    p.initiator_depth = accept_ord; /* the server's ORD */
     /* the server's receives before it accepts: the client may send at once */
     conn_data(NULL, s);
     rdma_lock_handler(s->id);
@@ -1444,6 +1448,50 @@ static void test_conn(struct ib_device *ib)
             CHECK(n == 1 && wc[0].wr_id == 60, "client Write completion: %d", n);
         }
     }
+    conn_data_free(&c, &s);
+    end_fini(&c);
+    end_fini(&s);
+
+    /* ORD 0: the server accepts with initiator_depth 0, so it has no Read
+     * credit. Its Read fails locally (IB_WC_LOC_QP_OP_ERR, as the
+     * library's) without going out (the client's STag here is made up:
+     * sent, it would come back as a remote error), the server's QP goes to
+     * ERR with a fatal event and its receives are flushed */
+    accept_ord = 0;
+    cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
+    if (conn_up(ib, &sin, &c, &s, false) == 0 && sbuf && cbuf) {
+        struct ib_sge sge = {.addr = (u64)(uintptr_t)cbuf, .length = 8,
+                             .lkey = c.pd->local_dma_lkey};
+        int k, read_at = -1;
+
+        /* the client's Send first: a responder sends nothing before it has
+         * a valid FPDU from the initiator (RFC 5044 §7.1.2) */
+        rc = post_one(c.id->qp, IB_WR_SEND, 80, &sge, 1, 0, 0);
+        CHECK(rc == 0, "the client's Send before the Read at ORD 0: %d", rc);
+        if (!rc)
+            xfer_done(&c, &s, 80, 1000, 8, "the client's Send before the Read at ORD 0");
+        atomic_set(&qp_events, 0);
+        last_qp_event = -1;
+        sge.addr = (u64)(uintptr_t)sbuf;
+        sge.length = 64;
+        sge.lkey = s.pd->local_dma_lkey;
+        rc = post_one(s.id->qp, IB_WR_RDMA_READ, 70, &sge, 1, 0x10000, 0x1234);
+        CHECK(rc == 0, "post a Read at ORD 0: %d", rc);
+        n = rc ? 0 : poll_n(s.cq, wc, 3);
+        for (k = 0; k < n; k++)
+            if (wc[k].wr_id == 70)
+                read_at = k;
+        CHECK(read_at >= 0 && wc[read_at].status == IB_WC_LOC_QP_OP_ERR,
+              "the Read at ORD 0: %d completions, its status %d (want %d)", n,
+              read_at >= 0 ? wc[read_at].status : -1, IB_WC_LOC_QP_OP_ERR);
+        CHECK(n == 3, "the Read and the 2 receives left complete: %d", n);
+        CHECK(qp_state(s.id->qp) == IB_QPS_ERR, "server QP after the Read at ORD 0: %d",
+              qp_state(s.id->qp));
+        CHECK(last_qp_event == IB_EVENT_QP_FATAL, "QP event %d", last_qp_event);
+        evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server after the Read at ORD 0");
+        evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client after the Read at ORD 0");
+    }
+    accept_ord = 3;
     conn_data_free(&c, &s);
     end_fini(&c);
     end_fini(&s);
