@@ -770,8 +770,7 @@ static int tx_start(struct uiw_ep *ep)
     if (ep->irq_count) {
         const uiw_rreq *r = &ep->irq[ep->irq_head];
 
-        rc = gather(ep, &niov, r->src_stag, IB_ACCESS_REMOTE_READ, r->src_to, r->read_size,
-                    &cause);
+        rc = gather(ep, &niov, r->src_stag, IB_ACCESS_REMOTE_READ, r->src_to, r->read_size, &cause);
         if (rc) {
             terminate(ep, cause, NULL, 0, "Read Request source");
             return ep->term_pending;
@@ -856,8 +855,8 @@ local_err : {
     if (qp->sq_gen == ep->msg_gen && qp->state != IB_QPS_ERR) {
         /* the flush completes it with this status, in order */
         qp->sq[ep->msg_slot].err_status = lerr;
-        uiw_after_qp_event(&af, lerr == IB_WC_LOC_PROT_ERR ? IB_EVENT_QP_ACCESS_ERR
-                                                           : IB_EVENT_QP_FATAL);
+        uiw_after_qp_event(&af,
+                           lerr == IB_WC_LOC_PROT_ERR ? IB_EVENT_QP_ACCESS_ERR : IB_EVENT_QP_FATAL);
         uiw_qp_error_locked(qp, &af);
     }
     spin_unlock_irqrestore(&qp->lock, fl);
@@ -1061,10 +1060,10 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
         }
         if (ev->payload_len) {
             spin_lock_irqsave(&d->mr_lock, fl);
-            ok = mr_check(qp, h->stag,
-                          h->opcode == UIW_OP_WRITE ? IB_ACCESS_REMOTE_WRITE
-                                                    : IB_ACCESS_LOCAL_WRITE,
-                          h->to, ev->payload_len, &cause) != NULL;
+            ok =
+                mr_check(qp, h->stag,
+                         h->opcode == UIW_OP_WRITE ? IB_ACCESS_REMOTE_WRITE : IB_ACCESS_LOCAL_WRITE,
+                         h->to, ev->payload_len, &cause) != NULL;
             spin_unlock_irqrestore(&d->mr_lock, fl);
             if (!ok) {
                 term_on(ep, cause, "tagged buffer");
@@ -1196,8 +1195,7 @@ static void local_inv(struct uiw_qp *qp, u32 stag)
 
     spin_lock(&d->mr_lock);
     mr = xa_load(&d->mrs, stag >> 8);
-    if (mr && mr->stag == stag && mr->base.pd == qp->base.pd &&
-        mr->base.type == IB_MR_TYPE_MEM_REG)
+    if (mr && mr->stag == stag && mr->base.pd == qp->base.pd && mr->base.type == IB_MR_TYPE_MEM_REG)
         mr->valid = false;
     spin_unlock(&d->mr_lock);
 }
@@ -1485,8 +1483,8 @@ static void active_connect(struct uiw_ep *ep)
     u8 out[UIW_MPA_MAX_FRAME];
     int rc, len;
 
-    len = ep->raddr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6)
-                                          : sizeof(struct sockaddr_in);
+    len =
+        ep->raddr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
     rc = kernel_connect(ep->sock, (struct sockaddr *)&ep->raddr, len, 0);
     if (rc)
         goto fail;

@@ -780,7 +780,6 @@ out:
     ib_dealloc_pd(pd);
 }
 
-
 /* ------------------------------------------------------------------------
  * Connections through rdma_cm (iw_cm, the driver's MPA over kernel TCP),
  * both ends on the device, to its interface's own IPv4 address
@@ -937,8 +936,10 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
 {
     static const char hello[] = "uiwarp-ktest-hello", welcome[] = "uiwarp-ktest-accept";
     /* IRD 5, ORD 3: told apart in the server's connect request */
-    struct rdma_conn_param p = {.responder_resources = 5, .initiator_depth = 3,
-                                .private_data = hello, .private_data_len = sizeof(hello)};
+    struct rdma_conn_param p = {.responder_resources = 5,
+                                .initiator_depth = 3,
+                                .private_data = hello,
+                                .private_data_len = sizeof(hello)};
     int i, rc;
 
     c->id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
@@ -951,7 +952,8 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
     CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
     if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "resolve_addr") < 0)
         return -1;
-    CHECK(c->id->device == ib, "resolved to %s", c->id->device ? dev_name(&c->id->device->dev) : "none");
+    CHECK(c->id->device == ib, "resolved to %s",
+          c->id->device ? dev_name(&c->id->device->dev) : "none");
     rc = rdma_resolve_route(c->id, 2000);
     CHECK(rc == 0, "rdma_resolve_route: %d", rc);
     if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "resolve_route") < 0)
@@ -976,7 +978,8 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
      * issue), responder_resources its ORD (the Reads it will take)
      */
     CHECK(q_srv.e[i].initiator_depth == 5 && q_srv.e[i].responder_resources == 3,
-          "connect request: initiator_depth %u (want the client's IRD 5), responder_resources %u (want its ORD 3)",
+          "connect request: initiator_depth %u (want the client's IRD 5), responder_resources %u "
+          "(want its ORD 3)",
           q_srv.e[i].initiator_depth, q_srv.e[i].responder_resources);
     if (reject) {
         rdma_lock_handler(s->id);
@@ -1014,7 +1017,6 @@ static int conn_up(struct ib_device *ib, struct sockaddr_in *sin, struct end *c,
     CHECK(qp_state(s->id->qp) == IB_QPS_RTS, "server QP state %d", qp_state(s->id->qp));
     return 0;
 }
-
 
 /* The data path over the connection, data checked byte for byte:
  * c == NULL: the server's buffers, MR and receives, before it accepts.
@@ -1054,7 +1056,8 @@ static bool same(const u8 *a, const u8 *b, size_t n, const char *what)
 
 static int post_srecv(struct end *s, int slot)
 {
-    struct ib_sge sge = {.addr = (u64)(uintptr_t)(sbuf + slot * RSLOT), .length = RSLOT,
+    struct ib_sge sge = {.addr = (u64)(uintptr_t)(sbuf + slot * RSLOT),
+                         .length = RSLOT,
                          .lkey = s->pd->local_dma_lkey};
     struct ib_recv_wr r = {.wr_id = 1000 + slot, .sg_list = &sge, .num_sge = 1};
 
@@ -1089,7 +1092,10 @@ static int post_one(struct ib_qp *qp, enum ib_wr_opcode op, u64 id, struct ib_sg
                     u64 raddr, u32 rkey)
 {
     struct ib_rdma_wr w = {
-        .wr = {.opcode = op, .wr_id = id, .sg_list = sge, .num_sge = nsge,
+        .wr = {.opcode = op,
+               .wr_id = id,
+               .sg_list = sge,
+               .num_sge = nsge,
                .send_flags = IB_SEND_SIGNALED},
         .remote_addr = raddr,
         .rkey = rkey,
@@ -1104,8 +1110,8 @@ static bool xfer_done(struct end *c, struct end *s, u64 cid, u64 sid, u32 len, c
     struct ib_wc wc[2];
     int n = poll_n(c->cq, wc, 1);
 
-    CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == cid, "%s: client n %d status %d id %llu",
-          what, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0);
+    CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == cid,
+          "%s: client n %d status %d id %llu", what, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0);
     if (!s)
         return n == 1 && wc[0].status == IB_WC_SUCCESS;
     n = poll_n(s->cq, wc + 1, 1);
@@ -1150,12 +1156,13 @@ static void conn_data(struct end *c, struct end *s)
         u32 len = sizes[i], off = 1000 * i + 3;
         int nsge = 1;
 
-        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + off), .length = len,
-                                 .lkey = c->pd->local_dma_lkey};
+        sge[0] = (struct ib_sge){
+            .addr = (u64)(uintptr_t)(cbuf + off), .length = len, .lkey = c->pd->local_dma_lkey};
         if (len > 1000) {
             sge[0].length = 999;
             sge[1] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + RSLOT + off),
-                                     .length = len - 999, .lkey = c->pd->local_dma_lkey};
+                                     .length = len - 999,
+                                     .lkey = c->pd->local_dma_lkey};
             nsge = 2;
         }
         rc = post_one(c->id->qp, IB_WR_SEND, 1 + i, sge, nsge, 0, 0);
@@ -1173,13 +1180,15 @@ static void conn_data(struct end *c, struct end *s)
 
     /* RDMA Writes into the server's MR, each followed by a Send */
     {
-        static const struct { u32 off, len; } wr[] = {{0, 200000}, {200003, 5}};
+        static const struct {
+            u32 off, len;
+        } wr[] = {{0, 200000}, {200003, 5}};
 
         for (i = 0; i < ARRAY_SIZE(wr); i++) {
             u8 *src = cbuf + 2 * RSLOT + 17 + i;
 
-            sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)src, .length = wr[i].len,
-                                     .lkey = c->pd->local_dma_lkey};
+            sge[0] = (struct ib_sge){
+                .addr = (u64)(uintptr_t)src, .length = wr[i].len, .lkey = c->pd->local_dma_lkey};
             rc = post_one(c->id->qp, IB_WR_RDMA_WRITE, 10 + i, sge, 1, smr->iova + wr[i].off,
                           smr->rkey);
             CHECK(rc == 0, "post Write: %d", rc);
@@ -1209,7 +1218,8 @@ static void conn_data(struct end *c, struct end *s)
      * client fast-register MR */
     fill(sbuf + 3 * RSLOT, RSLOT, 0x5a);
     memset(cbuf + 3 * RSLOT, 0, RSLOT);
-    sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 3 * RSLOT + 1), .length = 200000,
+    sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 3 * RSLOT + 1),
+                             .length = 200000,
                              .lkey = c->pd->local_dma_lkey};
     rc = post_one(c->id->qp, IB_WR_RDMA_READ, 30, sge, 1, smr->iova + 4, smr->rkey);
     CHECK(rc == 0, "post Read: %d", rc);
@@ -1235,22 +1245,28 @@ static void conn_data(struct end *c, struct end *s)
      * without a Local Invalidate */
     {
         struct ib_rdma_wr w = {
-            .wr = {.opcode = IB_WR_RDMA_READ_WITH_INV, .wr_id = 32, .sg_list = sge,
-                   .num_sge = 1, .send_flags = IB_SEND_SIGNALED,
+            .wr = {.opcode = IB_WR_RDMA_READ_WITH_INV,
+                   .wr_id = 32,
+                   .sg_list = sge,
+                   .num_sge = 1,
+                   .send_flags = IB_SEND_SIGNALED,
                    .ex.invalidate_rkey = cmr->lkey},
             .remote_addr = smr->iova + 7,
             .rkey = smr->rkey,
         };
-        struct ib_reg_wr r = {.wr = {.opcode = IB_WR_REG_MR, .wr_id = 33,
-                                     .send_flags = IB_SEND_SIGNALED},
-                              .mr = cmr, .key = cmr->rkey, .access = rw};
+        struct ib_reg_wr r = {
+            .wr = {.opcode = IB_WR_REG_MR, .wr_id = 33, .send_flags = IB_SEND_SIGNALED},
+            .mr = cmr,
+            .key = cmr->rkey,
+            .access = rw};
 
         sge[0] = (struct ib_sge){.addr = cmr->iova + 100, .length = 5000, .lkey = cmr->lkey};
         rc = ib_post_send(c->id->qp, &w.wr, NULL);
         CHECK(rc == 0, "post Read with Invalidate: %d", rc);
         if (rc || !xfer_done(c, NULL, 32, 0, 0, "Read with Invalidate"))
             goto out;
-        CHECK(same(cbuf + 100, sbuf + 3 * RSLOT + 7, 5000, "Read inv"), "Read with Invalidate: data");
+        CHECK(same(cbuf + 100, sbuf + 3 * RSLOT + 7, 5000, "Read inv"),
+              "Read with Invalidate: data");
         rc = ib_post_send(c->id->qp, &r.wr, NULL);
         n = rc ? 0 : poll_n(c->cq, wc, 1);
         CHECK(n == 1 && wc[0].wr_id == 33 && wc[0].status == IB_WC_SUCCESS,
@@ -1278,17 +1294,19 @@ static void conn_data(struct end *c, struct end *s)
             if (i < 4) {
                 w->wr.opcode = IB_WR_RDMA_WRITE;
                 gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + 2 * RSLOT + i * 60000),
-                                        .length = 60000, .lkey = c->pd->local_dma_lkey};
+                                        .length = 60000,
+                                        .lkey = c->pd->local_dma_lkey};
                 w->remote_addr = smr->iova + i * 60000;
             } else if (i < 7) {
                 w->wr.opcode = IB_WR_RDMA_READ;
                 gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)(cbuf + RSLOT + (i - 4) * 40000),
-                                        .length = 40000, .lkey = c->pd->local_dma_lkey};
+                                        .length = 40000,
+                                        .lkey = c->pd->local_dma_lkey};
                 w->remote_addr = smr->iova + 10000 + (i - 4) * 70000;
             } else {
                 w->wr.opcode = IB_WR_SEND;
-                gs[i] = (struct ib_sge){.addr = (u64)(uintptr_t)cbuf, .length = 10,
-                                        .lkey = c->pd->local_dma_lkey};
+                gs[i] = (struct ib_sge){
+                    .addr = (u64)(uintptr_t)cbuf, .length = 10, .lkey = c->pd->local_dma_lkey};
             }
             *link = &w->wr;
             link = &w->wr.next;
@@ -1326,7 +1344,8 @@ static void conn_data(struct end *c, struct end *s)
         struct ib_sge rs = {.addr = cmr->iova + 8, .length = 3000, .lkey = cmr->lkey};
         struct ib_recv_wr r = {.wr_id = 40, .sg_list = &rs, .num_sge = 1};
 
-        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(sbuf + 3 * RSLOT + 50), .length = 2500,
+        sge[0] = (struct ib_sge){.addr = (u64)(uintptr_t)(sbuf + 3 * RSLOT + 50),
+                                 .length = 2500,
                                  .lkey = s->pd->local_dma_lkey};
         rc = post_one(s->id->qp, IB_WR_SEND, 41, sge, 1, 0, 0);
         CHECK(rc == 0, "server post Send: %d", rc);
@@ -1423,8 +1442,8 @@ static void test_conn(struct ib_device *ib)
      * Terminate (DDP tagged, invalid STag), both QPs go to ERR with a
      * fatal event, the connection closes (DISCONNECTED on both sides) */
     if (conn_up(ib, &sin, &c, &s, false) == 0 && smr) {
-        struct ib_sge sge = {.addr = (u64)(uintptr_t)sbuf, .length = 100,
-                             .lkey = s.pd->local_dma_lkey};
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)sbuf, .length = 100, .lkey = s.pd->local_dma_lkey};
 
         atomic_set(&qp_events, 0);
         last_qp_event = -1;
@@ -1437,8 +1456,7 @@ static void test_conn(struct ib_device *ib)
             evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server after the Terminate");
             evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client after the Terminate");
             CHECK(qp_state(c.id->qp) == IB_QPS_ERR && qp_state(s.id->qp) == IB_QPS_ERR,
-                  "QP states after the Terminate: %d %d", qp_state(c.id->qp),
-                  qp_state(s.id->qp));
+                  "QP states after the Terminate: %d %d", qp_state(c.id->qp), qp_state(s.id->qp));
             CHECK(atomic_read(&qp_events) == 2 && last_qp_event == IB_EVENT_QP_FATAL,
                   "QP events %d, last %d", atomic_read(&qp_events), last_qp_event);
             CHECK(sbuf[0] == 0, "the bad Write placed nothing");
@@ -1460,8 +1478,8 @@ static void test_conn(struct ib_device *ib)
     accept_ord = 0;
     cbuf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, DBUF_ORDER);
     if (conn_up(ib, &sin, &c, &s, false) == 0 && sbuf && cbuf) {
-        struct ib_sge sge = {.addr = (u64)(uintptr_t)cbuf, .length = 8,
-                             .lkey = c.pd->local_dma_lkey};
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)cbuf, .length = 8, .lkey = c.pd->local_dma_lkey};
         int k, read_at = -1;
 
         /* the client's Send first: a responder sends nothing before it has
@@ -1532,7 +1550,6 @@ out:
     rdma_destroy_id(lid);
 }
 
-
 /* ------------------------------------------------------------------------
  * Interop: an rping client (rdma-core's rping protocol) against `rping -s`
  * on another device (siw), rping_dst= its address, rping_src= ours
@@ -1556,8 +1573,8 @@ struct rping_info {
 
 static void test_rping(struct ib_device *ib)
 {
-    struct sockaddr_in src = {.sin_family = AF_INET}, dst = {.sin_family = AF_INET,
-                                                              .sin_port = htons(rping_port)};
+    struct sockaddr_in src = {.sin_family = AF_INET},
+                       dst = {.sin_family = AF_INET, .sin_port = htons(rping_port)};
     struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
     size_t rlen = PAGE_ALIGN(rping_size);
     struct end c = {};
@@ -1605,8 +1622,8 @@ static void test_rping(struct ib_device *ib)
     if (!mr)
         goto out;
     {
-        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
-                            .lkey = c.pd->local_dma_lkey};
+        struct ib_sge rs = {
+            .addr = (u64)(uintptr_t)rx, .length = sizeof(*rx), .lkey = c.pd->local_dma_lkey};
         struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
 
         rc = ib_post_recv(c.id->qp, &r, NULL);
@@ -1617,10 +1634,10 @@ static void test_rping(struct ib_device *ib)
     if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "rping connect") < 0)
         goto out;
     for (i = 0; i < rping_count; i++) {
-        struct ib_sge ts = {.addr = (u64)(uintptr_t)tx, .length = sizeof(*tx),
-                            .lkey = c.pd->local_dma_lkey};
-        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
-                            .lkey = c.pd->local_dma_lkey};
+        struct ib_sge ts = {
+            .addr = (u64)(uintptr_t)tx, .length = sizeof(*tx), .lkey = c.pd->local_dma_lkey};
+        struct ib_sge rs = {
+            .addr = (u64)(uintptr_t)rx, .length = sizeof(*rx), .lkey = c.pd->local_dma_lkey};
         struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
         int k, step;
         size_t j;
@@ -1655,7 +1672,8 @@ static void test_rping(struct ib_device *ib)
                 }
             }
         }
-        CHECK(!memcmp(buf, buf + rlen, rping_size), "rping %d: the data siw Read and Wrote back", i);
+        CHECK(!memcmp(buf, buf + rlen, rping_size), "rping %d: the data siw Read and Wrote back",
+              i);
     }
 disc:
     rdma_disconnect(c.id);
@@ -1671,7 +1689,6 @@ out:
     kfree(rx);
     kfree(tx);
 }
-
 
 /* The server side of rping (rping_listen= our address): accepts one
  * client (`rping -c -V` on siw), then per round Reads the client's
@@ -1762,10 +1779,10 @@ static void test_rping_server(struct ib_device *ib)
     if (!mr)
         goto out;
     {
-        struct ib_sge rs = {.addr = (u64)(uintptr_t)rx, .length = sizeof(*rx),
-                            .lkey = s.pd->local_dma_lkey};
-        struct ib_sge ts = {.addr = (u64)(uintptr_t)tx, .length = sizeof(*tx),
-                            .lkey = s.pd->local_dma_lkey};
+        struct ib_sge rs = {
+            .addr = (u64)(uintptr_t)rx, .length = sizeof(*rx), .lkey = s.pd->local_dma_lkey};
+        struct ib_sge ts = {
+            .addr = (u64)(uintptr_t)tx, .length = sizeof(*tx), .lkey = s.pd->local_dma_lkey};
         struct ib_recv_wr r = {.wr_id = 1, .sg_list = &rs, .num_sge = 1};
 
         rsrv_recvs = 0;
@@ -1799,14 +1816,13 @@ static void test_rping_server(struct ib_device *ib)
                  * back into its rdma_buf */
                 if (step == 0)
                     memset(buf, 0, len);
-                rc = post_one(s.id->qp, step ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ, 20 + step,
-                              &ls, 1, raddr, rkey);
+                rc = post_one(s.id->qp, step ? IB_WR_RDMA_WRITE : IB_WR_RDMA_READ, 20 + step, &ls,
+                              1, raddr, rkey);
                 CHECK(rc == 0, "rping server: post %s: %d", step ? "Write" : "Read", rc);
                 if (rc || !rsrv_wait(&s, 20 + step, NULL))
                     goto out;
                 if (step == 0)
-                    CHECK(!memcmp(buf, "rdma-ping-", 10), "rping server: what it Read: %.16s",
-                          buf);
+                    CHECK(!memcmp(buf, "rdma-ping-", 10), "rping server: what it Read: %.16s", buf);
                 tx->buf = cpu_to_be64(mr->iova);
                 tx->rkey = cpu_to_be32(mr->rkey);
                 tx->size = cpu_to_be32(len);
@@ -1983,8 +1999,8 @@ struct hconn {
     struct socket *sock;
     bool crc;
     struct end s;
-    int nrecv; /* receives posted on the server QP and not completed */
-    int rbase; /* of those posted, completed (and checked) by the test itself */
+    int nrecv;              /* receives posted on the server QP and not completed */
+    int rbase;              /* of those posted, completed (and checked) by the test itself */
     int sends, send_status; /* completions of the Send posted at h_up, the last status */
 };
 
@@ -2166,8 +2182,8 @@ static void h_term(struct hconn *h, const char *what, int layer, int etype, int 
 
 /* After the Terminate: the QP in ERR with an async event, each receive
  * completed once with an error (rstatus for the first, or any error when
- * rstatus is -1; any status and no event required when it is H_ANY), the region and guards as expected (placed: bytes of the
- * region that may have changed from its start), the server's
+ * rstatus is -1; any status and no event required when it is H_ANY), the region and guards as
+ * expected (placed: bytes of the region that may have changed from its start), the server's
  * DISCONNECTED, then everything destroyed. */
 static void h_down(struct hconn *h, const char *what, int rstatus, unsigned int placed)
 {
