@@ -102,17 +102,22 @@ rows=()
 #   a round trip, as perftest's send/write latency and qperf's rc_lat),
 #   rtt (2 x tcp_lat: a whole round trip, as a Read's latency), rate
 #   (messages/s against tcp_bw / size: TCP's rate of messages of that
-#   size), cost (qperf send_cost, ms/GB, against tcp_bw's), ref (against
+#   size), cost (qperf send_cost, ms/GB, against tcp_bw's), rr (against
+#   bench_tcp_rr -p at that size: TCP request/response with one in flight,
+#   the ceiling of qperf's Reads, which keep one in flight), ref (against
 #   REF_VAL, named REF_NAME: the same program over its own TCP transport),
 #   none
 row() {
     local prog=$1 mode=$2 size=$3 status=$4 metric=$5 value=$6 unit=$7 extra=$8 kind=$9
     local tname=- tval=- ratio=-
     if [ "$kind" = bw ] || [ "$kind" = lat ] || [ "$kind" = rtt ] || [ "$kind" = rate ] || [ "$kind" = cost ] ||
-        [ "$kind" = ref ]; then
+        [ "$kind" = ref ] || [ "$kind" = rr ]; then
         if [ "$kind" = bw ]; then
             tname=tcp_bw
             tval=${tcp_bw[$size]:-}
+        elif [ "$kind" = rr ]; then
+            tname="TCP request/response (bench_tcp_rr -p)"
+            tval=${tcp_rr[$size]:-}
         elif [ "$kind" = rate ]; then
             # TCP's message rate: tcp_bw (MB/s) / size (B) = M messages/s
             tname="tcp_bw / size"
@@ -165,7 +170,7 @@ qperf_val() { # FILE FIELD -> number in MB/s (bw) / us (latency) / K/s (msg_rate
 # ------------------------------------------------------------------------
 # TCP reference: qperf tcp_bw / tcp_lat at every size used below
 # ------------------------------------------------------------------------
-declare -A tcp_bw tcp_lat tcp_cost
+declare -A tcp_bw tcp_lat tcp_cost tcp_rr
 qt=2
 [ $quick = 1 ] && qt=1
 sizes_bw="64 4096 65536 1048576"
@@ -189,6 +194,15 @@ if have qperf; then
     fi
     wait "$tpid" 2>/dev/null
     reap
+fi
+# TCP request/response with one request in flight, both sides busy-polling
+# (a Read Request's 52 bytes out, SIZE bytes back): what qperf's Reads,
+# one in flight, could reach at most over this TCP (docs/PERFORMANCE.md)
+if [ -x "$BUILD/bin/bench_tcp_rr" ]; then
+    for s in 4096 65536; do
+        tcp_rr[$s]=$(timeout 60 "$BUILD/bin/bench_tcp_rr" -p -r 1 -t "$qt" -s "$s" 2>/dev/null |
+            awk -F'|' '$2 + 0 == 1 { gsub(/ /, "", $8); print $8 }')
+    done
 fi
 
 # ------------------------------------------------------------------------
@@ -297,6 +311,9 @@ qperf_case() { # TEST SIZE FIELD KIND [OPTIONS [ENV]]: ENV (VAR=VALUE) for both 
         c=$(qperf_val "$tmp/$name.client" send_cost)
         if [ "$kind" = bw ] && [ -n "$c" ] && { [ "$s" = 65536 ] || [ "$s" = 1048576 ]; }; then
             row "qperf -cm1${o:+ $o}${e:+ $e}" "$t" "$s" PASS send_cost "$c" ms/GB "" cost
+        fi
+        if [ "$t" = rc_rdma_read_bw ] && [ -n "${tcp_rr[$s]:-}" ]; then
+            row "qperf -cm1${o:+ $o}${e:+ $e}" "$t" "$s" PASS "bw, one in flight" "$v" "$unit" "" rr
         fi
     else
         row "qperf -cm1${o:+ $o}${e:+ $e}" "$t" "$s" FAIL "$f" - "$unit" "" "$kind"
