@@ -157,32 +157,26 @@ if [ "${UIWARP_SIW:-1}" != 0 ]; then
     fi
 fi
 
-if [ "${UIWARP_KERNEL:-1}" != 0 ]; then
-    stage "kernel module (scripts/kernel.sh test: build, then the rig's VM)"
-    klog=build/kernel-test.log
+# kernel_stage TITLE SUBCOMMAND WHAT: scripts/kernel.sh SUBCOMMAND, every
+# check it reports (its last "KTEST: P passed, F failed" line) one result
+kernel_stage() {
+    local klog=build/kernel-$2.log rc kp kf
+    stage "$1"
     mkdir -p build
-    bash scripts/kernel.sh test >"$klog" 2>&1
-    rc=$?
-    tail -3 "$klog"
-    # every check in the VM is one result
-    read -r kp kf < <(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$klog" | tail -1)
-    passed=$((passed + ${kp:-0}))
-    if [ $rc != 0 ]; then
-        fail "kernel module: exit $rc, ${kf:-?} checks failed (log: $klog)"
-        [ "${kf:-0}" -gt 1 ] && failed=$((failed + kf - 1)) # fail counted one
-    fi
-    stage "kernel module against siw across two VMs (scripts/kernel.sh test-pair: NVMe-oF both ways)"
-    klog=build/kernel-test-pair.log
-    bash scripts/kernel.sh test-pair >"$klog" 2>&1
+    bash scripts/kernel.sh "$2" >"$klog" 2>&1
     rc=$?
     tail -4 "$klog"
-    # every check in the two VMs and on the host is one result
     read -r kp kf < <(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$klog" | tail -1)
     passed=$((passed + ${kp:-0}))
     if [ $rc != 0 ]; then
-        fail "kernel module, two VMs: exit $rc, ${kf:-?} checks failed (log: $klog)"
+        fail "$3: exit $rc, ${kf:-?} checks failed (log: $klog)"
         [ "${kf:-0}" -gt 1 ] && failed=$((failed + kf - 1)) # fail counted one
     fi
+}
+if [ "${UIWARP_KERNEL:-1}" != 0 ]; then
+    kernel_stage "kernel module (scripts/kernel.sh test: build, then the rig's VM)" test "kernel module"
+    kernel_stage "kernel module against siw across two VMs (scripts/kernel.sh test-pair: NVMe-oF both ways)" \
+        test-pair "kernel module, two VMs"
 fi
 
 echo

@@ -133,34 +133,52 @@ static bool byte_left(void)
     return poll(&pf, 1, 0) != 0;
 }
 
+/* Starts the waiter and holds it in its second wait: the first message
+ * (B1's, tagged first_tag) reaches it by the byte, its next wait then
+ * spins (an event came just now) and is held (uiw_test_spin_hold). The
+ * last event before (the previous part's) is made old enough first that
+ * the first wait does not spin (2 x UIWARP_PROGRESS_SPIN_US, 400 us by
+ * default). */
+static void start_held(struct waiter *w, pthread_t *t, unsigned first_tag)
+{
+    unsigned held0 = atomic_load(&uiw_test_spin_held);
+
+    usleep(20 * 1000);
+    atomic_store(&uiw_test_spin_hold, 1);
+    pthread_create(t, NULL, waiter_run, w);
+    CHECK_EQ(send_tag(0, first_tag), 0);
+    CHECK(wait_held(held0 + 1, 5000));
+    CHECK_EQ(w->n, 1u);
+}
+
+/* The waiter took all it wants within 5 s (else the test ends: it would
+ * block for ever), and is joined. */
+static void join_done(struct waiter *w, pthread_t t, const char *lost)
+{
+    if (!wait_for(&w->done, 5000)) {
+        printf("FAIL: %s (%u of %u taken)\n", lost, w->n, w->want);
+        fflush(stdout);
+        _exit(1);
+    }
+    pthread_join(t, NULL);
+    CHECK(!w->bad);
+    CHECK_EQ(w->n, w->want);
+}
+
 /* Part 1: two events queued while the waiter spins. */
 static void two_owed(void)
 {
     struct waiter w = {.want = 3, .tag = {100, 200}};
     pthread_t t;
-    unsigned held0 = atomic_load(&uiw_test_spin_held);
 
-    atomic_store(&uiw_test_spin_hold, 1);
-    pthread_create(&t, NULL, waiter_run, &w);
-    /* the first message reaches the waiter (by the byte or its own spin);
-     * its next wait then spins (an event came just now) and is held */
-    CHECK_EQ(send_tag(0, 100), 0);
-    CHECK(wait_held(held0 + 1, 5000));
-    CHECK_EQ(w.n, 1u);
+    start_held(&w, &t, 100);
     /* both events are posted by the progress thread while it is held */
     CHECK_EQ(send_tag(0, 101), 0);
     CHECK_EQ(send_tag(1, 200), 0);
     usleep(100 * 1000);
     CHECK(!byte_left()); /* owed to the spinner: no byte yet */
     atomic_store(&uiw_test_spin_hold, 0);
-    if (!wait_for(&w.done, 5000)) {
-        printf("FAIL: an event was lost (%u of 3 taken)\n", w.n);
-        fflush(stdout);
-        _exit(1);
-    }
-    pthread_join(t, NULL);
-    CHECK(!w.bad);
-    CHECK_EQ(w.n, 3u);
+    join_done(&w, t, "an event was lost");
     CHECK(w.got[0] == B1.rcq);
     CHECK((w.got[1] == B1.rcq && w.got[2] == B2.rcq) || (w.got[1] == B2.rcq && w.got[2] == B1.rcq));
     CHECK(!byte_left());
@@ -171,16 +189,8 @@ static void owed_purged(void)
 {
     struct waiter w = {.want = 2, .tag = {300, 0}};
     pthread_t t;
-    unsigned held0 = atomic_load(&uiw_test_spin_held);
 
-    /* the last event (part 1's) long enough ago that the waiter's first
-     * wait does not spin (2 x UIWARP_PROGRESS_SPIN_US, 400 us by default) */
-    usleep(20 * 1000);
-    atomic_store(&uiw_test_spin_hold, 1);
-    pthread_create(&t, NULL, waiter_run, &w);
-    CHECK_EQ(send_tag(0, 300), 0);
-    CHECK(wait_held(held0 + 1, 5000));
-    CHECK_EQ(w.n, 1u);
+    start_held(&w, &t, 300);
     /* B2's event is owed to the held spinner; then B2 and its CQ go */
     CHECK_EQ(send_tag(1, 999), 0);
     usleep(100 * 1000);
@@ -197,14 +207,7 @@ static void owed_purged(void)
     CHECK(!byte_left());
     /* the next event, B1's, comes through the byte */
     CHECK_EQ(send_tag(0, 301), 0);
-    if (!wait_for(&w.done, 5000)) {
-        printf("FAIL: the waiter missed B1's event after the purge\n");
-        fflush(stdout);
-        _exit(1);
-    }
-    pthread_join(t, NULL);
-    CHECK(!w.bad);
-    CHECK_EQ(w.n, 2u);
+    join_done(&w, t, "the waiter missed B1's event after the purge");
     CHECK(w.got[0] == B1.rcq && w.got[1] == B1.rcq);
     CHECK(!byte_left());
 }
