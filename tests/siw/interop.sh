@@ -144,6 +144,16 @@ add_case() {
 
 # rping -V verifies every iteration; its largest buffer is 64 KiB - 1
 # (RPING_BUFSIZE), so sizes above 64 KiB are covered by perftest.
+# rping's status RC with output FILE: 0, or the exit 255 of rdma-core's
+# teardown race (rping's CM thread reads the event channel main() has just
+# destroyed: perror, exit(-1)) with nothing else in the output but the
+# normal end of a server's run
+rping_race() { # RC FILE
+    [ "$1" = 0 ] && return 0
+    [ "$1" = 255 ] && [ "$(tail -1 "$2" 2>/dev/null)" = "rdma_get_cm_event: Bad file descriptor" ] &&
+        ! grep -v -e '^rdma_get_cm_event: Bad file descriptor$' -e '^server DISCONNECT EVENT\.\.\.$' \
+            -e '^wait for RDMA_READ_ADV state 10$' "$2" | grep -q .
+}
 rping_case() { # DIR KIND SIZE COUNT [ENV] [NAME-SUFFIX]
     local dir=$1 kind=$2 sz=$3 n=$4 env=${5:-} sfx=${6:-}
     if [ "$dir" = h2v ]; then
@@ -464,6 +474,16 @@ run_boot() { # VARIANT DIR
         case $kind in
         REQUIRED | KNOWN*)
             [ "$hrc" = 0 ] && [ "$grc" = 0 ] && ok=1
+            # rdma-core's rping exits 255 when its CM thread calls
+            # rdma_get_cm_event on the channel main() has just destroyed,
+            # after a complete run (rdma-core PR #1622, 2025; Debian 12's
+            # rping is older): accepted when the output holds nothing but
+            # that perror and the normal end of a run
+            if [ $ok = 0 ] && [[ ${C_NAME[i]} == rping-* ]] &&
+                rping_race "$hrc" "$ho" && rping_race "$grc" "$bdir/g.$i.out"; then
+                ok=1
+                detail="$detail; rping's exit 255 after a complete run (its CM thread read the destroyed channel, rdma-core PR #1622)"
+            fi
             grep -Eqi 'mismatch|bogus|error' "$ho" "$bdir/g.$i.out" 2>/dev/null && ok=0
             # rstream: each side prints its results line, and nothing of
             # perror's (rsend/rrecv/rconnect/raccept/rpoll) or its check
