@@ -168,7 +168,10 @@ static int uiw_newlink(const char *name, struct net_device *nd)
     ib_set_device_ops(&d->ibdev, &uiw_cm_ops);
     d->ibdev.node_type = RDMA_NODE_RNIC;
     d->ibdev.phys_port_cnt = 1;
-    d->ibdev.num_comp_vectors = 1;
+    /* one completion vector per CPU, as siw reports: nvme-rdma makes
+     * min(CPUs, vectors) I/O queues. Completions are delivered from the
+     * unbound workqueue and the socket callbacks whatever the vector. */
+    d->ibdev.num_comp_vectors = num_possible_cpus();
     strscpy(d->ibdev.node_desc, "uiwarp", sizeof(d->ibdev.node_desc));
     addrconf_addr_eui48((u8 *)&d->ibdev.node_guid, nd->dev_addr);
     /* iw_cm: the interface's name; no iwpmd port mapping */

@@ -172,7 +172,7 @@ static int uiw_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
         return -EOPNOTSUPP;
     if (attr->flags)
         return -EOPNOTSUPP; /* no timestamps, no ignore-overrun */
-    if (attr->cqe < 1 || attr->cqe > UIW_MAX_CQE || attr->comp_vector >= 1)
+    if (attr->cqe < 1 || attr->cqe > UIW_MAX_CQE || attr->comp_vector >= ibcq->device->num_comp_vectors)
         return -EINVAL;
     rc = obj_get(&d->ncq, UIW_MAX_CQ);
     if (rc)
