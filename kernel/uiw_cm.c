@@ -17,8 +17,11 @@
  * "Operations and their wire mapping"): MPA revision 2 with the RFC 6581
  * IRD/ORD words, CRC when either side asks (module parameter mpa_crc:
  * 0 never ask, 1 = the default: use it if the peer asks, 2 ask), no
- * markers, client-server (no RTR; the responder sends no FPDU before the
- * initiator's first, RFC 5044 §7.1.2). Send / Send with Invalidate on QN 0,
+ * markers, peer-to-peer as initiator (RFC 6581: A with the Write and Read
+ * RTR offered, module parameters mpa_p2p and mpa_rtr; the zero-length RTR
+ * the responder chose goes out first), either mode as responder (the
+ * responder sends no FPDU before the initiator's first, RFC 5044 §7.1.2).
+ * Send / Send with Invalidate on QN 0,
  * RDMA Write tagged, RDMA Read as a Read Request on QN 1 answered by a
  * tagged Read Response to the requester's sink STag.
  *
@@ -58,6 +61,15 @@ static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
 MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: from the TCP MSS, as siw)");
 
+static bool mpa_p2p = true;
+module_param(mpa_p2p, bool, 0644);
+MODULE_PARM_DESC(mpa_p2p, "initiator: ask for peer-to-peer mode, an RTR (RFC 6581; default 1)");
+
+static unsigned int mpa_rtr = UIW_RTR_WRITE | UIW_RTR_READ;
+module_param(mpa_rtr, uint, 0644);
+MODULE_PARM_DESC(mpa_rtr, "RTR types offered (initiator) and supported (responder): "
+                          "2 Write, 4 Read, 6 both (default)");
+
 static unsigned int first_hold_ms = 20;
 module_param(first_hold_ms, uint, 0644);
 MODULE_PARM_DESC(first_hold_ms,
@@ -70,6 +82,7 @@ static struct workqueue_struct *uiw_wq;
 #define TXIOV_MAX (UIW_MAX_SGE * (UIW_MAX_FR_PAGES + 1) + 1)
 #define IRQ_LEN   32 /* inbound Read Requests (IRD at most 16) */
 #define ORQ_LEN   UIW_MPA_DEFAULT_ORD
+#define ORQ_RTR   U32_MAX /* an orq entry: the Read RTR, no send queue slot */
 
 enum ep_state {
     EP_IDLE,
@@ -89,7 +102,7 @@ enum { EPF_ABORT };
 enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ };
 
 /* what the current transmitted message is */
-enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM };
+enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM, MSG_RTR };
 
 struct uiw_ep {
     struct kref ref;
@@ -119,6 +132,8 @@ struct uiw_ep {
     u16 pd_len;
     /* FPDU mode */
     bool tx_hold;  /* responder: no FPDU before the initiator's first */
+    u8 rtr_send;   /* initiator: the RTR to send first (UIW_RTR_*), 0 none */
+    u8 rtr_expect; /* responder: the RTR negotiated, until the first FPDU */
     bool fin_sent; /* graceful close: our FIN is out */
     u8 *rxb;
     u32 rx_have, rx_off;
@@ -302,6 +317,14 @@ static void make_policy(uiw_mpa_policy *pol, unsigned int ird, unsigned int ord,
     pol->ord = min_t(unsigned int, ord, UIW_MPA_DEFAULT_ORD);
     pol->max_ird = UIW_MPA_DEFAULT_IRD;
     pol->min_ord = 0;
+    /* RFC 6581 §9.2: the initiator asks for peer-to-peer (A) with the
+     * RTR types it can send (C Write, D Read), as the library's default;
+     * a responder mirrors A and picks one of those it supports. No
+     * zero-length Send RTR: it would take one of the peer's receives. */
+    pol->rtr_offer = mpa_rtr & (UIW_RTR_WRITE | UIW_RTR_READ);
+    if (!pol->rtr_offer)
+        pol->rtr_offer = UIW_RTR_WRITE | UIW_RTR_READ;
+    pol->p2p = mpa_p2p && pol->rev == 2;
     pol->ulp_pd = pd_len ? pd : NULL;
     pol->ulp_pd_len = pd_len;
 }
@@ -371,6 +394,8 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->msn_send = ep->msn_read = 1;
     ep->rx_have = ep->rx_off = 0;
     ep->tx_hold = !ep->active && r->await_rtr;
+    ep->rtr_send = ep->active && r->send_rtr ? r->rtr : 0;
+    ep->rtr_expect = !ep->active && r->p2p ? r->rtr : 0;
     ep->first_tx_at = jiffies + msecs_to_jiffies(first_hold_ms);
     ep->ird = r->ird;
     ep->ord = r->ord;
@@ -393,8 +418,9 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->qp = qp;
     ep->state = EP_RDMA;
     tcp_sock_set_nodelay(ep->sock->sk);
-    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u)\n", ep_name(ep), qp->base.qp_num, r->crc,
-             tc.max_fpdu);
+    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u, RTR %s)\n", ep_name(ep), qp->base.qp_num,
+             r->crc, tc.max_fpdu,
+             r->rtr == UIW_RTR_WRITE ? "write" : r->rtr == UIW_RTR_READ ? "read" : "none");
     return 0;
 }
 
@@ -767,6 +793,30 @@ static int tx_start(struct uiw_ep *ep)
         }
         ep->first_sent = true;
     }
+    if (ep->rtr_send) {
+        /* RFC 6581 §3, §9.2: the initiator's first FPDU is the RTR the
+         * responder chose, zero-length. A Write to STag 1, TO 0, and a
+         * Read Request of nothing from source STag 1 into sink STag 0,
+         * as the library and siw send them (STag 0 would be refused by
+         * Chelsio's hardware). The Read takes one ORD credit (the
+         * negotiation raised ORD to 1 for it) until its zero-length
+         * response arrives; neither completes on the send queue. */
+        if (ep->rtr_send == UIW_RTR_READ) {
+            uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, ep->msn_read++);
+            h.u.rreq.src_stag = 1;
+            ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN] = ORQ_RTR;
+            ep->orq_count++;
+        } else {
+            uiw_hdr_init(&h, true, UIW_OP_WRITE);
+            h.stag = 1;
+            h.to = 0;
+        }
+        ep->rtr_send = 0;
+        if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
+            return 0;
+        ep->msg_kind = MSG_RTR;
+        return 1;
+    }
     if (ep->irq_count) {
         const uiw_rreq *r = &ep->irq[ep->irq_head];
 
@@ -1043,6 +1093,22 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
     ep->seg.hdr_len = ev->hdr_len;
     ep->seg.inv_failed = false;
     ep->seg.kind = SEG_NONE;
+    if (ep->rtr_expect) {
+        /* the initiator's first FPDU after a peer-to-peer negotiation: the
+         * zero-length RTR it chose (RFC 6581 §9.2) names no memory, so it
+         * needs no remote access rights on the QP; anything else is taken
+         * as any FPDU would be (as siw: the first FPDU counts) */
+        u8 rtr = ep->rtr_expect;
+
+        ep->rtr_expect = 0;
+        if (!ev->payload_len && h->tagged && h->opcode == UIW_OP_WRITE && rtr == UIW_RTR_WRITE) {
+            ep->seg.kind = SEG_TAGGED;
+            return true;
+        }
+        if (!h->tagged && h->qn == UIW_QN_READ_REQ && h->opcode == UIW_OP_READ_REQ &&
+            !h->u.rreq.read_size && rtr == UIW_RTR_READ)
+            qaccess |= IB_ACCESS_REMOTE_READ;
+    }
     if (h->tagged) {
         struct uiw_dev *d = to_udev(qp->base.device);
         unsigned long fl;
@@ -1259,7 +1325,8 @@ static void rx_end(struct uiw_ep *ep)
 
         ep->orq_head = (ep->orq_head + 1) % ORQ_LEN;
         ep->orq_count--;
-        sq_done(ep, slot, qp->sq_gen);
+        if (slot != ORQ_RTR) /* the Read RTR's response completes nothing */
+            sq_done(ep, slot, qp->sq_gen);
     } else if (ep->seg.kind == SEG_SEND) {
         struct uiw_cq *rcq = to_ucq(qp->base.recv_cq);
         struct uiw_after af = AFTER_INIT;

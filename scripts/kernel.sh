@@ -278,13 +278,14 @@ else
   bad "hostile peer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
-# the connection test again with MPA CRC asked for (mpa_crc=2) and
-# 1000-byte FPDUs (max_fpdu): the same data over CRC-protected,
-# many-FPDU streams
+# the connection test again with MPA CRC asked for (mpa_crc=2),
+# 1000-byte FPDUs (max_fpdu) and only the Read RTR (mpa_rtr=4: the
+# initiator offers it, the responder supports it): the same data over
+# CRC-protected, many-FPDU streams after a zero-length Read RTR
 kclr
-if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 && rdma link add uiw0 type uiwarp netdev eth0 &&
+if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 mpa_rtr=4 && rdma link add uiw0 type uiwarp netdev eth0 &&
   { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko verbs=0; then
-  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000)' && ok "CRC negotiated, 1000-byte FPDUs" || bad "no 'in RTS (CRC 1, FPDU 1000)' line"
+  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000, RTR read)' && ! dmesg | grep 'in RTS' | grep -qv 'RTR read' && ok "CRC negotiated, 1000-byte FPDUs, Read RTR" || bad "no 'in RTS (CRC 1, FPDU 1000, RTR read)' line"
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   case "\$line" in *"verbs test: PASS"*) ok "connection test with CRC, 1000-byte FPDUs";; *) dmesg | grep uiwarp_ktest; bad "connection test with CRC: \${line:-no summary line}";; esac
@@ -312,8 +313,18 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   { [ -n "\$v1" ] && ip link set "\$v1" netns \$peer && ip addr add 10.0.4.1/24 dev v0 && ip link set v0 up &&
     nsenter -t \$peer -n sh -c "ip link set \$v1 name v1; ip addr add 10.0.4.2/24 dev v1 && ip link set v1 up && ip link set lo up && rdma link add siw0 type siw netdev v1" &&
     true; } || { ip -o link show; bad "siw interop: setup"; }
+  # pass 1: siw's default variant (no P2P as initiator), the module's
+  # initiator offers both RTRs (siw picks Write); pass 2: siw's p2p variant
+  # (its initiator offers both RTRs) and the module offering and supporting
+  # only the Read RTR (mpa_rtr=4): Read RTRs both ways
   for crc in 1 2; do
-  insmod /x/uiwarp.ko selftest=0 mpa_crc=\$crc && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop: uiw0 on v0"
+  rtr=6 want=write swant=none
+  if [ \$crc = 2 ] && [ -f /lib/siw-variants/p2p/siw.ko ]; then
+    rtr=4 want=read swant=read
+    nsenter -t \$peer -n rdma link delete siw0; rmmod siw
+    insmod /lib/siw-variants/p2p/siw.ko && nsenter -t \$peer -n rdma link add siw0 type siw netdev v1 || bad "siw interop: siw's p2p variant"
+  fi
+  insmod /x/uiwarp.ko selftest=0 mpa_crc=\$crc mpa_rtr=\$rtr && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop: uiw0 on v0"
   echo 'module uiwarp +p' >/proc/dynamic_debug/control
   rm -f /tmp/rping.log
   (nsenter -t \$peer -n rping -s -a 10.0.4.2 -p 7174 -C 3 -S 65000 >/tmp/rping.log 2>&1; echo "rping rc=\$?" >>/tmp/rping.log) &
@@ -330,6 +341,9 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   grep -q 'rping rc=0' /tmp/rping.log && ok "interop (mpa_crc=\$crc): siw's rping server exits 0" || bad "interop: siw's rping server: \$(tail -1 /tmp/rping.log)"
   # siw asks for no CRC: it is on only when we ask (mpa_crc=2)
   dmesg | grep -q "in RTS (CRC \$((crc - 1))" && ok "interop (mpa_crc=\$crc): CRC \$((crc - 1)) negotiated" || bad "interop (mpa_crc=\$crc): CRC not as negotiated"
+  # RFC 6581: the module's initiator asked for P2P, siw's responder chose
+  # the RTR (Write when offered), the module sent it first
+  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "interop (mpa_crc=\$crc): the uiw0 client sent the \$want RTR siw chose" || bad "interop (mpa_crc=\$crc): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
   # the other way: rping -c -V on siw0 against the ktest's rping server on
   # uiw0 (it Reads the client's buffer and Writes it back; rping validates)
@@ -344,6 +358,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
+  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant)" && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   kclr
@@ -366,11 +381,11 @@ fi
 # host client's exit status)
 if [ -f /rig/libcases ]; then
   kcrc=
-  kload() { # \$1: mpa_crc; uiwarp.ko with uiw0 on eth0, reloaded when it changes
-    [ "\$kcrc" = "\$1" ] && return 0
+  kload() { # \$1: mpa_crc, \$2: mpa_p2p; uiwarp.ko with uiw0 on eth0, reloaded when they change
+    [ "\$kcrc" = "\$1 \$2" ] && return 0
     [ -z "\$kcrc" ] || { rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "lib interop: removal"; }
-    kcrc=\$1
-    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
+    kcrc="\$1 \$2"
+    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 mpa_p2p=\$2 && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
     echo 'module uiwarp +p' >/proc/dynamic_debug/control
   }
   waitf() { i=0; while [ ! -s "\$1" ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done; [ -s "\$1" ]; }
@@ -379,27 +394,37 @@ if [ -f /rig/libcases ]; then
     want=0; case \$1 in *[cL]*) want=1;; esac
     dmesg | grep -q "in RTS (CRC \$want" && ok "lib interop \$1: CRC \$want negotiated" || bad "lib interop \$1: \$(dmesg | grep 'in RTS' | tail -1)"
   }
+  # the RTR (RFC 6581): none in client-server (p: neither initiator asks
+  # for P2P), Read where the library offers or supports only Read (r),
+  # else Write (both initiators offer both, both responders prefer Write)
+  rtrchk() { # \$1: the case, \$2: client or server
+    want=write; case \$1 in *p*) want=none;; *r*) want=read;; esac
+    dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "lib interop \$1: the module's \$2, RTR \$want" || bad "lib interop \$1 (\$2): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
+  }
   n=0
   for cs in \$(cat /rig/libcases); do
-    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1
+    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1 p2p=1
     case \$cs in *c*) crc=2;; esac
+    case \$cs in *p*) p2p=0;; esac
     kclr
-    kload \$crc
+    kload \$crc \$p2p
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$((27180 + n)) rping_size=\$s rping_count=\$(cat /rig/libcount)
     line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
     echo "dmesg: \$line"
     dmesg | grep 'in RTS' | tail -1
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
     crcchk \$cs
+    rtrchk \$cs client
     rmmod uiwarp_ktest
     waitf /rig/srv.\$cs.rc 20 && [ "\$(cat /rig/srv.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -s exits 0" ||
       bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
   done
   for cs in \$(cat /rig/libcases); do
-    crc=1
+    crc=1 p2p=1
     case \$cs in *c*) crc=2;; esac
+    case \$cs in *p*) p2p=0;; esac
     kclr
-    kload \$crc
+    kload \$crc \$p2p
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=7190 rping_count=\$(cat /rig/libcount) &
     kt=\$!
     i=0
@@ -411,6 +436,7 @@ if [ -f /rig/libcases ]; then
     dmesg | grep 'in RTS' | tail -1
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping server, the host's uiwarp rping -c -V";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping server: \${line:-no summary line}";; esac
     crcchk \$cs
+    rtrchk \$cs server
     rmmod uiwarp_ktest
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
@@ -584,8 +610,9 @@ UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
 LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
 # a case's letters after its size: c the module asks for CRC (mpa_crc=2);
 # L the library asks for it (UIWARP_CRC=required); r the library's
-# initiator offers only the Read RTR (UIWARP_RTR=read); p the library's
-# initiator without P2P (UIWARP_P2P=0)
+# initiator offers, and its responder supports, only the Read RTR
+# (UIWARP_RTR=read); p neither initiator asks for P2P (UIWARP_P2P=0, the
+# module's mpa_p2p=0)
 lib_env() {
     local e=UIWARP_RDMACM_RETRY_MS=3000
     case $1 in *L*) e="$e UIWARP_CRC=required" ;; esac
