@@ -59,7 +59,7 @@ MODULE_PARM_DESC(mpa_rev, "MPA revision sent: 1 or 2 (default, RFC 6581 IRD/ORD)
 
 static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
-MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: from the TCP MSS, as siw)");
+MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: the connection's TCP MSS, one FPDU a segment)");
 
 static bool mpa_p2p = true;
 module_param(mpa_p2p, bool, 0644);
@@ -358,14 +358,21 @@ static void upcall(struct uiw_ep *ep, struct iw_cm_id *id, enum iw_cm_event_type
  * Attaching the stream to the QP, and tearing it down
  * ---------------------------------------------------------------------- */
 
+/* The largest FPDU: the connection's current effective MSS (mss_cache:
+ * path MTU, IP and TCP headers and options such as timestamps taken off),
+ * so that an FPDU fits one TCP segment (RFC 5044 §8: the sender SHOULD
+ * align FPDUs with segments), rounded down to 4 (RFC 5044 §4.5 without
+ * markers: MULPDU = EMSS - 6 - EMSS mod 4, and the FPDU is MULPDU + 6),
+ * as the library's pick_max_fpdu; or the max_fpdu parameter. Read again
+ * at every message (an MSS can shrink: path MTU discovery, §4.5). */
 static u16 fpdu_size(struct uiw_ep *ep)
 {
     unsigned int m = max_fpdu;
 
     if (!m)
-        m = tcp_sk(ep->sock->sk)->mss_cache;
+        m = READ_ONCE(tcp_sk(ep->sock->sk)->mss_cache);
     m = clamp(m, (unsigned int)UIW_TX_MIN_FPDU * 4, 65532u);
-    return (u16)(m & ~7u); /* a multiple of 8, as siw */
+    return (u16)(m & ~3u);
 }
 
 /* ep->mu held; the negotiation is done. The QP goes to RTS. */
@@ -770,6 +777,8 @@ static int tx_start(struct uiw_ep *ep)
     u32 i;
     enum ib_wc_status lerr = IB_WC_LOC_PROT_ERR; /* local_err's status */
 
+    if (ep->sock)
+        ep->tx.cfg.max_fpdu = fpdu_size(ep); /* read per FPDU by the wire core */
     if (ep->term_pending) {
         ep->term_pending = false;
         if (uiw_tx_msg_init(&ep->msg, &ep->term_hdr, NULL, 0, 0))
@@ -943,7 +952,16 @@ static int stream_tx(struct uiw_ep *ep)
     for (;;) {
         if (ep->fpdu_busy) {
             uiw_fpdu *f = ep->fpdu;
-            struct msghdr m = {.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL};
+            /* One FPDU a sendmsg, ended with MSG_EOR: TCP appends no later
+             * bytes to the buffer that holds it, so the next FPDU starts a
+             * new buffer, and with FPDUs no larger than the MSS
+             * (fpdu_size) every FPDU starts a TCP segment and lies whole
+             * in it (RFC 5044 §8, Appendix A.1), as siw sends. Without it
+             * TCP filled its buffers across FPDUs and cut them at MSS
+             * multiples: 5% of the FPDUs started a segment. A partial
+             * send (socket full) is resumed with the FPDU's rest, also
+             * ended with MSG_EOR. */
+            struct msghdr m = {.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_EOR};
             size_t left = 0;
             int i, n;
 
