@@ -648,6 +648,13 @@ lib_host() {
     done
     wait
 }
+# "A N": of the N FPDUs the guest (10.0.2.15) sent in the connections of
+# a uiwarp dump, A start a TCP segment (its "segment alignment" lines)
+guest_align() {
+    awk '/^== c[0-9]/ { s = ""; if ($3 ~ /^10\.0\.2\.15:/) s = "a>b"; else if ($7 ~ /^10\.0\.2\.15:/) s = "b>a" }
+        s != "" && $1 == s && $2 == "segment" && $3 == "alignment:" { a += $4; n += $6 }
+        END { printf "%d %d", a, n }' "$1"
+}
 # each capture the library wrote, checked by uiwarp dump --strict: no
 # violation, no tolerated peer quirk
 lib_dump() {
@@ -677,9 +684,7 @@ lib_dump() {
     [ ! -s "$d/nic.pcap" ] || "$UIWARP_BIN" dump -q "$d/nic.pcap" >"$d/nic.dump.txt" 2>&1 || true
     if [ -s "$d/nic.dump.txt" ]; then
         local al
-        al=$(awk '/^== c[0-9]/ { s = ""; if ($3 ~ /^10\.0\.2\.15:/) s = "a>b"; else if ($7 ~ /^10\.0\.2\.15:/) s = "b>a" }
-            s != "" && $1 == s && $2 == "segment" && $3 == "alignment:" { a += $4; n += $6 }
-            END { printf "%d %d", a, n }' "$d/nic.dump.txt")
+        al=$(guest_align "$d/nic.dump.txt")
         # at least 99% (all of them in every run so far; 40% before the
         # module sent one FPDU per sendmsg with MSG_EOR)
         if [ "${al#* }" -gt 0 ] && [ $((100 * ${al% *})) -ge $((99 * ${al#* })) ]; then
@@ -978,6 +983,20 @@ test_pair() {
             else
                 echo "KTEST FAIL host: uiwarp dump --strict $(basename "$f"): $(grep -E 'violation|problem|error|tolerated: [a-z]' "$f.dump.txt" 2>/dev/null | head -3 | paste -sd';')"
             fi
+            # the FPDUs each VM sent: siw's for comparison, the module's
+            # must start a TCP segment (at least 99%: RFC 5044 §8)
+            local al
+            al=$(guest_align "$f.dump.txt" 2>/dev/null)
+            case $f in
+            *module-vm.pcap)
+                if [ "${al#* }" -gt 0 ] && [ $((100 * ${al% *})) -ge $((99 * ${al#* })) ]; then
+                    echo "KTEST ok   host: the module's FPDUs on its NIC: ${al% *} of ${al#* } start a TCP segment"
+                else
+                    echo "KTEST FAIL host: the module's FPDUs on its NIC: only ${al% *} of ${al#* } start a TCP segment (99% wanted)"
+                fi
+                ;;
+            *) echo "kernel.sh: ALIGN siw's FPDUs on its NIC: ${al% *} of ${al#* } start a TCP segment" ;;
+            esac
             local ords
             ords=$(sed -n 's/.*IRD\/ORD a \([0-9]*\)\/[0-9]* b [0-9]*\/\([0-9]*\).*/\1 \2/p' "$f.dump.txt" 2>/dev/null)
             if [ "$(echo "$ords" | grep -c .)" -ge 4 ] && echo "$ords" | awk '$2 < 1 || $2 > $1 { exit 1 }'; then
