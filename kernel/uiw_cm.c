@@ -99,7 +99,7 @@ enum ep_state {
 enum { EPF_ABORT };
 
 /* what the current received segment is for */
-enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ };
+enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ, SEG_IMM_ATTACHED };
 
 /* what the current transmitted message is */
 enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM, MSG_RTR };
@@ -134,6 +134,15 @@ struct uiw_ep {
     bool tx_hold;  /* responder: no FPDU before the initiator's first */
     u8 rtr_send;   /* initiator: the RTR to send first (UIW_RTR_*), 0 none */
     u8 rtr_expect; /* responder: the RTR negotiated, until the first FPDU */
+    /* RFC 7306 immediate data (docs/ENGINE.md "Send with Immediate") */
+    bool imm_attached; /* rx: an attached Immediate Data came; its Send is next */
+    u8 imm_val[4];     /* ... and its value */
+    bool last_write;   /* rx: the last message was an RDMA Write (a Write with
+                        * Immediate when Immediate Data follows, RFC 7306 §6) */
+    bool imm_next;     /* tx: the second message of the current SQE is next */
+    uiw_hdr imm_hdr;   /* ... its header */
+    int imm_niov;      /* ... its gather list (txiov) */
+    u64 imm_total;
     bool fin_sent; /* graceful close: our FIN is out */
     u8 *rxb;
     u32 rx_have, rx_off;
@@ -520,6 +529,7 @@ static int wc_op(u8 opcode)
 {
     switch (opcode) {
     case IB_WR_RDMA_WRITE:
+    case IB_WR_RDMA_WRITE_WITH_IMM:
         return IB_WC_RDMA_WRITE;
     case IB_WR_RDMA_READ:
     case IB_WR_RDMA_READ_WITH_INV:
@@ -802,6 +812,21 @@ static int tx_start(struct uiw_ep *ep)
         }
         ep->first_sent = true;
     }
+    if (ep->imm_next) {
+        /* the second message of a Send or RDMA Write with Immediate, at
+         * once after the first (its gather list is in txiov) */
+        bool live;
+
+        ep->imm_next = false;
+        spin_lock_irqsave(&qp->lock, fl);
+        live = qp->sq_gen == ep->msg_gen && qp->state != IB_QPS_ERR;
+        spin_unlock_irqrestore(&qp->lock, fl);
+        if (live &&
+            !uiw_tx_msg_init(&ep->msg, &ep->imm_hdr, ep->txiov, ep->imm_niov, ep->imm_total)) {
+            ep->msg_kind = MSG_SQE;
+            return 1;
+        }
+    }
     if (ep->rtr_send) {
         /* RFC 6581 §3, §9.2: the initiator's first FPDU is the RTR the
          * responder chose, zero-length. A Write to STag 1, TO 0, and a
@@ -873,6 +898,43 @@ static int tx_start(struct uiw_ep *ep)
         }
     }
     switch (e.opcode) {
+    case IB_WR_SEND_WITH_IMM:
+        /* uiwarp's Send with Immediate (docs/ENGINE.md): an RFC 7306
+         * Immediate Data message (§6) whose 8 bytes are the value and
+         * the tag "uiwS", then the Send on the next MSN, so that the
+         * peer consumes one receive and completes it with the value (an
+         * RFC 7306 receiver that is not uiwarp sees the Immediate Data
+         * as a message of its own) */
+        uiw_hdr_init_untagged(&h, UIW_OP_IMM_DATA, UIW_QN_SEND, ep->msn_send++);
+        memcpy(h.u.imm, &e.imm, 4);
+        memcpy(h.u.imm + 4, UIW_IMM_ATTACH_TAG, 4);
+        uiw_hdr_init_untagged(&ep->imm_hdr, e.solicited ? UIW_OP_SEND_SE : UIW_OP_SEND,
+                              UIW_QN_SEND, ep->msn_send++);
+        ep->imm_niov = niov;
+        ep->imm_total = total;
+        if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
+            goto local_err;
+        ep->imm_next = true;
+        ep->msg_kind = MSG_SQE;
+        return 1;
+    case IB_WR_RDMA_WRITE_WITH_IMM:
+        /* RFC 7306 §6: the RDMA Write, then Immediate Data (QN 0) with
+         * the value in its first 4 bytes, zeros after (Solicited Event
+         * when asked): it consumes the peer's receive */
+        uiw_hdr_init_untagged(&ep->imm_hdr, e.solicited ? UIW_OP_IMM_DATA_SE : UIW_OP_IMM_DATA,
+                              UIW_QN_SEND, ep->msn_send++);
+        memcpy(ep->imm_hdr.u.imm, &e.imm, 4);
+        memset(ep->imm_hdr.u.imm + 4, 0, 4);
+        ep->imm_niov = 0;
+        ep->imm_total = 0;
+        uiw_hdr_init(&h, true, UIW_OP_WRITE);
+        h.stag = e.rkey;
+        h.to = e.raddr;
+        if (uiw_tx_msg_init(&ep->msg, &h, ep->txiov, niov, total))
+            goto local_err;
+        ep->imm_next = true;
+        ep->msg_kind = MSG_SQE;
+        return 1;
     case IB_WR_SEND:
     case IB_WR_SEND_WITH_INV:
         if (e.opcode == IB_WR_SEND)
@@ -938,6 +1000,9 @@ static void tx_msg_done(struct uiw_ep *ep)
         ep->irq_count--;
     } else if (k == MSG_SQE && ep->qp) {
         u8 op = ep->qp->sq[ep->msg_slot].opcode;
+
+        if (ep->imm_next)
+            return; /* its second message completes it */
 
         if (!is_read(op)) /* a Read completes at its response */
             sq_done(ep, ep->msg_slot, ep->msg_gen);
@@ -1120,7 +1185,7 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
 
         ep->rtr_expect = 0;
         if (!ev->payload_len && h->tagged && h->opcode == UIW_OP_WRITE && rtr == UIW_RTR_WRITE) {
-            ep->seg.kind = SEG_TAGGED;
+            ep->seg.kind = SEG_NONE; /* not a Write a Write with Immediate ends */
             return true;
         }
         if (!h->tagged && h->qn == UIW_QN_READ_REQ && h->opcode == UIW_OP_READ_REQ &&
@@ -1197,9 +1262,25 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
             ep->seg.kind = SEG_RREQ;
             return true;
         }
-        if (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV) {
+        bool imm = h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE;
+
+        if (!imm && (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV)) {
             term_on(ep, cause, "unsupported opcode on QN 0");
             return true;
+        }
+        if (!q->open && !ep->seg.rqe_valid) {
+            /* uiwarp's Send with Immediate: the attached Immediate Data
+             * takes no receive, the Send after it must follow
+             * (docs/ENGINE.md; as the library's receiver) */
+            if (imm && uiw_imm_is_attached(h->u.imm) && !ep->imm_attached) {
+                uiw_useq_accept(q, h, ev->payload_len);
+                ep->seg.kind = SEG_IMM_ATTACHED;
+                return true;
+            }
+            if (ep->imm_attached && h->opcode != UIW_OP_SEND && h->opcode != UIW_OP_SEND_SE) {
+                term_on(ep, cause, "attached Immediate Data without its Send");
+                return true;
+            }
         }
         if (!q->open && !ep->seg.rqe_valid) {
             if (qp->base.srq) {
@@ -1338,6 +1419,15 @@ static void rx_end(struct uiw_ep *ep)
     }
     if (!h->last)
         return;
+    if (ep->seg.kind == SEG_IMM_ATTACHED) {
+        memcpy(ep->imm_val, h->u.imm, sizeof(ep->imm_val));
+        ep->imm_attached = true;
+        return;
+    }
+    if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_WRITE) {
+        ep->last_write = true;
+        return;
+    }
     if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_READ_RESP) {
         u32 slot = ep->orq[ep->orq_head];
 
@@ -1349,7 +1439,9 @@ static void rx_end(struct uiw_ep *ep)
         struct uiw_cq *rcq = to_ucq(qp->base.recv_cq);
         struct uiw_after af = AFTER_INIT;
         bool inv = h->opcode == UIW_OP_SEND_INV || h->opcode == UIW_OP_SEND_SE_INV;
-        bool se = h->opcode == UIW_OP_SEND_SE || h->opcode == UIW_OP_SEND_SE_INV;
+        bool imm = h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE;
+        bool se = h->opcode == UIW_OP_SEND_SE || h->opcode == UIW_OP_SEND_SE_INV ||
+                  h->opcode == UIW_OP_IMM_DATA_SE;
         struct ib_wc wc = {
             .wr_id = ep->seg.rqe.wr_id,
             .status = IB_WC_SUCCESS,
@@ -1374,6 +1466,21 @@ static void rx_end(struct uiw_ep *ep)
             wc.wc_flags |= IB_WC_WITH_INVALIDATE;
             wc.ex.invalidate_rkey = h->inv_stag;
         }
+        if (imm) {
+            /* RFC 7306 §6: after an RDMA Write it completes the Write
+             * with Immediate; on its own a receive with immediate data,
+             * no bytes (as the library) */
+            wc.opcode = ep->last_write ? IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV;
+            wc.wc_flags |= IB_WC_WITH_IMM;
+            memcpy(&wc.ex.imm_data, h->u.imm, 4);
+            wc.byte_len = 0;
+        } else if (ep->imm_attached) {
+            /* the Send of a Send with Immediate */
+            wc.wc_flags |= IB_WC_WITH_IMM;
+            memcpy(&wc.ex.imm_data, ep->imm_val, 4);
+            ep->imm_attached = false;
+        }
+        ep->last_write = false;
         ep->seg.rqe_valid = false;
         spin_lock_irqsave(&qp->lock, fl);
         if (qp->state != IB_QPS_ERR) {

@@ -1214,6 +1214,63 @@ static void conn_data(struct end *c, struct end *s)
               "Write: bytes next to the target");
     }
 
+    /* RFC 7306 immediate data: a Send with Immediate (uiwarp's form, an
+     * attached Immediate Data message and the Send: one receive, its
+     * length and the value) and an RDMA Write with Immediate (the Write,
+     * then Immediate Data: one receive, RECV_RDMA_WITH_IMM, no bytes) */
+    {
+        static const u32 imms[] = {0x12345678, 0xcafebabe};
+        static const u32 lens[] = {3001, 5000};
+        struct ib_rdma_wr w = {.wr = {.sg_list = sge, .num_sge = 1}};
+
+        for (i = 0; i < 2; i++) {
+            u8 *src = cbuf + 2 * RSLOT + 101 + i;
+            bool wimm = i == 1;
+            int slot;
+
+            sge[0] = (struct ib_sge){
+                .addr = (u64)(uintptr_t)src, .length = lens[i], .lkey = c->pd->local_dma_lkey};
+            w.wr.opcode = wimm ? IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_SEND_WITH_IMM;
+            w.wr.wr_id = 25 + i;
+            w.wr.send_flags = IB_SEND_SIGNALED;
+            w.wr.ex.imm_data = cpu_to_be32(imms[i]);
+            w.remote_addr = smr->iova + 777;
+            w.rkey = smr->rkey;
+            rc = ib_post_send(c->id->qp, &w.wr, NULL);
+            CHECK(rc == 0, "post %s with Immediate: %d", wimm ? "Write" : "Send", rc);
+            if (rc)
+                goto out;
+            n = poll_n(c->cq, wc, 1);
+            CHECK(n == 1 && wc[0].wr_id == 25 + i && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == (wimm ? IB_WC_RDMA_WRITE : IB_WC_SEND),
+                  "%s with Immediate: the client's completion: n %d status %d opcode %d",
+                  wimm ? "Write" : "Send", n, n ? wc[0].status : -1, n ? wc[0].opcode : -1);
+            n = poll_n(s->cq, wc, 1);
+            CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == (wimm ? IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV) &&
+                      wc[0].byte_len == (wimm ? 0 : lens[i]) && (wc[0].wc_flags & IB_WC_WITH_IMM) &&
+                      wc[0].ex.imm_data == cpu_to_be32(imms[i]),
+                  "%s with Immediate: the server's receive: n %d status %d opcode %d len %u "
+                  "flags 0x%x imm 0x%08x",
+                  wimm ? "Write" : "Send", n, n ? wc[0].status : -1, n ? wc[0].opcode : -1,
+                  n ? wc[0].byte_len : 0, n ? wc[0].wc_flags : 0,
+                  n ? be32_to_cpu(wc[0].ex.imm_data) : 0);
+            if (n != 1)
+                goto out;
+            slot = wc[0].wr_id - 1000;
+            if (wimm)
+                CHECK(same(sbuf + 3 * RSLOT + 777, src, lens[i], "Write with Immediate"),
+                      "Write with Immediate: data");
+            else
+                CHECK(same(sbuf + slot * RSLOT, src, lens[i], "Send with Immediate"),
+                      "Send with Immediate: data");
+            rc = post_srecv(s, slot);
+            CHECK(rc == 0, "repost: %d", rc);
+        }
+        /* one receive each: nothing more on the server's CQ */
+        CHECK(ib_poll_cq(s->cq, 1, wc) == 0, "immediate data: no other receive completed");
+    }
+
     /* RDMA Reads from the server's MR: into DMA-MR memory, then into a
      * client fast-register MR */
     fill(sbuf + 3 * RSLOT, RSLOT, 0x5a);
