@@ -1747,6 +1747,182 @@ out:
     kfree(tx);
 }
 
+/* Immediate data against uiwarp's library on the host (imm_dst= its
+ * address, imm_port=; the host runs tests/siw/kimm_peer.c): our Request
+ * advertises a buffer the peer may Write ({be64 addr, be32 rkey, be32
+ * len}), its accept one of its own; we post a Send with Immediate (3001
+ * bytes of pattern 1, 0x11223344) and an RDMA Write with Immediate (5000
+ * bytes of pattern 2, 0x55667788), the peer checks them and answers with
+ * the same (2000 bytes of pattern 3, 0x99aabbcc; 4000 bytes of pattern 4
+ * into our buffer, 0xddeeff00), which we check; then we disconnect. */
+static char *imm_dst;
+module_param(imm_dst, charp, 0444);
+MODULE_PARM_DESC(imm_dst, "run only the immediate-data client test against this IPv4 address");
+static unsigned int imm_port = 7179;
+module_param(imm_port, uint, 0444);
+
+struct imm_adv {
+    __be64 addr;
+    __be32 rkey;
+    __be32 len;
+} __packed;
+
+/* kimm_peer.c's pat(): the same formula */
+static u8 imm_pat(size_t i, unsigned int k)
+{
+    return (u8)(i * 7 + k * 31 + (i >> 9));
+}
+
+static bool imm_pat_ok(const u8 *p, size_t n, unsigned int k)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (p[i] != imm_pat(i, k)) {
+            pr_err("imm: byte %zu of %zu: 0x%02x, want 0x%02x\n", i, n, p[i], imm_pat(i, k));
+            return false;
+        }
+    return true;
+}
+
+#define IMM_RECV_A 0
+#define IMM_RECV_B 16384
+#define IMM_TARGET 32768
+#define IMM_SRC    49152
+#define IMM_LEN    65536
+
+static void test_imm(struct ib_device *ib)
+{
+    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(imm_port)};
+    struct imm_adv mine, peer = {};
+    struct rdma_conn_param p = {.responder_resources = 1,
+                                .initiator_depth = 1,
+                                .private_data = &mine,
+                                .private_data_len = sizeof(mine)};
+    struct end c = {};
+    struct ib_mr *mr = NULL;
+    struct scatterlist sg;
+    u8 *buf = NULL;
+    struct ib_wc wc[2];
+    int order = get_order(IMM_LEN), rc, i, n, k;
+
+    evq_init(&q_cli);
+    CHECK(in4_pton(imm_dst, -1, (u8 *)&dst.sin_addr, -1, NULL), "imm address");
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "rdma_create_id");
+        return;
+    }
+    rc = rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&dst, 2000);
+    CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "imm resolve_addr") < 0)
+        goto out;
+    rc = rdma_resolve_route(c.id, 2000);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "imm resolve_route") < 0)
+        goto out;
+    if (!end_init(ib, &c) || conn_qp(&c)) {
+        CHECK(0, "imm PD/CQ/QP");
+        goto out;
+    }
+    buf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, order);
+    CHECK(buf, "imm buffer");
+    if (!buf)
+        goto out;
+    mr = fr_mr(c.id->qp, c.pd, &sg, buf, IMM_LEN,
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ);
+    CHECK(mr, "imm MR");
+    if (!mr)
+        goto out;
+    for (i = 0; i < 2; i++) {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)(buf + (i ? IMM_RECV_B : IMM_RECV_A)),
+                            .length = 16384,
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1 + i, .sg_list = &rs, .num_sge = 1};
+
+        rc = ib_post_recv(c.id->qp, &r, NULL);
+        CHECK(rc == 0, "imm post_recv: %d", rc);
+    }
+    mine.addr = cpu_to_be64(mr->iova + IMM_TARGET);
+    mine.rkey = cpu_to_be32(mr->rkey);
+    mine.len = cpu_to_be32(16384);
+    rc = rdma_connect(c.id, &p);
+    CHECK(rc == 0, "imm rdma_connect: %d", rc);
+    if (rc)
+        goto out;
+    i = evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "imm connect");
+    if (i < 0)
+        goto out;
+    CHECK(q_cli.e[i].pd_len >= sizeof(peer), "imm: the peer's buffer in its Reply (%u bytes)",
+          q_cli.e[i].pd_len);
+    if (q_cli.e[i].pd_len < sizeof(peer))
+        goto disc;
+    memcpy(&peer, q_cli.e[i].pd, sizeof(peer));
+
+    for (k = 0; k < 2; k++) {
+        static const u32 lens[] = {3001, 5000}, imms[] = {0x11223344, 0x55667788};
+        u8 *src = buf + IMM_SRC + k * 4096;
+        struct ib_sge ts = {
+            .addr = (u64)(uintptr_t)src, .length = lens[k], .lkey = c.pd->local_dma_lkey};
+        struct ib_rdma_wr w = {
+            .wr = {.opcode = k ? IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_SEND_WITH_IMM,
+                   .wr_id = 10 + k,
+                   .sg_list = &ts,
+                   .num_sge = 1,
+                   .send_flags = IB_SEND_SIGNALED,
+                   .ex.imm_data = cpu_to_be32(imms[k])},
+            .remote_addr = be64_to_cpu(peer.addr),
+            .rkey = be32_to_cpu(peer.rkey),
+        };
+        size_t j;
+
+        for (j = 0; j < lens[k]; j++)
+            src[j] = imm_pat(j, 1 + k);
+        rc = ib_post_send(c.id->qp, &w.wr, NULL);
+        CHECK(rc == 0, "imm: post %s with Immediate: %d", k ? "Write" : "Send", rc);
+        if (rc)
+            goto disc;
+        n = poll_n(c.cq, wc, 1);
+        CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 10 + k &&
+                  wc[0].opcode == (k ? IB_WC_RDMA_WRITE : IB_WC_SEND),
+              "imm: our %s with Immediate completes: n %d status %d", k ? "Write" : "Send", n,
+              n ? wc[0].status : -1);
+        if (n != 1)
+            goto disc;
+    }
+    /* the peer's Send with Immediate, then its Write with Immediate */
+    for (k = 0; k < 2; k++) {
+        n = poll_n(c.cq, wc, 1);
+        CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 1 + k &&
+                  wc[0].opcode == (k ? IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV) &&
+                  (wc[0].wc_flags & IB_WC_WITH_IMM) &&
+                  wc[0].ex.imm_data == cpu_to_be32(k ? 0xddeeff00 : 0x99aabbcc) &&
+                  wc[0].byte_len == (k ? 0 : 2000),
+              "imm: the peer's %s with Immediate: n %d status %d opcode %d flags 0x%x imm 0x%08x "
+              "len %u",
+              k ? "Write" : "Send", n, n ? wc[0].status : -1, n ? wc[0].opcode : -1,
+              n ? wc[0].wc_flags : 0, n ? be32_to_cpu(wc[0].ex.imm_data) : 0,
+              n ? wc[0].byte_len : 0);
+        if (n != 1)
+            goto disc;
+    }
+    CHECK(imm_pat_ok(buf + IMM_RECV_A, 2000, 3) && buf[IMM_RECV_A + 2000] == 0,
+          "imm: the peer's Send with Immediate: 2000 bytes, nothing past them");
+    CHECK(imm_pat_ok(buf + IMM_TARGET, 4000, 4) && buf[IMM_TARGET + 4000] == 0,
+          "imm: the peer's Write with Immediate: 4000 bytes, nothing past them");
+disc:
+    rdma_disconnect(c.id);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "imm disconnect");
+out:
+    if (mr) {
+        ib_dma_unmap_sg(ib, &sg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(mr);
+    }
+    end_fini(&c);
+    if (buf)
+        free_pages((unsigned long)buf, order);
+}
+
 /* The server side of rping (rping_listen= our address): accepts one
  * client (`rping -c -V` on siw), then per round Reads the client's
  * start_buf into our MR, acknowledges, and Writes it back into the
@@ -2822,6 +2998,8 @@ static int __init uiw_ktest_init(void)
     }
     if (hostile) {
         test_hostile(ib);
+    } else if (imm_dst) {
+        test_imm(ib);
     } else if (rping_dst) {
         test_rping(ib);
     } else if (rping_listen) {

@@ -441,6 +441,21 @@ if [ -f /rig/libcases ]; then
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
   done
+  # RFC 7306 immediate data against the library: the host's kimm_peer
+  # (tests/siw/kimm_peer.c) listens on /rig/kimm's port; the module's
+  # client Sends and Writes with Immediate, the host checks and answers
+  # with the same, the module checks
+  if [ -f /rig/kimm ]; then
+    kclr
+    kload 1 1
+    insmod /x/uiwarp_ktest.ko dev=uiw0 imm_dst=10.0.2.2 imm_port=\$(cat /rig/kimm)
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    case "\$line" in *"verbs test: PASS"*) ok "lib interop imm: the module's Send and RDMA Write with Immediate to the host's library and the library's back, values and data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop imm: \${line:-no summary line}";; esac
+    rmmod uiwarp_ktest
+    waitf /rig/kimm.rc 20 && [ "\$(cat /rig/kimm.rc)" = 0 ] && ok "lib interop imm: the host's kimm_peer checks pass" ||
+      bad "lib interop imm: the host's kimm_peer: rc '\$(cat /rig/kimm.rc 2>/dev/null)'"
+  fi
   rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "lib interop: removal, the driver counts no object" ||
     bad "lib interop: removal"
   kclr
@@ -607,6 +622,7 @@ EOF
 # listens (kready.S) on the port qemu forwards from LIB_HPORT. Exit
 # statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
 UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
+KIMM_BIN=${UIWARP_BUILD:-$repo/build}/bin/kimm_peer LIB_IMM_PORT=27179
 LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
 # a case's letters after its size: c the module asks for CRC (mpa_crc=2);
 # L the library asks for it (UIWARP_CRC=required); r the library's
@@ -621,9 +637,20 @@ lib_env() {
     echo "$e"
 }
 lib_host() {
-    local d=$1 s n=0
+    local d=$1 s n=0 kimm=
     echo "$LIB_CASES" >"$d/libcases"
     echo "$LIB_COUNT" >"$d/libcount"
+    if [ -x "$KIMM_BIN" ]; then
+        (
+            UIWARP_PCAP=$d/kimm.pcap timeout 280 "$KIMM_BIN" -a 127.0.0.1 -p $LIB_IMM_PORT >"$d/kimm.log" 2>&1 &
+            echo $! >"$d/kimm.pid"
+            wait $!
+            echo $? >"$d/kimm.rc.tmp" && mv "$d/kimm.rc.tmp" "$d/kimm.rc"
+        ) &
+        kimm=1
+        while ! grep -q listening "$d/kimm.log" 2>/dev/null && [ ! -e "$d/kimm.rc" ]; do sleep 0.1; done
+        [ -e "$d/kimm.rc" ] || echo $LIB_IMM_PORT >"$d/kimm"
+    fi
     for s in $LIB_CASES; do
         n=$((n + 1))
         (
@@ -646,6 +673,7 @@ lib_host() {
     for s in $LIB_CASES; do
         [ -e "$d/srv.$s.rc" ] || kill "$(cat "$d/srv.$s.pid")" 2>/dev/null || true
     done
+    [ -z "$kimm" ] || [ -e "$d/kimm.rc" ] || kill "$(cat "$d/kimm.pid")" 2>/dev/null || true
     wait
 }
 # "A N": of the N FPDUs the guest (10.0.2.15) sent in the connections of
@@ -677,6 +705,14 @@ lib_dump() {
         *) echo "KTEST FAIL host: $(basename "$f"): ${crc:-no CRC line}" ;;
         esac
     done
+    # the immediate-data connection's library capture
+    if [ -e "$d/kimm.pcap" ]; then
+        if "$UIWARP_BIN" dump -q --strict "$d/kimm.pcap" >"$d/kimm.pcap.dump.txt" 2>&1; then
+            echo "KTEST ok   host: uiwarp dump kimm.pcap: $(grep -m1 '^== total' "$d/kimm.pcap.dump.txt" | sed 's/^== total [^:]*: //'), $(grep -A8 '^== total' "$d/kimm.pcap.dump.txt" | grep -m1 'violations:' | sed 's/^ *//')"
+        else
+            echo "KTEST FAIL host: uiwarp dump kimm.pcap: $(grep -E 'violation|problem|error' "$d/kimm.pcap.dump.txt" | head -3 | paste -sd';')"
+        fi
+    fi
     # the module's FPDUs on the guest's NIC (the capture qemu takes before
     # slirp re-segments the streams): each starts a TCP segment (RFC 5044
     # §8 SHOULD, Appendix A.1), summed over the connections where the
@@ -745,7 +781,7 @@ test_vm() {
         hp=$(grep -c '^KTEST ok   host' "$log" || true)
         hf=$(grep -c '^KTEST FAIL host' "$log" || true)
         rm -rf "$B/lib-interop" && mkdir -p "$B/lib-interop"
-        cp "$share"/*.pcap "$share"/*.dump.txt "$share"/srv.*.log "$share"/cli.*.log "$B/lib-interop/" 2>/dev/null || true
+        cp "$share"/*.pcap "$share"/*.dump.txt "$share"/*.log "$B/lib-interop/" 2>/dev/null || true
     fi
     summary=$(grep '^KTEST: ' "$log" | tail -1 || true)
     [ -n "$summary" ] || die "no result from the VM (siw-vm-run rc=$rc; log: $log)"
