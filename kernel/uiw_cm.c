@@ -99,7 +99,7 @@ enum ep_state {
 enum { EPF_ABORT };
 
 /* what the current received segment is for */
-enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ, SEG_IMM_ATTACHED };
+enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ, SEG_IMM_ATTACHED, SEG_AREQ, SEG_ARESP };
 
 /* what the current transmitted message is */
 enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM, MSG_RTR };
@@ -147,7 +147,7 @@ struct uiw_ep {
     u8 *rxb;
     u32 rx_have, rx_off;
     uiw_rx rx;
-    uiw_useq useq[2]; /* QN 0 (Sends), QN 1 (Read Requests) */
+    uiw_useq useq[4]; /* QN 0 (Sends), 1 (Read and Atomic Requests), 3 (Atomic Responses) */
     struct {
         enum seg_kind kind;
         uiw_hdr h;
@@ -159,11 +159,19 @@ struct uiw_ep {
         struct uiw_rqe rqe; /* the receive the current Send fills */
         u32 rqe_len;
     } seg;
-    uiw_rreq irq[IRQ_LEN]; /* Read Requests to answer, in order */
+    struct {
+        uiw_rreq r;
+        bool atomic; /* an Atomic Request, executed: aresp is its answer */
+        uiw_atomic_resp aresp;
+    } irq[IRQ_LEN]; /* Read and Atomic Requests to answer, in order */
     u32 irq_head, irq_count;
-    u32 orq[ORQ_LEN]; /* send queue slots of Reads in flight, in order */
+    struct {
+        u32 slot; /* send queue slot (ORQ_RTR: the Read RTR) */
+        bool atomic;
+        u32 req_id;
+    } orq[ORQ_LEN]; /* Reads and Atomics in flight, in order */
     u32 orq_head, orq_count;
-    u32 msn_send, msn_read;
+    u32 msn_send, msn_read, msn_aresp, atomic_id;
     uiw_tx tx;
     uiw_tx_msg msg;
     enum msg_kind msg_kind;
@@ -407,7 +415,9 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
         return -EINVAL;
     uiw_useq_init(&ep->useq[0]);
     uiw_useq_init(&ep->useq[1]);
-    ep->msn_send = ep->msn_read = 1;
+    uiw_useq_init(&ep->useq[2]);
+    uiw_useq_init(&ep->useq[3]);
+    ep->msn_send = ep->msn_read = ep->msn_aresp = 1;
     ep->rx_have = ep->rx_off = 0;
     ep->tx_hold = !ep->active && r->await_rtr;
     ep->rtr_send = ep->active && r->send_rtr ? r->rtr : 0;
@@ -534,14 +544,25 @@ static int wc_op(u8 opcode)
     case IB_WR_RDMA_READ:
     case IB_WR_RDMA_READ_WITH_INV:
         return IB_WC_RDMA_READ;
+    case IB_WR_ATOMIC_CMP_AND_SWP:
+        return IB_WC_COMP_SWAP;
+    case IB_WR_ATOMIC_FETCH_AND_ADD:
+        return IB_WC_FETCH_ADD;
     default:
         return IB_WC_SEND;
     }
 }
 
+static bool is_atomic(u8 op)
+{
+    return op == IB_WR_ATOMIC_CMP_AND_SWP || op == IB_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* a WR answered by the peer (Read Response, Atomic Response): it takes
+ * ORD credit and completes at its response */
 static bool is_read(u8 op)
 {
-    return op == IB_WR_RDMA_READ || op == IB_WR_RDMA_READ_WITH_INV;
+    return op == IB_WR_RDMA_READ || op == IB_WR_RDMA_READ_WITH_INV || is_atomic(op);
 }
 
 static void local_inv(struct uiw_qp *qp, u32 stag);
@@ -576,7 +597,7 @@ static void sq_done(struct uiw_ep *ep, u32 slot, u32 gen)
                 };
 
                 if (is_read(e->opcode))
-                    wc.byte_len = e->num_sge ? e->sge[0].length : 0;
+                    wc.byte_len = e->num_sge ? e->sge[0].length : 0; /* atomics: 8 */
                 uiw_cq_add(scq, &wc, &af);
             }
             qp->sq_head = (qp->sq_head + 1) % qp->cap.max_send_wr;
@@ -838,7 +859,8 @@ static int tx_start(struct uiw_ep *ep)
         if (ep->rtr_send == UIW_RTR_READ) {
             uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, ep->msn_read++);
             h.u.rreq.src_stag = 1;
-            ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN] = ORQ_RTR;
+            ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].slot = ORQ_RTR;
+            ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].atomic = false;
             ep->orq_count++;
         } else {
             uiw_hdr_init(&h, true, UIW_OP_WRITE);
@@ -851,8 +873,18 @@ static int tx_start(struct uiw_ep *ep)
         ep->msg_kind = MSG_RTR;
         return 1;
     }
+    if (ep->irq_count && ep->irq[ep->irq_head].atomic) {
+        /* RFC 7306 §5.2.2: the Atomic Response on QN 3, in request order
+         * with the Read Responses */
+        uiw_hdr_init_untagged(&h, UIW_OP_ATOMIC_RESP, UIW_QN_ATOMIC_RESP, ep->msn_aresp++);
+        h.u.atomic_resp = ep->irq[ep->irq_head].aresp;
+        if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
+            return 0;
+        ep->msg_kind = MSG_RRESP;
+        return 1;
+    }
     if (ep->irq_count) {
-        const uiw_rreq *r = &ep->irq[ep->irq_head];
+        const uiw_rreq *r = &ep->irq[ep->irq_head].r;
 
         rc = gather(ep, &niov, r->src_stag, IB_ACCESS_REMOTE_READ, r->src_to, r->read_size, &cause);
         if (rc) {
@@ -935,6 +967,38 @@ static int tx_start(struct uiw_ep *ep)
         ep->imm_next = true;
         ep->msg_kind = MSG_SQE;
         return 1;
+    case IB_WR_ATOMIC_FETCH_AND_ADD:
+    case IB_WR_ATOMIC_CMP_AND_SWP: {
+        /* RFC 7306 §5.2.1: an Atomic Request on QN 1 (sharing MSNs and
+         * ORD with the Read Requests), as the library maps verbs atomics:
+         * FetchAdd with Add Mask 0 (one 64-bit add, §5.1.1), CmpSwap with
+         * all-ones masks (the whole word, §5.1.2) */
+        uiw_atomic_req *a = &h.u.atomic_req;
+        u32 at = (ep->orq_head + ep->orq_count) % ORQ_LEN;
+
+        uiw_hdr_init_untagged(&h, UIW_OP_ATOMIC_REQ, UIW_QN_READ_REQ, ep->msn_read++);
+        a->req_id = ++ep->atomic_id;
+        a->stag = e.rkey;
+        a->to = e.raddr;
+        if (e.opcode == IB_WR_ATOMIC_FETCH_AND_ADD) {
+            a->aop = UIW_AOP_FETCH_ADD;
+            a->add_swap = e.compare_add;
+            a->add_swap_mask = 0;
+            a->compare = 0;
+            a->compare_mask = U64_MAX;
+        } else {
+            a->aop = UIW_AOP_CMP_SWAP;
+            a->add_swap = e.swap;
+            a->add_swap_mask = U64_MAX;
+            a->compare = e.compare_add;
+            a->compare_mask = U64_MAX;
+        }
+        ep->orq[at].slot = ep->msg_slot;
+        ep->orq[at].atomic = true;
+        ep->orq[at].req_id = a->req_id;
+        ep->orq_count++;
+        break;
+    }
     case IB_WR_SEND:
     case IB_WR_SEND_WITH_INV:
         if (e.opcode == IB_WR_SEND)
@@ -957,7 +1021,8 @@ static int tx_start(struct uiw_ep *ep)
         h.u.rreq.read_size = e.num_sge ? e.sge[0].length : 0;
         h.u.rreq.src_stag = e.rkey;
         h.u.rreq.src_to = e.raddr;
-        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN] = ep->msg_slot;
+        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].slot = ep->msg_slot;
+        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].atomic = false;
         ep->orq_count++;
         break;
     }
@@ -1197,7 +1262,8 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
         unsigned long fl;
         bool ok;
 
-        if (h->opcode == UIW_OP_READ_RESP && !ep->orq_count) {
+        if (h->opcode == UIW_OP_READ_RESP &&
+            (!ep->orq_count || ep->orq[ep->orq_head].atomic)) {
             term_on(ep, cause, "Read Response without a Read Request");
             return true;
         }
@@ -1222,19 +1288,41 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
         ep->seg.kind = SEG_TAGGED;
         return true;
     }
-    if (h->qn == UIW_QN_SEND || h->qn == UIW_QN_READ_REQ) {
+    if (h->qn == UIW_QN_SEND || h->qn == UIW_QN_READ_REQ || h->qn == UIW_QN_ATOMIC_RESP) {
         uiw_useq *q = &ep->useq[h->qn];
+        bool imm = h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE;
+        bool areq = h->opcode == UIW_OP_ATOMIC_REQ;
 
         if (!uiw_useq_check(q, h, &cause)) {
             term_on(ep, cause, "untagged sequence");
             return true;
         }
+        if (h->qn == UIW_QN_ATOMIC_RESP) {
+            /* RFC 7306 §5.2.2: answers the oldest request in flight, which
+             * must be an Atomic with its Request Identifier */
+            if (h->opcode != UIW_OP_ATOMIC_RESP || !ep->orq_count ||
+                !ep->orq[ep->orq_head].atomic) {
+                term_on(ep, cause, "Atomic Response without an Atomic Request");
+                return true;
+            }
+            if (h->u.atomic_resp.req_id != ep->orq[ep->orq_head].req_id) {
+                cause.ecode = UIW_RDMAP_EC_UNSPECIFIED_OTHER;
+                term_on(ep, cause, "Atomic Response for another request");
+                return true;
+            }
+            uiw_useq_accept(q, h, ev->payload_len);
+            ep->seg.kind = SEG_ARESP;
+            return true;
+        }
         if (h->qn == UIW_QN_READ_REQ) {
-            if (h->opcode != UIW_OP_READ_REQ) {
+            if (h->opcode != UIW_OP_READ_REQ && !areq) {
                 term_on(ep, cause, "opcode on QN 1");
                 return true;
             }
-            if (!(qaccess & IB_ACCESS_REMOTE_READ) || ep->irq_count == IRQ_LEN) {
+            /* an Atomic Request needs the target MR's remote atomic
+             * right (atomic_req), not the QP's: iw_cm gives iWARP QPs
+             * remote read and write only */
+            if ((!areq && !(qaccess & IB_ACCESS_REMOTE_READ)) || ep->irq_count == IRQ_LEN) {
                 cause.layer = UIW_LAYER_DDP;
                 cause.etype = UIW_DDP_ET_UNTAGGED;
                 cause.ecode = UIW_DDP_EC_U_INVALID_MSN_NOBUF;
@@ -1252,18 +1340,16 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
                 term_on(ep, cause, "Read Requests beyond IRD");
                 return true;
             }
-            if (!rreq_src_ok(ep, &h->u.rreq, &cause)) {
+            if (!areq && !rreq_src_ok(ep, &h->u.rreq, &cause)) {
                 term_on(ep, cause, "Read Request source");
                 return true;
             }
-            /* queued for its response at the FPDU's end, once MPA has
-             * its CRC (rx_end) */
+            /* queued for its response (an Atomic executed) at the FPDU's
+             * end, once MPA has its CRC (rx_end) */
             uiw_useq_accept(q, h, ev->payload_len);
-            ep->seg.kind = SEG_RREQ;
+            ep->seg.kind = areq ? SEG_AREQ : SEG_RREQ;
             return true;
         }
-        bool imm = h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE;
-
         if (!imm && (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV)) {
             term_on(ep, cause, "unsupported opcode on QN 0");
             return true;
@@ -1392,6 +1478,117 @@ static bool remote_inv(struct uiw_ep *ep, u32 stag, u8 *code)
     return ok;
 }
 
+/* RFC 7306 §5.1: FetchAdd adds Add Data to the target; with an Add Mask,
+ * the masked bits are the ends of independent fields, so no carry
+ * crosses out of them (each field's sum bit, without its carry) */
+static u64 masked_add(u64 v, u64 add, u64 mask)
+{
+    return ((v & ~mask) + (add & ~mask)) ^ ((v ^ add) & mask);
+}
+
+/* Executes an Atomic Request on the aligned 64-bit word p (RFC 7306 §5.1,
+ * §5.3: atomic against every other access, through the CPU's 64-bit
+ * compare-and-swap); returns the original value. */
+static u64 atomic_exec(u64 *p, const uiw_atomic_req *a)
+{
+    u64 old = READ_ONCE(*p), nv, cur;
+
+    for (;;) {
+        if (a->aop == UIW_AOP_FETCH_ADD) {
+            nv = masked_add(old, a->add_swap, a->add_swap_mask);
+        } else {
+            /* CmpSwap: the masked bits swapped if the masked compare
+             * matches, else the word unchanged */
+            if ((a->compare ^ old) & a->compare_mask)
+                return old;
+            nv = (old & ~a->add_swap_mask) | (a->add_swap & a->add_swap_mask);
+        }
+        cur = cmpxchg64(p, old, nv);
+        if (cur == old)
+            return old;
+        old = cur;
+    }
+}
+
+/* An Atomic Request whose FPDU is complete: its target checked (RFC 7306
+ * §8: an invalid STag, bounds or rights a Remote Protection error, a
+ * target not 64-bit aligned a Remote Operation error, catastrophic for
+ * the stream), executed, and its response queued in request order. */
+static void atomic_req(struct uiw_ep *ep)
+{
+    const uiw_atomic_req *a = &ep->seg.h.u.atomic_req;
+    struct uiw_dev *d = to_udev(ep->qp->base.device);
+    uiw_term_cause cause;
+    struct uiw_mr *mr;
+    unsigned long fl;
+    u64 n = 0, orig = 0;
+    u8 *p = NULL;
+    u32 at;
+
+    spin_lock_irqsave(&d->mr_lock, fl);
+    mr = mr_check(ep->qp, a->stag, IB_ACCESS_REMOTE_ATOMIC, a->to, 8, &cause);
+    if (mr)
+        p = mr_ptr(mr, a->to, 8, &n);
+    if (p && n == 8 && !((uintptr_t)p & 7))
+        orig = atomic_exec((u64 *)p, a);
+    spin_unlock_irqrestore(&d->mr_lock, fl);
+    if (!mr) {
+        if (cause.layer == UIW_LAYER_DDP) {
+            cause.layer = UIW_LAYER_RDMAP;
+            cause.etype = UIW_RDMAP_ET_REMOTE_PROT;
+            cause.ecode = cause.ecode == UIW_DDP_EC_T_BASE_BOUNDS    ? UIW_RDMAP_EC_BASE_BOUNDS
+                          : cause.ecode == UIW_DDP_EC_T_STAG_NOT_ASSOC ? UIW_RDMAP_EC_STAG_NOT_ASSOC
+                          : cause.ecode == UIW_DDP_EC_T_TO_WRAP        ? UIW_RDMAP_EC_TO_WRAP
+                                                                       : UIW_RDMAP_EC_INVALID_STAG;
+        }
+        term_on(ep, cause, "Atomic Request target");
+        return;
+    }
+    if (!p || n != 8 || ((uintptr_t)p & 7)) {
+        cause.layer = UIW_LAYER_RDMAP;
+        cause.etype = UIW_RDMAP_ET_REMOTE_OP;
+        cause.ecode = UIW_RDMAP_EC_CATASTROPHIC_STREAM;
+        term_on(ep, cause, "Atomic Request target not 64-bit aligned");
+        return;
+    }
+    at = (ep->irq_head + ep->irq_count) % IRQ_LEN;
+    ep->irq[at].atomic = true;
+    ep->irq[at].aresp.req_id = a->req_id;
+    ep->irq[at].aresp.orig_value = orig;
+    ep->irq_count++;
+}
+
+/* An Atomic Response: the original value, a native 64-bit word, into the
+ * request's 8-byte SGE (as the library), then its completion. */
+static void atomic_resp(struct uiw_ep *ep)
+{
+    struct uiw_qp *qp = ep->qp;
+    u32 slot = ep->orq[ep->orq_head].slot;
+    u64 v = ep->seg.h.u.atomic_resp.orig_value;
+    uiw_term_cause cause;
+    struct ib_sge sge = {};
+    unsigned long fl;
+    bool live;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    live = qp->state != IB_QPS_ERR && qp->sq[slot].num_sge == 1;
+    if (live)
+        sge = qp->sq[slot].sge[0];
+    spin_unlock_irqrestore(&qp->lock, fl);
+    ep->orq_head = (ep->orq_head + 1) % ORQ_LEN;
+    ep->orq_count--;
+    if (!live)
+        return;
+    if (place(qp, sge.lkey, IB_ACCESS_LOCAL_WRITE, sge.addr, (const u8 *)&v, 8, &cause)) {
+        cause.layer = UIW_LAYER_RDMAP;
+        cause.etype = UIW_RDMAP_ET_CATASTROPHIC;
+        cause.ecode = UIW_RDMAP_EC_UNSPECIFIED;
+        term_on(ep, cause, "Atomic Response sink");
+        return;
+    }
+    sq_done(ep, slot, qp->sq_gen);
+}
+
 static void rx_end(struct uiw_ep *ep)
 {
     const uiw_hdr *h = &ep->seg.h;
@@ -1413,8 +1610,19 @@ static void rx_end(struct uiw_ep *ep)
      * it is placed): answering at the header sent memory for a request
      * whose CRC was still to come. */
     if (ep->seg.kind == SEG_RREQ) {
-        ep->irq[(ep->irq_head + ep->irq_count) % IRQ_LEN] = h->u.rreq;
+        u32 at = (ep->irq_head + ep->irq_count) % IRQ_LEN;
+
+        ep->irq[at].r = h->u.rreq;
+        ep->irq[at].atomic = false;
         ep->irq_count++;
+        return;
+    }
+    if (ep->seg.kind == SEG_AREQ) {
+        atomic_req(ep);
+        return;
+    }
+    if (ep->seg.kind == SEG_ARESP) {
+        atomic_resp(ep);
         return;
     }
     if (!h->last)
@@ -1429,7 +1637,7 @@ static void rx_end(struct uiw_ep *ep)
         return;
     }
     if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_READ_RESP) {
-        u32 slot = ep->orq[ep->orq_head];
+        u32 slot = ep->orq[ep->orq_head].slot;
 
         ep->orq_head = (ep->orq_head + 1) % ORQ_LEN;
         ep->orq_count--;

@@ -1125,7 +1125,8 @@ static bool xfer_done(struct end *c, struct end *s, u64 cid, u64 sid, u32 len, c
 static void conn_data(struct end *c, struct end *s)
 {
     static const u32 sizes[] = {1, 4096 + 13, 200000};
-    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+                   IB_ACCESS_REMOTE_ATOMIC;
     struct ib_sge sge[2];
     struct ib_wc wc[4];
     u8 *want;
@@ -1269,6 +1270,57 @@ static void conn_data(struct end *c, struct end *s)
         }
         /* one receive each: nothing more on the server's CQ */
         CHECK(ib_poll_cq(s->cq, 1, wc) == 0, "immediate data: no other receive completed");
+    }
+
+    /* RFC 7306 atomics on a word of the server's MR: Fetch and Add, a
+     * Compare and Swap that matches, one that does not; the original
+     * value lands in the client's 8-byte SGE */
+    {
+        static const struct {
+            enum ib_wr_opcode op;
+            u64 cmp_add, swap, orig, after;
+        } at[] = {
+            {IB_WR_ATOMIC_FETCH_AND_ADD, 234, 0, 1000, 1234},
+            {IB_WR_ATOMIC_CMP_AND_SWP, 1234, 0xdeadbeefcafef00dull, 1234, 0xdeadbeefcafef00dull},
+            {IB_WR_ATOMIC_CMP_AND_SWP, 5, 7, 0xdeadbeefcafef00dull, 0xdeadbeefcafef00dull},
+        };
+        u64 *word = (u64 *)(sbuf + 3 * RSLOT + 4096), *res = (u64 *)(cbuf + 2 * RSLOT + 64);
+
+        *word = 1000;
+        for (i = 0; i < ARRAY_SIZE(at); i++) {
+            struct ib_atomic_wr w = {
+                .wr = {.opcode = at[i].op,
+                       .wr_id = 50 + i,
+                       .sg_list = sge,
+                       .num_sge = 1,
+                       .send_flags = IB_SEND_SIGNALED},
+                .remote_addr = smr->iova + 4096,
+                .rkey = smr->rkey,
+                .compare_add = at[i].cmp_add,
+                .swap = at[i].swap,
+            };
+
+            *res = 0x1111111111111111ull;
+            sge[0] = (struct ib_sge){
+                .addr = (u64)(uintptr_t)res, .length = 8, .lkey = c->pd->local_dma_lkey};
+            rc = ib_post_send(c->id->qp, &w.wr, NULL);
+            CHECK(rc == 0, "post atomic %d: %d", i, rc);
+            if (rc)
+                goto out;
+            n = poll_n(c->cq, wc, 1);
+            CHECK(n == 1 && wc[0].wr_id == 50 + i && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == (at[i].op == IB_WR_ATOMIC_FETCH_AND_ADD ? IB_WC_FETCH_ADD
+                                                                               : IB_WC_COMP_SWAP) &&
+                      wc[0].byte_len == 8,
+                  "atomic %d: completion n %d status %d opcode %d len %u", i, n,
+                  n ? wc[0].status : -1, n ? wc[0].opcode : -1, n ? wc[0].byte_len : 0);
+            if (n != 1)
+                goto out;
+            CHECK(*res == at[i].orig && READ_ONCE(*word) == at[i].after,
+                  "atomic %d: original 0x%llx (want 0x%llx), word 0x%llx (want 0x%llx)", i, *res,
+                  at[i].orig, READ_ONCE(*word), at[i].after);
+        }
+        CHECK(ib_poll_cq(s->cq, 1, wc) == 0, "atomics: no receive completed at the server");
     }
 
     /* RDMA Reads from the server's MR: into DMA-MR memory, then into a
@@ -1790,6 +1842,7 @@ static bool imm_pat_ok(const u8 *p, size_t n, unsigned int k)
 #define IMM_TARGET 32768
 #define IMM_SRC    49152
 #define IMM_LEN    65536
+#define IMM_WORD   8192 /* past IMM_TARGET, in both buffers */
 
 static void test_imm(struct ib_device *ib)
 {
@@ -1805,6 +1858,7 @@ static void test_imm(struct ib_device *ib)
     u8 *buf = NULL;
     struct ib_wc wc[2];
     int order = get_order(IMM_LEN), rc, i, n, k;
+    bool got_done;
 
     evq_init(&q_cli);
     CHECK(in4_pton(imm_dst, -1, (u8 *)&dst.sin_addr, -1, NULL), "imm address");
@@ -1830,13 +1884,19 @@ static void test_imm(struct ib_device *ib)
     if (!buf)
         goto out;
     mr = fr_mr(c.id->qp, c.pd, &sg, buf, IMM_LEN,
-               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ);
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+                   IB_ACCESS_REMOTE_ATOMIC);
     CHECK(mr, "imm MR");
     if (!mr)
         goto out;
-    for (i = 0; i < 2; i++) {
-        struct ib_sge rs = {.addr = (u64)(uintptr_t)(buf + (i ? IMM_RECV_B : IMM_RECV_A)),
-                            .length = 16384,
+    *(u64 *)(buf + IMM_TARGET + IMM_WORD) = 2000;
+    /* A and B for the peer's Send and Write with Immediate, the third
+     * (in the source area's end) for its Send after its atomics */
+    for (i = 0; i < 3; i++) {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)(buf + (i == 2   ? IMM_SRC + 12288
+                                                             : i == 1 ? IMM_RECV_B
+                                                                      : IMM_RECV_A)),
+                            .length = i == 2 ? 4096 : 16384,
                             .lkey = c.pd->local_dma_lkey};
         struct ib_recv_wr r = {.wr_id = 1 + i, .sg_list = &rs, .num_sge = 1};
 
@@ -1910,6 +1970,59 @@ static void test_imm(struct ib_device *ib)
           "imm: the peer's Send with Immediate: 2000 bytes, nothing past them");
     CHECK(imm_pat_ok(buf + IMM_TARGET, 4000, 4) && buf[IMM_TARGET + 4000] == 0,
           "imm: the peer's Write with Immediate: 4000 bytes, nothing past them");
+    /* RFC 7306 atomics on the peer's word (1000: add 234, then 1234 ->
+     * 0xdeadbeefcafef00d), the originals into our 8-byte SGE; the peer
+     * does its atomics on our word meanwhile and then Sends: that
+     * receive may complete on the shared CQ between ours */
+    got_done = false;
+    for (k = 0; k < 2; k++) {
+        u64 *res = (u64 *)(buf + IMM_SRC + 8192);
+        struct ib_sge ts = {.addr = (u64)(uintptr_t)res, .length = 8, .lkey = c.pd->local_dma_lkey};
+        struct ib_atomic_wr w = {
+            .wr = {.opcode = k ? IB_WR_ATOMIC_CMP_AND_SWP : IB_WR_ATOMIC_FETCH_AND_ADD,
+                   .wr_id = 20 + k,
+                   .sg_list = &ts,
+                   .num_sge = 1,
+                   .send_flags = IB_SEND_SIGNALED},
+            .remote_addr = be64_to_cpu(peer.addr) + IMM_WORD,
+            .rkey = be32_to_cpu(peer.rkey),
+            .compare_add = k ? 1234 : 234,
+            .swap = k ? 0xdeadbeefcafef00dull : 0,
+        };
+
+        *res = 0;
+        rc = ib_post_send(c.id->qp, &w.wr, NULL);
+        CHECK(rc == 0, "imm: post atomic %d: %d", k, rc);
+        if (rc)
+            goto disc;
+        for (;;) {
+            n = poll_n(c.cq, wc, 1);
+            if (n == 1 && !got_done && wc[0].wr_id == 3 && wc[0].opcode == IB_WC_RECV &&
+                wc[0].status == IB_WC_SUCCESS) {
+                got_done = true;
+                continue;
+            }
+            break;
+        }
+        CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 20 + k &&
+                  wc[0].opcode == (k ? IB_WC_COMP_SWAP : IB_WC_FETCH_ADD) &&
+                  wc[0].byte_len == 8 && *res == (k ? 1234 : 1000),
+              "imm: our atomic %d on the peer's word: n %d status %d id %llu opcode %d original "
+              "%llu",
+              k, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0, n ? wc[0].opcode : -1, *res);
+        if (n != 1)
+            goto disc;
+    }
+    /* the peer's atomics on our word, then its Send */
+    if (!got_done) {
+        n = poll_n(c.cq, wc, 1);
+        got_done = n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 3 &&
+                   wc[0].opcode == IB_WC_RECV;
+    }
+    CHECK(got_done, "imm: the peer's Send after its atomics");
+    CHECK(READ_ONCE(*(u64 *)(buf + IMM_TARGET + IMM_WORD)) == 0x0123456789abcdefull,
+          "imm: the peer's atomics on our word: 0x%llx",
+          READ_ONCE(*(u64 *)(buf + IMM_TARGET + IMM_WORD)));
 disc:
     rdma_disconnect(c.id);
     evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "imm disconnect");

@@ -441,17 +441,18 @@ if [ -f /rig/libcases ]; then
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
   done
-  # RFC 7306 immediate data against the library: the host's kimm_peer
+  # RFC 7306 immediate data and atomics against the library: the host's kimm_peer
   # (tests/siw/kimm_peer.c) listens on /rig/kimm's port; the module's
-  # client Sends and Writes with Immediate, the host checks and answers
-  # with the same, the module checks
+  # client Sends and Writes with Immediate and does a Fetch and Add and a
+  # Compare and Swap on the host's word, the host checks and answers with
+  # the same, the module checks
   if [ -f /rig/kimm ]; then
     kclr
     kload 1 1
     insmod /x/uiwarp_ktest.ko dev=uiw0 imm_dst=10.0.2.2 imm_port=\$(cat /rig/kimm)
     line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
     echo "dmesg: \$line"
-    case "\$line" in *"verbs test: PASS"*) ok "lib interop imm: the module's Send and RDMA Write with Immediate to the host's library and the library's back, values and data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop imm: \${line:-no summary line}";; esac
+    case "\$line" in *"verbs test: PASS"*) ok "lib interop imm: Send and RDMA Write with Immediate, Fetch and Add and Compare and Swap, module to library and back, values and data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop imm: \${line:-no summary line}";; esac
     rmmod uiwarp_ktest
     waitf /rig/kimm.rc 20 && [ "\$(cat /rig/kimm.rc)" = 0 ] && ok "lib interop imm: the host's kimm_peer checks pass" ||
       bad "lib interop imm: the host's kimm_peer: rc '\$(cat /rig/kimm.rc 2>/dev/null)'"

@@ -15,7 +15,13 @@
  *   - we answer with the same two operations (2000 bytes of pattern 3,
  *     0x99aabbcc; 4000 bytes of pattern 4 into the client's buffer,
  *     0xddeeff00), which the client checks;
- *   - the client disconnects.
+ *   - the client does a Fetch and Add (234) and a Compare and Swap (1234 ->
+ *     0xdeadbeefcafef00d) on a word of our buffer (8192 bytes past its
+ *     start, 1000 at first) and checks the originals; we do the same on
+ *     a word of its buffer (2000: add 345, then 2345 -> 0x0123456789abcdef)
+ *     and check the originals, then Send 1 byte, after which the client
+ *     checks its word;
+ *   - the client disconnects; our word must be 0xdeadbeefcafef00d.
  * Exit 0 when every check passed.
  */
 
@@ -39,6 +45,7 @@
 #define RECV_B  16384
 #define TARGET  32768
 #define SRC     49152
+#define WORD    8192 /* past TARGET, in both buffers */
 
 struct adv {
     uint64_t addr;
@@ -170,6 +177,7 @@ int main(int argc, char **argv)
         return 1;
     }
     memset(buf, 0, BUF_LEN);
+    *(uint64_t *)(buf + TARGET + WORD) = 1000;
     printf("kimm_peer: listening on %s:%d\n", addr, port);
     ev = next_event(ch, RDMA_CM_EVENT_CONNECT_REQUEST, 250000);
     if (!ev)
@@ -198,7 +206,7 @@ int main(int argc, char **argv)
         cq = pd ? ibv_create_cq(cid->verbs, 16, NULL, NULL, 0) : NULL;
         mr = cq ? ibv_reg_mr(pd, buf, BUF_LEN,
                              IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                 IBV_ACCESS_REMOTE_READ)
+                                 IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)
                 : NULL;
         qa.send_cq = qa.recv_cq = cq;
         if (!mr || rdma_create_qp(cid, pd, &qa)) {
@@ -259,10 +267,55 @@ int main(int argc, char **argv)
               "our %s with Immediate completes: status %d opcode %d", k ? "Write" : "Send",
               wc.status, wc.opcode);
     }
+    /* our atomics on the client's word, then a Send that says they are done */
+    {
+        static const struct {
+            enum ibv_wr_opcode op;
+            uint64_t cmp_add, swap, orig;
+        } at[] = {{IBV_WR_ATOMIC_FETCH_AND_ADD, 345, 0, 2000},
+                  {IBV_WR_ATOMIC_CMP_AND_SWP, 2345, 0x0123456789abcdefull, 2345}};
+        uint64_t *res = (uint64_t *)(buf + SRC + 8192);
+        struct ibv_sge sge = {.addr = (uintptr_t)res, .length = 8, .lkey = mr->lkey};
+        struct ibv_send_wr *bad;
+
+        for (int k = 0; k < 2; k++) {
+            struct ibv_send_wr w = {.wr_id = 20 + k,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = at[k].op,
+                                    .send_flags = IBV_SEND_SIGNALED};
+
+            w.wr.atomic.remote_addr = be64toh(peer.addr) + WORD;
+            w.wr.atomic.rkey = be32toh(peer.rkey);
+            w.wr.atomic.compare_add = at[k].cmp_add;
+            w.wr.atomic.swap = at[k].swap;
+            *res = 0;
+            memset(&wc, 0, sizeof(wc));
+            n = ibv_post_send(cid->qp, &w, &bad) ? 0 : poll_one(cq, &wc, 20000);
+            check(n == 1 && wc.status == IBV_WC_SUCCESS && *res == at[k].orig,
+                  "our atomic %d on the module's word: status %d original %llu (want %llu)", k,
+                  wc.status, (unsigned long long)*res, (unsigned long long)at[k].orig);
+        }
+        sge.length = 1;
+        {
+            struct ibv_send_wr w = {.wr_id = 30,
+                                    .sg_list = &sge,
+                                    .num_sge = 1,
+                                    .opcode = IBV_WR_SEND,
+                                    .send_flags = IBV_SEND_SIGNALED};
+
+            memset(&wc, 0, sizeof(wc));
+            n = ibv_post_send(cid->qp, &w, &bad) ? 0 : poll_one(cq, &wc, 20000);
+            check(n == 1 && wc.status == IBV_WC_SUCCESS, "the done Send: status %d", wc.status);
+        }
+    }
     ev = next_event(ch, RDMA_CM_EVENT_DISCONNECTED, 30000);
     check(ev != NULL, "the module disconnects");
     if (ev)
         rdma_ack_cm_event(ev);
+    check(*(uint64_t *)(buf + TARGET + WORD) == 0xdeadbeefcafef00dull,
+          "the module's atomics on our word: 0x%llx (want 0xdeadbeefcafef00d)",
+          (unsigned long long)*(uint64_t *)(buf + TARGET + WORD));
     rdma_destroy_qp(cid);
     ibv_dereg_mr(mr);
     ibv_destroy_cq(cq);
