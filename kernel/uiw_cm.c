@@ -99,7 +99,16 @@ enum ep_state {
 enum { EPF_ABORT };
 
 /* what the current received segment is for */
-enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ, SEG_IMM_ATTACHED, SEG_AREQ, SEG_ARESP };
+enum seg_kind {
+    SEG_NONE,
+    SEG_TAGGED,
+    SEG_SEND,
+    SEG_TERM,
+    SEG_RREQ,
+    SEG_IMM_ATTACHED,
+    SEG_AREQ,
+    SEG_ARESP
+};
 
 /* what the current transmitted message is */
 enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM, MSG_RTR };
@@ -444,9 +453,11 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->qp = qp;
     ep->state = EP_RDMA;
     tcp_sock_set_nodelay(ep->sock->sk);
-    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u, RTR %s)\n", ep_name(ep), qp->base.qp_num,
-             r->crc, tc.max_fpdu,
-             r->rtr == UIW_RTR_WRITE ? "write" : r->rtr == UIW_RTR_READ ? "read" : "none");
+    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u, RTR %s)\n", ep_name(ep), qp->base.qp_num, r->crc,
+             tc.max_fpdu,
+             r->rtr == UIW_RTR_WRITE  ? "write"
+             : r->rtr == UIW_RTR_READ ? "read"
+                                      : "none");
     return 0;
 }
 
@@ -940,8 +951,8 @@ static int tx_start(struct uiw_ep *ep)
         uiw_hdr_init_untagged(&h, UIW_OP_IMM_DATA, UIW_QN_SEND, ep->msn_send++);
         memcpy(h.u.imm, &e.imm, 4);
         memcpy(h.u.imm + 4, UIW_IMM_ATTACH_TAG, 4);
-        uiw_hdr_init_untagged(&ep->imm_hdr, e.solicited ? UIW_OP_SEND_SE : UIW_OP_SEND,
-                              UIW_QN_SEND, ep->msn_send++);
+        uiw_hdr_init_untagged(&ep->imm_hdr, e.solicited ? UIW_OP_SEND_SE : UIW_OP_SEND, UIW_QN_SEND,
+                              ep->msn_send++);
         ep->imm_niov = niov;
         ep->imm_total = total;
         if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
@@ -1262,8 +1273,7 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
         unsigned long fl;
         bool ok;
 
-        if (h->opcode == UIW_OP_READ_RESP &&
-            (!ep->orq_count || ep->orq[ep->orq_head].atomic)) {
+        if (h->opcode == UIW_OP_READ_RESP && (!ep->orq_count || ep->orq[ep->orq_head].atomic)) {
             term_on(ep, cause, "Read Response without a Read Request");
             return true;
         }
@@ -1536,7 +1546,7 @@ static void atomic_req(struct uiw_ep *ep)
         if (cause.layer == UIW_LAYER_DDP) {
             cause.layer = UIW_LAYER_RDMAP;
             cause.etype = UIW_RDMAP_ET_REMOTE_PROT;
-            cause.ecode = cause.ecode == UIW_DDP_EC_T_BASE_BOUNDS    ? UIW_RDMAP_EC_BASE_BOUNDS
+            cause.ecode = cause.ecode == UIW_DDP_EC_T_BASE_BOUNDS      ? UIW_RDMAP_EC_BASE_BOUNDS
                           : cause.ecode == UIW_DDP_EC_T_STAG_NOT_ASSOC ? UIW_RDMAP_EC_STAG_NOT_ASSOC
                           : cause.ecode == UIW_DDP_EC_T_TO_WRAP        ? UIW_RDMAP_EC_TO_WRAP
                                                                        : UIW_RDMAP_EC_INVALID_STAG;

@@ -1310,7 +1310,7 @@ static void conn_data(struct end *c, struct end *s)
             n = poll_n(c->cq, wc, 1);
             CHECK(n == 1 && wc[0].wr_id == 50 + i && wc[0].status == IB_WC_SUCCESS &&
                       wc[0].opcode == (at[i].op == IB_WR_ATOMIC_FETCH_AND_ADD ? IB_WC_FETCH_ADD
-                                                                               : IB_WC_COMP_SWAP) &&
+                                                                              : IB_WC_COMP_SWAP) &&
                       wc[0].byte_len == 8,
                   "atomic %d: completion n %d status %d opcode %d len %u", i, n,
                   n ? wc[0].status : -1, n ? wc[0].opcode : -1, n ? wc[0].byte_len : 0);
@@ -1894,8 +1894,8 @@ static void test_imm(struct ib_device *ib)
      * (in the source area's end) for its Send after its atomics */
     for (i = 0; i < 3; i++) {
         struct ib_sge rs = {.addr = (u64)(uintptr_t)(buf + (i == 2   ? IMM_SRC + 12288
-                                                             : i == 1 ? IMM_RECV_B
-                                                                      : IMM_RECV_A)),
+                                                            : i == 1 ? IMM_RECV_B
+                                                                     : IMM_RECV_A)),
                             .length = i == 2 ? 4096 : 16384,
                             .lkey = c.pd->local_dma_lkey};
         struct ib_recv_wr r = {.wr_id = 1 + i, .sg_list = &rs, .num_sge = 1};
@@ -2005,8 +2005,8 @@ static void test_imm(struct ib_device *ib)
             break;
         }
         CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 20 + k &&
-                  wc[0].opcode == (k ? IB_WC_COMP_SWAP : IB_WC_FETCH_ADD) &&
-                  wc[0].byte_len == 8 && *res == (k ? 1234 : 1000),
+                  wc[0].opcode == (k ? IB_WC_COMP_SWAP : IB_WC_FETCH_ADD) && wc[0].byte_len == 8 &&
+                  *res == (k ? 1234 : 1000),
               "imm: our atomic %d on the peer's word: n %d status %d id %llu opcode %d original "
               "%llu",
               k, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0, n ? wc[0].opcode : -1, *res);

@@ -917,7 +917,8 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
             }
             if (wr->opcode == IB_WR_SEND_WITH_IMM || wr->opcode == IB_WR_RDMA_WRITE_WITH_IMM)
                 e->imm = wr->ex.imm_data;
-            if (wr->opcode == IB_WR_ATOMIC_CMP_AND_SWP || wr->opcode == IB_WR_ATOMIC_FETCH_AND_ADD) {
+            if (wr->opcode == IB_WR_ATOMIC_CMP_AND_SWP ||
+                wr->opcode == IB_WR_ATOMIC_FETCH_AND_ADD) {
                 e->raddr = atomic_wr(wr)->remote_addr;
                 e->rkey = atomic_wr(wr)->rkey;
                 e->compare_add = atomic_wr(wr)->compare_add;
