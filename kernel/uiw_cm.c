@@ -17,8 +17,11 @@
  * "Operations and their wire mapping"): MPA revision 2 with the RFC 6581
  * IRD/ORD words, CRC when either side asks (module parameter mpa_crc:
  * 0 never ask, 1 = the default: use it if the peer asks, 2 ask), no
- * markers, client-server (no RTR; the responder sends no FPDU before the
- * initiator's first, RFC 5044 §7.1.2). Send / Send with Invalidate on QN 0,
+ * markers, peer-to-peer as initiator (RFC 6581: A with the Write and Read
+ * RTR offered, module parameters mpa_p2p and mpa_rtr; the zero-length RTR
+ * the responder chose goes out first), either mode as responder (the
+ * responder sends no FPDU before the initiator's first, RFC 5044 §7.1.2).
+ * Send / Send with Invalidate on QN 0,
  * RDMA Write tagged, RDMA Read as a Read Request on QN 1 answered by a
  * tagged Read Response to the requester's sink STag.
  *
@@ -56,7 +59,16 @@ MODULE_PARM_DESC(mpa_rev, "MPA revision sent: 1 or 2 (default, RFC 6581 IRD/ORD)
 
 static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
-MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: from the TCP MSS, as siw)");
+MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: the connection's TCP MSS, one FPDU a segment)");
+
+static bool mpa_p2p = true;
+module_param(mpa_p2p, bool, 0644);
+MODULE_PARM_DESC(mpa_p2p, "initiator: ask for peer-to-peer mode, an RTR (RFC 6581; default 1)");
+
+static unsigned int mpa_rtr = UIW_RTR_WRITE | UIW_RTR_READ;
+module_param(mpa_rtr, uint, 0644);
+MODULE_PARM_DESC(mpa_rtr, "RTR types offered (initiator) and supported (responder): "
+                          "2 Write, 4 Read, 6 both (default)");
 
 static unsigned int first_hold_ms = 20;
 module_param(first_hold_ms, uint, 0644);
@@ -70,6 +82,7 @@ static struct workqueue_struct *uiw_wq;
 #define TXIOV_MAX (UIW_MAX_SGE * (UIW_MAX_FR_PAGES + 1) + 1)
 #define IRQ_LEN   32 /* inbound Read Requests (IRD at most 16) */
 #define ORQ_LEN   UIW_MPA_DEFAULT_ORD
+#define ORQ_RTR   U32_MAX /* an orq entry: the Read RTR, no send queue slot */
 
 enum ep_state {
     EP_IDLE,
@@ -86,10 +99,19 @@ enum ep_state {
 enum { EPF_ABORT };
 
 /* what the current received segment is for */
-enum seg_kind { SEG_NONE, SEG_TAGGED, SEG_SEND, SEG_TERM, SEG_RREQ };
+enum seg_kind {
+    SEG_NONE,
+    SEG_TAGGED,
+    SEG_SEND,
+    SEG_TERM,
+    SEG_RREQ,
+    SEG_IMM_ATTACHED,
+    SEG_AREQ,
+    SEG_ARESP
+};
 
 /* what the current transmitted message is */
-enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM };
+enum msg_kind { MSG_NONE, MSG_SQE, MSG_RRESP, MSG_TERM, MSG_RTR };
 
 struct uiw_ep {
     struct kref ref;
@@ -119,11 +141,22 @@ struct uiw_ep {
     u16 pd_len;
     /* FPDU mode */
     bool tx_hold;  /* responder: no FPDU before the initiator's first */
+    u8 rtr_send;   /* initiator: the RTR to send first (UIW_RTR_*), 0 none */
+    u8 rtr_expect; /* responder: the RTR negotiated, until the first FPDU */
+    /* RFC 7306 immediate data (docs/ENGINE.md "Send with Immediate") */
+    bool imm_attached; /* rx: an attached Immediate Data came; its Send is next */
+    u8 imm_val[4];     /* ... and its value */
+    bool last_write;   /* rx: the last message was an RDMA Write (a Write with
+                        * Immediate when Immediate Data follows, RFC 7306 §6) */
+    bool imm_next;     /* tx: the second message of the current SQE is next */
+    uiw_hdr imm_hdr;   /* ... its header */
+    int imm_niov;      /* ... its gather list (txiov) */
+    u64 imm_total;
     bool fin_sent; /* graceful close: our FIN is out */
     u8 *rxb;
     u32 rx_have, rx_off;
     uiw_rx rx;
-    uiw_useq useq[2]; /* QN 0 (Sends), QN 1 (Read Requests) */
+    uiw_useq useq[4]; /* QN 0 (Sends), 1 (Read and Atomic Requests), 3 (Atomic Responses) */
     struct {
         enum seg_kind kind;
         uiw_hdr h;
@@ -135,11 +168,19 @@ struct uiw_ep {
         struct uiw_rqe rqe; /* the receive the current Send fills */
         u32 rqe_len;
     } seg;
-    uiw_rreq irq[IRQ_LEN]; /* Read Requests to answer, in order */
+    struct {
+        uiw_rreq r;
+        bool atomic; /* an Atomic Request, executed: aresp is its answer */
+        uiw_atomic_resp aresp;
+    } irq[IRQ_LEN]; /* Read and Atomic Requests to answer, in order */
     u32 irq_head, irq_count;
-    u32 orq[ORQ_LEN]; /* send queue slots of Reads in flight, in order */
+    struct {
+        u32 slot; /* send queue slot (ORQ_RTR: the Read RTR) */
+        bool atomic;
+        u32 req_id;
+    } orq[ORQ_LEN]; /* Reads and Atomics in flight, in order */
     u32 orq_head, orq_count;
-    u32 msn_send, msn_read;
+    u32 msn_send, msn_read, msn_aresp, atomic_id;
     uiw_tx tx;
     uiw_tx_msg msg;
     enum msg_kind msg_kind;
@@ -302,6 +343,14 @@ static void make_policy(uiw_mpa_policy *pol, unsigned int ird, unsigned int ord,
     pol->ord = min_t(unsigned int, ord, UIW_MPA_DEFAULT_ORD);
     pol->max_ird = UIW_MPA_DEFAULT_IRD;
     pol->min_ord = 0;
+    /* RFC 6581 §9.2: the initiator asks for peer-to-peer (A) with the
+     * RTR types it can send (C Write, D Read), as the library's default;
+     * a responder mirrors A and picks one of those it supports. No
+     * zero-length Send RTR: it would take one of the peer's receives. */
+    pol->rtr_offer = mpa_rtr & (UIW_RTR_WRITE | UIW_RTR_READ);
+    if (!pol->rtr_offer)
+        pol->rtr_offer = UIW_RTR_WRITE | UIW_RTR_READ;
+    pol->p2p = mpa_p2p && pol->rev == 2;
     pol->ulp_pd = pd_len ? pd : NULL;
     pol->ulp_pd_len = pd_len;
 }
@@ -335,14 +384,21 @@ static void upcall(struct uiw_ep *ep, struct iw_cm_id *id, enum iw_cm_event_type
  * Attaching the stream to the QP, and tearing it down
  * ---------------------------------------------------------------------- */
 
+/* The largest FPDU: the connection's current effective MSS (mss_cache:
+ * path MTU, IP and TCP headers and options such as timestamps taken off),
+ * so that an FPDU fits one TCP segment (RFC 5044 §8: the sender SHOULD
+ * align FPDUs with segments), rounded down to 4 (RFC 5044 §4.5 without
+ * markers: MULPDU = EMSS - 6 - EMSS mod 4, and the FPDU is MULPDU + 6),
+ * as the library's pick_max_fpdu; or the max_fpdu parameter. Read again
+ * at every message (an MSS can shrink: path MTU discovery, §4.5). */
 static u16 fpdu_size(struct uiw_ep *ep)
 {
     unsigned int m = max_fpdu;
 
     if (!m)
-        m = tcp_sk(ep->sock->sk)->mss_cache;
+        m = READ_ONCE(tcp_sk(ep->sock->sk)->mss_cache);
     m = clamp(m, (unsigned int)UIW_TX_MIN_FPDU * 4, 65532u);
-    return (u16)(m & ~7u); /* a multiple of 8, as siw */
+    return (u16)(m & ~3u);
 }
 
 /* ep->mu held; the negotiation is done. The QP goes to RTS. */
@@ -368,9 +424,13 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
         return -EINVAL;
     uiw_useq_init(&ep->useq[0]);
     uiw_useq_init(&ep->useq[1]);
-    ep->msn_send = ep->msn_read = 1;
+    uiw_useq_init(&ep->useq[2]);
+    uiw_useq_init(&ep->useq[3]);
+    ep->msn_send = ep->msn_read = ep->msn_aresp = 1;
     ep->rx_have = ep->rx_off = 0;
     ep->tx_hold = !ep->active && r->await_rtr;
+    ep->rtr_send = ep->active && r->send_rtr ? r->rtr : 0;
+    ep->rtr_expect = !ep->active && r->p2p ? r->rtr : 0;
     ep->first_tx_at = jiffies + msecs_to_jiffies(first_hold_ms);
     ep->ird = r->ird;
     ep->ord = r->ord;
@@ -393,8 +453,11 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->qp = qp;
     ep->state = EP_RDMA;
     tcp_sock_set_nodelay(ep->sock->sk);
-    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u)\n", ep_name(ep), qp->base.qp_num, r->crc,
-             tc.max_fpdu);
+    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u, RTR %s)\n", ep_name(ep), qp->base.qp_num, r->crc,
+             tc.max_fpdu,
+             r->rtr == UIW_RTR_WRITE  ? "write"
+             : r->rtr == UIW_RTR_READ ? "read"
+                                      : "none");
     return 0;
 }
 
@@ -487,18 +550,30 @@ static int wc_op(u8 opcode)
 {
     switch (opcode) {
     case IB_WR_RDMA_WRITE:
+    case IB_WR_RDMA_WRITE_WITH_IMM:
         return IB_WC_RDMA_WRITE;
     case IB_WR_RDMA_READ:
     case IB_WR_RDMA_READ_WITH_INV:
         return IB_WC_RDMA_READ;
+    case IB_WR_ATOMIC_CMP_AND_SWP:
+        return IB_WC_COMP_SWAP;
+    case IB_WR_ATOMIC_FETCH_AND_ADD:
+        return IB_WC_FETCH_ADD;
     default:
         return IB_WC_SEND;
     }
 }
 
+static bool is_atomic(u8 op)
+{
+    return op == IB_WR_ATOMIC_CMP_AND_SWP || op == IB_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/* a WR answered by the peer (Read Response, Atomic Response): it takes
+ * ORD credit and completes at its response */
 static bool is_read(u8 op)
 {
-    return op == IB_WR_RDMA_READ || op == IB_WR_RDMA_READ_WITH_INV;
+    return op == IB_WR_RDMA_READ || op == IB_WR_RDMA_READ_WITH_INV || is_atomic(op);
 }
 
 static void local_inv(struct uiw_qp *qp, u32 stag);
@@ -533,7 +608,7 @@ static void sq_done(struct uiw_ep *ep, u32 slot, u32 gen)
                 };
 
                 if (is_read(e->opcode))
-                    wc.byte_len = e->num_sge ? e->sge[0].length : 0;
+                    wc.byte_len = e->num_sge ? e->sge[0].length : 0; /* atomics: 8 */
                 uiw_cq_add(scq, &wc, &af);
             }
             qp->sq_head = (qp->sq_head + 1) % qp->cap.max_send_wr;
@@ -744,6 +819,8 @@ static int tx_start(struct uiw_ep *ep)
     u32 i;
     enum ib_wc_status lerr = IB_WC_LOC_PROT_ERR; /* local_err's status */
 
+    if (ep->sock)
+        ep->tx.cfg.max_fpdu = fpdu_size(ep); /* read per FPDU by the wire core */
     if (ep->term_pending) {
         ep->term_pending = false;
         if (uiw_tx_msg_init(&ep->msg, &ep->term_hdr, NULL, 0, 0))
@@ -767,8 +844,58 @@ static int tx_start(struct uiw_ep *ep)
         }
         ep->first_sent = true;
     }
+    if (ep->imm_next) {
+        /* the second message of a Send or RDMA Write with Immediate, at
+         * once after the first (its gather list is in txiov) */
+        bool live;
+
+        ep->imm_next = false;
+        spin_lock_irqsave(&qp->lock, fl);
+        live = qp->sq_gen == ep->msg_gen && qp->state != IB_QPS_ERR;
+        spin_unlock_irqrestore(&qp->lock, fl);
+        if (live &&
+            !uiw_tx_msg_init(&ep->msg, &ep->imm_hdr, ep->txiov, ep->imm_niov, ep->imm_total)) {
+            ep->msg_kind = MSG_SQE;
+            return 1;
+        }
+    }
+    if (ep->rtr_send) {
+        /* RFC 6581 §3, §9.2: the initiator's first FPDU is the RTR the
+         * responder chose, zero-length. A Write to STag 1, TO 0, and a
+         * Read Request of nothing from source STag 1 into sink STag 0,
+         * as the library and siw send them (STag 0 would be refused by
+         * Chelsio's hardware). The Read takes one ORD credit (the
+         * negotiation raised ORD to 1 for it) until its zero-length
+         * response arrives; neither completes on the send queue. */
+        if (ep->rtr_send == UIW_RTR_READ) {
+            uiw_hdr_init_untagged(&h, UIW_OP_READ_REQ, UIW_QN_READ_REQ, ep->msn_read++);
+            h.u.rreq.src_stag = 1;
+            ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].slot = ORQ_RTR;
+            ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].atomic = false;
+            ep->orq_count++;
+        } else {
+            uiw_hdr_init(&h, true, UIW_OP_WRITE);
+            h.stag = 1;
+            h.to = 0;
+        }
+        ep->rtr_send = 0;
+        if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
+            return 0;
+        ep->msg_kind = MSG_RTR;
+        return 1;
+    }
+    if (ep->irq_count && ep->irq[ep->irq_head].atomic) {
+        /* RFC 7306 §5.2.2: the Atomic Response on QN 3, in request order
+         * with the Read Responses */
+        uiw_hdr_init_untagged(&h, UIW_OP_ATOMIC_RESP, UIW_QN_ATOMIC_RESP, ep->msn_aresp++);
+        h.u.atomic_resp = ep->irq[ep->irq_head].aresp;
+        if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
+            return 0;
+        ep->msg_kind = MSG_RRESP;
+        return 1;
+    }
     if (ep->irq_count) {
-        const uiw_rreq *r = &ep->irq[ep->irq_head];
+        const uiw_rreq *r = &ep->irq[ep->irq_head].r;
 
         rc = gather(ep, &niov, r->src_stag, IB_ACCESS_REMOTE_READ, r->src_to, r->read_size, &cause);
         if (rc) {
@@ -814,6 +941,75 @@ static int tx_start(struct uiw_ep *ep)
         }
     }
     switch (e.opcode) {
+    case IB_WR_SEND_WITH_IMM:
+        /* uiwarp's Send with Immediate (docs/ENGINE.md): an RFC 7306
+         * Immediate Data message (§6) whose 8 bytes are the value and
+         * the tag "uiwS", then the Send on the next MSN, so that the
+         * peer consumes one receive and completes it with the value (an
+         * RFC 7306 receiver that is not uiwarp sees the Immediate Data
+         * as a message of its own) */
+        uiw_hdr_init_untagged(&h, UIW_OP_IMM_DATA, UIW_QN_SEND, ep->msn_send++);
+        memcpy(h.u.imm, &e.imm, 4);
+        memcpy(h.u.imm + 4, UIW_IMM_ATTACH_TAG, 4);
+        uiw_hdr_init_untagged(&ep->imm_hdr, e.solicited ? UIW_OP_SEND_SE : UIW_OP_SEND, UIW_QN_SEND,
+                              ep->msn_send++);
+        ep->imm_niov = niov;
+        ep->imm_total = total;
+        if (uiw_tx_msg_init(&ep->msg, &h, NULL, 0, 0))
+            goto local_err;
+        ep->imm_next = true;
+        ep->msg_kind = MSG_SQE;
+        return 1;
+    case IB_WR_RDMA_WRITE_WITH_IMM:
+        /* RFC 7306 §6: the RDMA Write, then Immediate Data (QN 0) with
+         * the value in its first 4 bytes, zeros after (Solicited Event
+         * when asked): it consumes the peer's receive */
+        uiw_hdr_init_untagged(&ep->imm_hdr, e.solicited ? UIW_OP_IMM_DATA_SE : UIW_OP_IMM_DATA,
+                              UIW_QN_SEND, ep->msn_send++);
+        memcpy(ep->imm_hdr.u.imm, &e.imm, 4);
+        memset(ep->imm_hdr.u.imm + 4, 0, 4);
+        ep->imm_niov = 0;
+        ep->imm_total = 0;
+        uiw_hdr_init(&h, true, UIW_OP_WRITE);
+        h.stag = e.rkey;
+        h.to = e.raddr;
+        if (uiw_tx_msg_init(&ep->msg, &h, ep->txiov, niov, total))
+            goto local_err;
+        ep->imm_next = true;
+        ep->msg_kind = MSG_SQE;
+        return 1;
+    case IB_WR_ATOMIC_FETCH_AND_ADD:
+    case IB_WR_ATOMIC_CMP_AND_SWP: {
+        /* RFC 7306 §5.2.1: an Atomic Request on QN 1 (sharing MSNs and
+         * ORD with the Read Requests), as the library maps verbs atomics:
+         * FetchAdd with Add Mask 0 (one 64-bit add, §5.1.1), CmpSwap with
+         * all-ones masks (the whole word, §5.1.2) */
+        uiw_atomic_req *a = &h.u.atomic_req;
+        u32 at = (ep->orq_head + ep->orq_count) % ORQ_LEN;
+
+        uiw_hdr_init_untagged(&h, UIW_OP_ATOMIC_REQ, UIW_QN_READ_REQ, ep->msn_read++);
+        a->req_id = ++ep->atomic_id;
+        a->stag = e.rkey;
+        a->to = e.raddr;
+        if (e.opcode == IB_WR_ATOMIC_FETCH_AND_ADD) {
+            a->aop = UIW_AOP_FETCH_ADD;
+            a->add_swap = e.compare_add;
+            a->add_swap_mask = 0;
+            a->compare = 0;
+            a->compare_mask = U64_MAX;
+        } else {
+            a->aop = UIW_AOP_CMP_SWAP;
+            a->add_swap = e.swap;
+            a->add_swap_mask = U64_MAX;
+            a->compare = e.compare_add;
+            a->compare_mask = U64_MAX;
+        }
+        ep->orq[at].slot = ep->msg_slot;
+        ep->orq[at].atomic = true;
+        ep->orq[at].req_id = a->req_id;
+        ep->orq_count++;
+        break;
+    }
     case IB_WR_SEND:
     case IB_WR_SEND_WITH_INV:
         if (e.opcode == IB_WR_SEND)
@@ -836,7 +1032,8 @@ static int tx_start(struct uiw_ep *ep)
         h.u.rreq.read_size = e.num_sge ? e.sge[0].length : 0;
         h.u.rreq.src_stag = e.rkey;
         h.u.rreq.src_to = e.raddr;
-        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN] = ep->msg_slot;
+        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].slot = ep->msg_slot;
+        ep->orq[(ep->orq_head + ep->orq_count) % ORQ_LEN].atomic = false;
         ep->orq_count++;
         break;
     }
@@ -880,6 +1077,9 @@ static void tx_msg_done(struct uiw_ep *ep)
     } else if (k == MSG_SQE && ep->qp) {
         u8 op = ep->qp->sq[ep->msg_slot].opcode;
 
+        if (ep->imm_next)
+            return; /* its second message completes it */
+
         if (!is_read(op)) /* a Read completes at its response */
             sq_done(ep, ep->msg_slot, ep->msg_gen);
     }
@@ -893,7 +1093,16 @@ static int stream_tx(struct uiw_ep *ep)
     for (;;) {
         if (ep->fpdu_busy) {
             uiw_fpdu *f = ep->fpdu;
-            struct msghdr m = {.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL};
+            /* One FPDU a sendmsg, ended with MSG_EOR: TCP appends no later
+             * bytes to the buffer that holds it, so the next FPDU starts a
+             * new buffer, and with FPDUs no larger than the MSS
+             * (fpdu_size) every FPDU starts a TCP segment and lies whole
+             * in it (RFC 5044 §8, Appendix A.1), as siw sends. Without it
+             * TCP filled its buffers across FPDUs and cut them at MSS
+             * multiples: 5% of the FPDUs started a segment. A partial
+             * send (socket full) is resumed with the FPDU's rest, also
+             * ended with MSG_EOR. */
+            struct msghdr m = {.msg_flags = MSG_DONTWAIT | MSG_NOSIGNAL | MSG_EOR};
             size_t left = 0;
             int i, n;
 
@@ -1043,12 +1252,28 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
     ep->seg.hdr_len = ev->hdr_len;
     ep->seg.inv_failed = false;
     ep->seg.kind = SEG_NONE;
+    if (ep->rtr_expect) {
+        /* the initiator's first FPDU after a peer-to-peer negotiation: the
+         * zero-length RTR it chose (RFC 6581 §9.2) names no memory, so it
+         * needs no remote access rights on the QP; anything else is taken
+         * as any FPDU would be (as siw: the first FPDU counts) */
+        u8 rtr = ep->rtr_expect;
+
+        ep->rtr_expect = 0;
+        if (!ev->payload_len && h->tagged && h->opcode == UIW_OP_WRITE && rtr == UIW_RTR_WRITE) {
+            ep->seg.kind = SEG_NONE; /* not a Write a Write with Immediate ends */
+            return true;
+        }
+        if (!h->tagged && h->qn == UIW_QN_READ_REQ && h->opcode == UIW_OP_READ_REQ &&
+            !h->u.rreq.read_size && rtr == UIW_RTR_READ)
+            qaccess |= IB_ACCESS_REMOTE_READ;
+    }
     if (h->tagged) {
         struct uiw_dev *d = to_udev(qp->base.device);
         unsigned long fl;
         bool ok;
 
-        if (h->opcode == UIW_OP_READ_RESP && !ep->orq_count) {
+        if (h->opcode == UIW_OP_READ_RESP && (!ep->orq_count || ep->orq[ep->orq_head].atomic)) {
             term_on(ep, cause, "Read Response without a Read Request");
             return true;
         }
@@ -1073,19 +1298,41 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
         ep->seg.kind = SEG_TAGGED;
         return true;
     }
-    if (h->qn == UIW_QN_SEND || h->qn == UIW_QN_READ_REQ) {
+    if (h->qn == UIW_QN_SEND || h->qn == UIW_QN_READ_REQ || h->qn == UIW_QN_ATOMIC_RESP) {
         uiw_useq *q = &ep->useq[h->qn];
+        bool imm = h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE;
+        bool areq = h->opcode == UIW_OP_ATOMIC_REQ;
 
         if (!uiw_useq_check(q, h, &cause)) {
             term_on(ep, cause, "untagged sequence");
             return true;
         }
+        if (h->qn == UIW_QN_ATOMIC_RESP) {
+            /* RFC 7306 §5.2.2: answers the oldest request in flight, which
+             * must be an Atomic with its Request Identifier */
+            if (h->opcode != UIW_OP_ATOMIC_RESP || !ep->orq_count ||
+                !ep->orq[ep->orq_head].atomic) {
+                term_on(ep, cause, "Atomic Response without an Atomic Request");
+                return true;
+            }
+            if (h->u.atomic_resp.req_id != ep->orq[ep->orq_head].req_id) {
+                cause.ecode = UIW_RDMAP_EC_UNSPECIFIED_OTHER;
+                term_on(ep, cause, "Atomic Response for another request");
+                return true;
+            }
+            uiw_useq_accept(q, h, ev->payload_len);
+            ep->seg.kind = SEG_ARESP;
+            return true;
+        }
         if (h->qn == UIW_QN_READ_REQ) {
-            if (h->opcode != UIW_OP_READ_REQ) {
+            if (h->opcode != UIW_OP_READ_REQ && !areq) {
                 term_on(ep, cause, "opcode on QN 1");
                 return true;
             }
-            if (!(qaccess & IB_ACCESS_REMOTE_READ) || ep->irq_count == IRQ_LEN) {
+            /* an Atomic Request needs the target MR's remote atomic
+             * right (atomic_req), not the QP's: iw_cm gives iWARP QPs
+             * remote read and write only */
+            if ((!areq && !(qaccess & IB_ACCESS_REMOTE_READ)) || ep->irq_count == IRQ_LEN) {
                 cause.layer = UIW_LAYER_DDP;
                 cause.etype = UIW_DDP_ET_UNTAGGED;
                 cause.ecode = UIW_DDP_EC_U_INVALID_MSN_NOBUF;
@@ -1103,19 +1350,33 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
                 term_on(ep, cause, "Read Requests beyond IRD");
                 return true;
             }
-            if (!rreq_src_ok(ep, &h->u.rreq, &cause)) {
+            if (!areq && !rreq_src_ok(ep, &h->u.rreq, &cause)) {
                 term_on(ep, cause, "Read Request source");
                 return true;
             }
-            /* queued for its response at the FPDU's end, once MPA has
-             * its CRC (rx_end) */
+            /* queued for its response (an Atomic executed) at the FPDU's
+             * end, once MPA has its CRC (rx_end) */
             uiw_useq_accept(q, h, ev->payload_len);
-            ep->seg.kind = SEG_RREQ;
+            ep->seg.kind = areq ? SEG_AREQ : SEG_RREQ;
             return true;
         }
-        if (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV) {
+        if (!imm && (h->opcode < UIW_OP_SEND || h->opcode > UIW_OP_SEND_SE_INV)) {
             term_on(ep, cause, "unsupported opcode on QN 0");
             return true;
+        }
+        if (!q->open && !ep->seg.rqe_valid) {
+            /* uiwarp's Send with Immediate: the attached Immediate Data
+             * takes no receive, the Send after it must follow
+             * (docs/ENGINE.md; as the library's receiver) */
+            if (imm && uiw_imm_is_attached(h->u.imm) && !ep->imm_attached) {
+                uiw_useq_accept(q, h, ev->payload_len);
+                ep->seg.kind = SEG_IMM_ATTACHED;
+                return true;
+            }
+            if (ep->imm_attached && h->opcode != UIW_OP_SEND && h->opcode != UIW_OP_SEND_SE) {
+                term_on(ep, cause, "attached Immediate Data without its Send");
+                return true;
+            }
         }
         if (!q->open && !ep->seg.rqe_valid) {
             if (qp->base.srq) {
@@ -1227,6 +1488,117 @@ static bool remote_inv(struct uiw_ep *ep, u32 stag, u8 *code)
     return ok;
 }
 
+/* RFC 7306 §5.1: FetchAdd adds Add Data to the target; with an Add Mask,
+ * the masked bits are the ends of independent fields, so no carry
+ * crosses out of them (each field's sum bit, without its carry) */
+static u64 masked_add(u64 v, u64 add, u64 mask)
+{
+    return ((v & ~mask) + (add & ~mask)) ^ ((v ^ add) & mask);
+}
+
+/* Executes an Atomic Request on the aligned 64-bit word p (RFC 7306 §5.1,
+ * §5.3: atomic against every other access, through the CPU's 64-bit
+ * compare-and-swap); returns the original value. */
+static u64 atomic_exec(u64 *p, const uiw_atomic_req *a)
+{
+    u64 old = READ_ONCE(*p), nv, cur;
+
+    for (;;) {
+        if (a->aop == UIW_AOP_FETCH_ADD) {
+            nv = masked_add(old, a->add_swap, a->add_swap_mask);
+        } else {
+            /* CmpSwap: the masked bits swapped if the masked compare
+             * matches, else the word unchanged */
+            if ((a->compare ^ old) & a->compare_mask)
+                return old;
+            nv = (old & ~a->add_swap_mask) | (a->add_swap & a->add_swap_mask);
+        }
+        cur = cmpxchg64(p, old, nv);
+        if (cur == old)
+            return old;
+        old = cur;
+    }
+}
+
+/* An Atomic Request whose FPDU is complete: its target checked (RFC 7306
+ * §8: an invalid STag, bounds or rights a Remote Protection error, a
+ * target not 64-bit aligned a Remote Operation error, catastrophic for
+ * the stream), executed, and its response queued in request order. */
+static void atomic_req(struct uiw_ep *ep)
+{
+    const uiw_atomic_req *a = &ep->seg.h.u.atomic_req;
+    struct uiw_dev *d = to_udev(ep->qp->base.device);
+    uiw_term_cause cause;
+    struct uiw_mr *mr;
+    unsigned long fl;
+    u64 n = 0, orig = 0;
+    u8 *p = NULL;
+    u32 at;
+
+    spin_lock_irqsave(&d->mr_lock, fl);
+    mr = mr_check(ep->qp, a->stag, IB_ACCESS_REMOTE_ATOMIC, a->to, 8, &cause);
+    if (mr)
+        p = mr_ptr(mr, a->to, 8, &n);
+    if (p && n == 8 && !((uintptr_t)p & 7))
+        orig = atomic_exec((u64 *)p, a);
+    spin_unlock_irqrestore(&d->mr_lock, fl);
+    if (!mr) {
+        if (cause.layer == UIW_LAYER_DDP) {
+            cause.layer = UIW_LAYER_RDMAP;
+            cause.etype = UIW_RDMAP_ET_REMOTE_PROT;
+            cause.ecode = cause.ecode == UIW_DDP_EC_T_BASE_BOUNDS      ? UIW_RDMAP_EC_BASE_BOUNDS
+                          : cause.ecode == UIW_DDP_EC_T_STAG_NOT_ASSOC ? UIW_RDMAP_EC_STAG_NOT_ASSOC
+                          : cause.ecode == UIW_DDP_EC_T_TO_WRAP        ? UIW_RDMAP_EC_TO_WRAP
+                                                                       : UIW_RDMAP_EC_INVALID_STAG;
+        }
+        term_on(ep, cause, "Atomic Request target");
+        return;
+    }
+    if (!p || n != 8 || ((uintptr_t)p & 7)) {
+        cause.layer = UIW_LAYER_RDMAP;
+        cause.etype = UIW_RDMAP_ET_REMOTE_OP;
+        cause.ecode = UIW_RDMAP_EC_CATASTROPHIC_STREAM;
+        term_on(ep, cause, "Atomic Request target not 64-bit aligned");
+        return;
+    }
+    at = (ep->irq_head + ep->irq_count) % IRQ_LEN;
+    ep->irq[at].atomic = true;
+    ep->irq[at].aresp.req_id = a->req_id;
+    ep->irq[at].aresp.orig_value = orig;
+    ep->irq_count++;
+}
+
+/* An Atomic Response: the original value, a native 64-bit word, into the
+ * request's 8-byte SGE (as the library), then its completion. */
+static void atomic_resp(struct uiw_ep *ep)
+{
+    struct uiw_qp *qp = ep->qp;
+    u32 slot = ep->orq[ep->orq_head].slot;
+    u64 v = ep->seg.h.u.atomic_resp.orig_value;
+    uiw_term_cause cause;
+    struct ib_sge sge = {};
+    unsigned long fl;
+    bool live;
+
+    spin_lock_irqsave(&qp->lock, fl);
+    live = qp->state != IB_QPS_ERR && qp->sq[slot].num_sge == 1;
+    if (live)
+        sge = qp->sq[slot].sge[0];
+    spin_unlock_irqrestore(&qp->lock, fl);
+    ep->orq_head = (ep->orq_head + 1) % ORQ_LEN;
+    ep->orq_count--;
+    if (!live)
+        return;
+    if (place(qp, sge.lkey, IB_ACCESS_LOCAL_WRITE, sge.addr, (const u8 *)&v, 8, &cause)) {
+        cause.layer = UIW_LAYER_RDMAP;
+        cause.etype = UIW_RDMAP_ET_CATASTROPHIC;
+        cause.ecode = UIW_RDMAP_EC_UNSPECIFIED;
+        term_on(ep, cause, "Atomic Response sink");
+        return;
+    }
+    sq_done(ep, slot, qp->sq_gen);
+}
+
 static void rx_end(struct uiw_ep *ep)
 {
     const uiw_hdr *h = &ep->seg.h;
@@ -1248,23 +1620,46 @@ static void rx_end(struct uiw_ep *ep)
      * it is placed): answering at the header sent memory for a request
      * whose CRC was still to come. */
     if (ep->seg.kind == SEG_RREQ) {
-        ep->irq[(ep->irq_head + ep->irq_count) % IRQ_LEN] = h->u.rreq;
+        u32 at = (ep->irq_head + ep->irq_count) % IRQ_LEN;
+
+        ep->irq[at].r = h->u.rreq;
+        ep->irq[at].atomic = false;
         ep->irq_count++;
+        return;
+    }
+    if (ep->seg.kind == SEG_AREQ) {
+        atomic_req(ep);
+        return;
+    }
+    if (ep->seg.kind == SEG_ARESP) {
+        atomic_resp(ep);
         return;
     }
     if (!h->last)
         return;
+    if (ep->seg.kind == SEG_IMM_ATTACHED) {
+        memcpy(ep->imm_val, h->u.imm, sizeof(ep->imm_val));
+        ep->imm_attached = true;
+        return;
+    }
+    if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_WRITE) {
+        ep->last_write = true;
+        return;
+    }
     if (ep->seg.kind == SEG_TAGGED && h->opcode == UIW_OP_READ_RESP) {
-        u32 slot = ep->orq[ep->orq_head];
+        u32 slot = ep->orq[ep->orq_head].slot;
 
         ep->orq_head = (ep->orq_head + 1) % ORQ_LEN;
         ep->orq_count--;
-        sq_done(ep, slot, qp->sq_gen);
+        if (slot != ORQ_RTR) /* the Read RTR's response completes nothing */
+            sq_done(ep, slot, qp->sq_gen);
     } else if (ep->seg.kind == SEG_SEND) {
         struct uiw_cq *rcq = to_ucq(qp->base.recv_cq);
         struct uiw_after af = AFTER_INIT;
         bool inv = h->opcode == UIW_OP_SEND_INV || h->opcode == UIW_OP_SEND_SE_INV;
-        bool se = h->opcode == UIW_OP_SEND_SE || h->opcode == UIW_OP_SEND_SE_INV;
+        bool imm = h->opcode == UIW_OP_IMM_DATA || h->opcode == UIW_OP_IMM_DATA_SE;
+        bool se = h->opcode == UIW_OP_SEND_SE || h->opcode == UIW_OP_SEND_SE_INV ||
+                  h->opcode == UIW_OP_IMM_DATA_SE;
         struct ib_wc wc = {
             .wr_id = ep->seg.rqe.wr_id,
             .status = IB_WC_SUCCESS,
@@ -1289,6 +1684,21 @@ static void rx_end(struct uiw_ep *ep)
             wc.wc_flags |= IB_WC_WITH_INVALIDATE;
             wc.ex.invalidate_rkey = h->inv_stag;
         }
+        if (imm) {
+            /* RFC 7306 §6: after an RDMA Write it completes the Write
+             * with Immediate; on its own a receive with immediate data,
+             * no bytes (as the library) */
+            wc.opcode = ep->last_write ? IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV;
+            wc.wc_flags |= IB_WC_WITH_IMM;
+            memcpy(&wc.ex.imm_data, h->u.imm, 4);
+            wc.byte_len = 0;
+        } else if (ep->imm_attached) {
+            /* the Send of a Send with Immediate */
+            wc.wc_flags |= IB_WC_WITH_IMM;
+            memcpy(&wc.ex.imm_data, ep->imm_val, 4);
+            ep->imm_attached = false;
+        }
+        ep->last_write = false;
         ep->seg.rqe_valid = false;
         spin_lock_irqsave(&qp->lock, fl);
         if (qp->state != IB_QPS_ERR) {

@@ -33,7 +33,7 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     if (udata && (udata->inlen || udata->outlen))
         return -EINVAL;
     memset(a, 0, sizeof(*a));
-    /* What uiw_verbs.c enforces. No memory windows, no atomics yet (0). */
+    /* What uiw_verbs.c enforces. No memory windows. */
     a->max_mr_size = ~0ull;
     a->page_size_cap = PAGE_SIZE;
     a->vendor_id = 0;
@@ -54,6 +54,9 @@ static int uiw_query_device(struct ib_device *ibdev, struct ib_device_attr *a,
     a->max_qp_rd_atom = UIW_MPA_DEFAULT_IRD;
     a->max_qp_init_rd_atom = UIW_MPA_DEFAULT_ORD;
     a->max_res_rd_atom = a->max_qp * a->max_qp_rd_atom;
+    /* RFC 7306 atomics, executed with the CPU's 64-bit compare-and-swap
+     * on the target word: atomic against other QPs and the CPUs */
+    a->atomic_cap = IB_ATOMIC_HCA;
     /* Fast Register and Local Invalidate (IB_WR_REG_MR, IB_WR_LOCAL_INV) */
     a->device_cap_flags = IB_DEVICE_MEM_MGT_EXTENSIONS | IB_DEVICE_SRQ_RESIZE;
     a->max_fast_reg_page_list_len = UIW_MAX_FR_PAGES;

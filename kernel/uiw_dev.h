@@ -84,6 +84,8 @@ struct uiw_sqe {
     u64 raddr;
     u32 rkey;
     u32 inv_rkey;
+    __be32 imm; /* SEND_WITH_IMM, RDMA_WRITE_WITH_IMM: ex.imm_data */
+    u64 compare_add, swap; /* atomics */
 };
 
 /* A posted receive */

@@ -1125,7 +1125,8 @@ static bool xfer_done(struct end *c, struct end *s, u64 cid, u64 sid, u32 len, c
 static void conn_data(struct end *c, struct end *s)
 {
     static const u32 sizes[] = {1, 4096 + 13, 200000};
-    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ;
+    const int rw = IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+                   IB_ACCESS_REMOTE_ATOMIC;
     struct ib_sge sge[2];
     struct ib_wc wc[4];
     u8 *want;
@@ -1212,6 +1213,114 @@ static void conn_data(struct end *c, struct end *s)
         }
         CHECK(sbuf[3 * RSLOT + 200000] == 0 && sbuf[3 * RSLOT + 200008] == 0,
               "Write: bytes next to the target");
+    }
+
+    /* RFC 7306 immediate data: a Send with Immediate (uiwarp's form, an
+     * attached Immediate Data message and the Send: one receive, its
+     * length and the value) and an RDMA Write with Immediate (the Write,
+     * then Immediate Data: one receive, RECV_RDMA_WITH_IMM, no bytes) */
+    {
+        static const u32 imms[] = {0x12345678, 0xcafebabe};
+        static const u32 lens[] = {3001, 5000};
+        struct ib_rdma_wr w = {.wr = {.sg_list = sge, .num_sge = 1}};
+
+        for (i = 0; i < 2; i++) {
+            u8 *src = cbuf + 2 * RSLOT + 101 + i;
+            bool wimm = i == 1;
+            int slot;
+
+            sge[0] = (struct ib_sge){
+                .addr = (u64)(uintptr_t)src, .length = lens[i], .lkey = c->pd->local_dma_lkey};
+            w.wr.opcode = wimm ? IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_SEND_WITH_IMM;
+            w.wr.wr_id = 25 + i;
+            w.wr.send_flags = IB_SEND_SIGNALED;
+            w.wr.ex.imm_data = cpu_to_be32(imms[i]);
+            w.remote_addr = smr->iova + 777;
+            w.rkey = smr->rkey;
+            rc = ib_post_send(c->id->qp, &w.wr, NULL);
+            CHECK(rc == 0, "post %s with Immediate: %d", wimm ? "Write" : "Send", rc);
+            if (rc)
+                goto out;
+            n = poll_n(c->cq, wc, 1);
+            CHECK(n == 1 && wc[0].wr_id == 25 + i && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == (wimm ? IB_WC_RDMA_WRITE : IB_WC_SEND),
+                  "%s with Immediate: the client's completion: n %d status %d opcode %d",
+                  wimm ? "Write" : "Send", n, n ? wc[0].status : -1, n ? wc[0].opcode : -1);
+            n = poll_n(s->cq, wc, 1);
+            CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == (wimm ? IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV) &&
+                      wc[0].byte_len == (wimm ? 0 : lens[i]) && (wc[0].wc_flags & IB_WC_WITH_IMM) &&
+                      wc[0].ex.imm_data == cpu_to_be32(imms[i]),
+                  "%s with Immediate: the server's receive: n %d status %d opcode %d len %u "
+                  "flags 0x%x imm 0x%08x",
+                  wimm ? "Write" : "Send", n, n ? wc[0].status : -1, n ? wc[0].opcode : -1,
+                  n ? wc[0].byte_len : 0, n ? wc[0].wc_flags : 0,
+                  n ? be32_to_cpu(wc[0].ex.imm_data) : 0);
+            if (n != 1)
+                goto out;
+            slot = wc[0].wr_id - 1000;
+            if (wimm)
+                CHECK(same(sbuf + 3 * RSLOT + 777, src, lens[i], "Write with Immediate"),
+                      "Write with Immediate: data");
+            else
+                CHECK(same(sbuf + slot * RSLOT, src, lens[i], "Send with Immediate"),
+                      "Send with Immediate: data");
+            rc = post_srecv(s, slot);
+            CHECK(rc == 0, "repost: %d", rc);
+        }
+        /* one receive each: nothing more on the server's CQ */
+        CHECK(ib_poll_cq(s->cq, 1, wc) == 0, "immediate data: no other receive completed");
+    }
+
+    /* RFC 7306 atomics on a word of the server's MR: Fetch and Add, a
+     * Compare and Swap that matches, one that does not; the original
+     * value lands in the client's 8-byte SGE */
+    {
+        static const struct {
+            enum ib_wr_opcode op;
+            u64 cmp_add, swap, orig, after;
+        } at[] = {
+            {IB_WR_ATOMIC_FETCH_AND_ADD, 234, 0, 1000, 1234},
+            {IB_WR_ATOMIC_CMP_AND_SWP, 1234, 0xdeadbeefcafef00dull, 1234, 0xdeadbeefcafef00dull},
+            {IB_WR_ATOMIC_CMP_AND_SWP, 5, 7, 0xdeadbeefcafef00dull, 0xdeadbeefcafef00dull},
+        };
+        u64 *word = (u64 *)(sbuf + 3 * RSLOT + 4096), *res = (u64 *)(cbuf + 2 * RSLOT + 64);
+
+        *word = 1000;
+        for (i = 0; i < ARRAY_SIZE(at); i++) {
+            struct ib_atomic_wr w = {
+                .wr = {.opcode = at[i].op,
+                       .wr_id = 50 + i,
+                       .sg_list = sge,
+                       .num_sge = 1,
+                       .send_flags = IB_SEND_SIGNALED},
+                .remote_addr = smr->iova + 4096,
+                .rkey = smr->rkey,
+                .compare_add = at[i].cmp_add,
+                .swap = at[i].swap,
+            };
+
+            *res = 0x1111111111111111ull;
+            sge[0] = (struct ib_sge){
+                .addr = (u64)(uintptr_t)res, .length = 8, .lkey = c->pd->local_dma_lkey};
+            rc = ib_post_send(c->id->qp, &w.wr, NULL);
+            CHECK(rc == 0, "post atomic %d: %d", i, rc);
+            if (rc)
+                goto out;
+            n = poll_n(c->cq, wc, 1);
+            CHECK(n == 1 && wc[0].wr_id == 50 + i && wc[0].status == IB_WC_SUCCESS &&
+                      wc[0].opcode == (at[i].op == IB_WR_ATOMIC_FETCH_AND_ADD ? IB_WC_FETCH_ADD
+                                                                              : IB_WC_COMP_SWAP) &&
+                      wc[0].byte_len == 8,
+                  "atomic %d: completion n %d status %d opcode %d len %u", i, n,
+                  n ? wc[0].status : -1, n ? wc[0].opcode : -1, n ? wc[0].byte_len : 0);
+            if (n != 1)
+                goto out;
+            CHECK(*res == at[i].orig && READ_ONCE(*word) == at[i].after,
+                  "atomic %d: original 0x%llx (want 0x%llx), word 0x%llx (want 0x%llx)", i, *res,
+                  at[i].orig, READ_ONCE(*word), at[i].after);
+        }
+        CHECK(ib_poll_cq(s->cq, 1, wc) == 0, "atomics: no receive completed at the server");
     }
 
     /* RDMA Reads from the server's MR: into DMA-MR memory, then into a
@@ -1688,6 +1797,243 @@ out:
         free_pages((unsigned long)buf, order);
     kfree(rx);
     kfree(tx);
+}
+
+/* Immediate data against uiwarp's library on the host (imm_dst= its
+ * address, imm_port=; the host runs tests/siw/kimm_peer.c): our Request
+ * advertises a buffer the peer may Write ({be64 addr, be32 rkey, be32
+ * len}), its accept one of its own; we post a Send with Immediate (3001
+ * bytes of pattern 1, 0x11223344) and an RDMA Write with Immediate (5000
+ * bytes of pattern 2, 0x55667788), the peer checks them and answers with
+ * the same (2000 bytes of pattern 3, 0x99aabbcc; 4000 bytes of pattern 4
+ * into our buffer, 0xddeeff00), which we check; then we disconnect. */
+static char *imm_dst;
+module_param(imm_dst, charp, 0444);
+MODULE_PARM_DESC(imm_dst, "run only the immediate-data client test against this IPv4 address");
+static unsigned int imm_port = 7179;
+module_param(imm_port, uint, 0444);
+
+struct imm_adv {
+    __be64 addr;
+    __be32 rkey;
+    __be32 len;
+} __packed;
+
+/* kimm_peer.c's pat(): the same formula */
+static u8 imm_pat(size_t i, unsigned int k)
+{
+    return (u8)(i * 7 + k * 31 + (i >> 9));
+}
+
+static bool imm_pat_ok(const u8 *p, size_t n, unsigned int k)
+{
+    size_t i;
+
+    for (i = 0; i < n; i++)
+        if (p[i] != imm_pat(i, k)) {
+            pr_err("imm: byte %zu of %zu: 0x%02x, want 0x%02x\n", i, n, p[i], imm_pat(i, k));
+            return false;
+        }
+    return true;
+}
+
+#define IMM_RECV_A 0
+#define IMM_RECV_B 16384
+#define IMM_TARGET 32768
+#define IMM_SRC    49152
+#define IMM_LEN    65536
+#define IMM_WORD   8192 /* past IMM_TARGET, in both buffers */
+
+static void test_imm(struct ib_device *ib)
+{
+    struct sockaddr_in dst = {.sin_family = AF_INET, .sin_port = htons(imm_port)};
+    struct imm_adv mine, peer = {};
+    struct rdma_conn_param p = {.responder_resources = 1,
+                                .initiator_depth = 1,
+                                .private_data = &mine,
+                                .private_data_len = sizeof(mine)};
+    struct end c = {};
+    struct ib_mr *mr = NULL;
+    struct scatterlist sg;
+    u8 *buf = NULL;
+    struct ib_wc wc[2];
+    int order = get_order(IMM_LEN), rc, i, n, k;
+    bool got_done;
+
+    evq_init(&q_cli);
+    CHECK(in4_pton(imm_dst, -1, (u8 *)&dst.sin_addr, -1, NULL), "imm address");
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "rdma_create_id");
+        return;
+    }
+    rc = rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&dst, 2000);
+    CHECK(rc == 0, "rdma_resolve_addr: %d", rc);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "imm resolve_addr") < 0)
+        goto out;
+    rc = rdma_resolve_route(c.id, 2000);
+    if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "imm resolve_route") < 0)
+        goto out;
+    if (!end_init(ib, &c) || conn_qp(&c)) {
+        CHECK(0, "imm PD/CQ/QP");
+        goto out;
+    }
+    buf = (u8 *)__get_free_pages(GFP_KERNEL | __GFP_ZERO, order);
+    CHECK(buf, "imm buffer");
+    if (!buf)
+        goto out;
+    mr = fr_mr(c.id->qp, c.pd, &sg, buf, IMM_LEN,
+               IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE | IB_ACCESS_REMOTE_READ |
+                   IB_ACCESS_REMOTE_ATOMIC);
+    CHECK(mr, "imm MR");
+    if (!mr)
+        goto out;
+    *(u64 *)(buf + IMM_TARGET + IMM_WORD) = 2000;
+    /* A and B for the peer's Send and Write with Immediate, the third
+     * (in the source area's end) for its Send after its atomics */
+    for (i = 0; i < 3; i++) {
+        struct ib_sge rs = {.addr = (u64)(uintptr_t)(buf + (i == 2   ? IMM_SRC + 12288
+                                                            : i == 1 ? IMM_RECV_B
+                                                                     : IMM_RECV_A)),
+                            .length = i == 2 ? 4096 : 16384,
+                            .lkey = c.pd->local_dma_lkey};
+        struct ib_recv_wr r = {.wr_id = 1 + i, .sg_list = &rs, .num_sge = 1};
+
+        rc = ib_post_recv(c.id->qp, &r, NULL);
+        CHECK(rc == 0, "imm post_recv: %d", rc);
+    }
+    mine.addr = cpu_to_be64(mr->iova + IMM_TARGET);
+    mine.rkey = cpu_to_be32(mr->rkey);
+    mine.len = cpu_to_be32(16384);
+    rc = rdma_connect(c.id, &p);
+    CHECK(rc == 0, "imm rdma_connect: %d", rc);
+    if (rc)
+        goto out;
+    i = evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "imm connect");
+    if (i < 0)
+        goto out;
+    CHECK(q_cli.e[i].pd_len >= sizeof(peer), "imm: the peer's buffer in its Reply (%u bytes)",
+          q_cli.e[i].pd_len);
+    if (q_cli.e[i].pd_len < sizeof(peer))
+        goto disc;
+    memcpy(&peer, q_cli.e[i].pd, sizeof(peer));
+
+    for (k = 0; k < 2; k++) {
+        static const u32 lens[] = {3001, 5000}, imms[] = {0x11223344, 0x55667788};
+        u8 *src = buf + IMM_SRC + k * 4096;
+        struct ib_sge ts = {
+            .addr = (u64)(uintptr_t)src, .length = lens[k], .lkey = c.pd->local_dma_lkey};
+        struct ib_rdma_wr w = {
+            .wr = {.opcode = k ? IB_WR_RDMA_WRITE_WITH_IMM : IB_WR_SEND_WITH_IMM,
+                   .wr_id = 10 + k,
+                   .sg_list = &ts,
+                   .num_sge = 1,
+                   .send_flags = IB_SEND_SIGNALED,
+                   .ex.imm_data = cpu_to_be32(imms[k])},
+            .remote_addr = be64_to_cpu(peer.addr),
+            .rkey = be32_to_cpu(peer.rkey),
+        };
+        size_t j;
+
+        for (j = 0; j < lens[k]; j++)
+            src[j] = imm_pat(j, 1 + k);
+        rc = ib_post_send(c.id->qp, &w.wr, NULL);
+        CHECK(rc == 0, "imm: post %s with Immediate: %d", k ? "Write" : "Send", rc);
+        if (rc)
+            goto disc;
+        n = poll_n(c.cq, wc, 1);
+        CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 10 + k &&
+                  wc[0].opcode == (k ? IB_WC_RDMA_WRITE : IB_WC_SEND),
+              "imm: our %s with Immediate completes: n %d status %d", k ? "Write" : "Send", n,
+              n ? wc[0].status : -1);
+        if (n != 1)
+            goto disc;
+    }
+    /* the peer's Send with Immediate, then its Write with Immediate */
+    for (k = 0; k < 2; k++) {
+        n = poll_n(c.cq, wc, 1);
+        CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 1 + k &&
+                  wc[0].opcode == (k ? IB_WC_RECV_RDMA_WITH_IMM : IB_WC_RECV) &&
+                  (wc[0].wc_flags & IB_WC_WITH_IMM) &&
+                  wc[0].ex.imm_data == cpu_to_be32(k ? 0xddeeff00 : 0x99aabbcc) &&
+                  wc[0].byte_len == (k ? 0 : 2000),
+              "imm: the peer's %s with Immediate: n %d status %d opcode %d flags 0x%x imm 0x%08x "
+              "len %u",
+              k ? "Write" : "Send", n, n ? wc[0].status : -1, n ? wc[0].opcode : -1,
+              n ? wc[0].wc_flags : 0, n ? be32_to_cpu(wc[0].ex.imm_data) : 0,
+              n ? wc[0].byte_len : 0);
+        if (n != 1)
+            goto disc;
+    }
+    CHECK(imm_pat_ok(buf + IMM_RECV_A, 2000, 3) && buf[IMM_RECV_A + 2000] == 0,
+          "imm: the peer's Send with Immediate: 2000 bytes, nothing past them");
+    CHECK(imm_pat_ok(buf + IMM_TARGET, 4000, 4) && buf[IMM_TARGET + 4000] == 0,
+          "imm: the peer's Write with Immediate: 4000 bytes, nothing past them");
+    /* RFC 7306 atomics on the peer's word (1000: add 234, then 1234 ->
+     * 0xdeadbeefcafef00d), the originals into our 8-byte SGE; the peer
+     * does its atomics on our word meanwhile and then Sends: that
+     * receive may complete on the shared CQ between ours */
+    got_done = false;
+    for (k = 0; k < 2; k++) {
+        u64 *res = (u64 *)(buf + IMM_SRC + 8192);
+        struct ib_sge ts = {.addr = (u64)(uintptr_t)res, .length = 8, .lkey = c.pd->local_dma_lkey};
+        struct ib_atomic_wr w = {
+            .wr = {.opcode = k ? IB_WR_ATOMIC_CMP_AND_SWP : IB_WR_ATOMIC_FETCH_AND_ADD,
+                   .wr_id = 20 + k,
+                   .sg_list = &ts,
+                   .num_sge = 1,
+                   .send_flags = IB_SEND_SIGNALED},
+            .remote_addr = be64_to_cpu(peer.addr) + IMM_WORD,
+            .rkey = be32_to_cpu(peer.rkey),
+            .compare_add = k ? 1234 : 234,
+            .swap = k ? 0xdeadbeefcafef00dull : 0,
+        };
+
+        *res = 0;
+        rc = ib_post_send(c.id->qp, &w.wr, NULL);
+        CHECK(rc == 0, "imm: post atomic %d: %d", k, rc);
+        if (rc)
+            goto disc;
+        for (;;) {
+            n = poll_n(c.cq, wc, 1);
+            if (n == 1 && !got_done && wc[0].wr_id == 3 && wc[0].opcode == IB_WC_RECV &&
+                wc[0].status == IB_WC_SUCCESS) {
+                got_done = true;
+                continue;
+            }
+            break;
+        }
+        CHECK(n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 20 + k &&
+                  wc[0].opcode == (k ? IB_WC_COMP_SWAP : IB_WC_FETCH_ADD) && wc[0].byte_len == 8 &&
+                  *res == (k ? 1234 : 1000),
+              "imm: our atomic %d on the peer's word: n %d status %d id %llu opcode %d original "
+              "%llu",
+              k, n, n ? wc[0].status : -1, n ? wc[0].wr_id : 0, n ? wc[0].opcode : -1, *res);
+        if (n != 1)
+            goto disc;
+    }
+    /* the peer's atomics on our word, then its Send */
+    if (!got_done) {
+        n = poll_n(c.cq, wc, 1);
+        got_done = n == 1 && wc[0].status == IB_WC_SUCCESS && wc[0].wr_id == 3 &&
+                   wc[0].opcode == IB_WC_RECV;
+    }
+    CHECK(got_done, "imm: the peer's Send after its atomics");
+    CHECK(READ_ONCE(*(u64 *)(buf + IMM_TARGET + IMM_WORD)) == 0x0123456789abcdefull,
+          "imm: the peer's atomics on our word: 0x%llx",
+          READ_ONCE(*(u64 *)(buf + IMM_TARGET + IMM_WORD)));
+disc:
+    rdma_disconnect(c.id);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "imm disconnect");
+out:
+    if (mr) {
+        ib_dma_unmap_sg(ib, &sg, 1, DMA_BIDIRECTIONAL);
+        ib_dereg_mr(mr);
+    }
+    end_fini(&c);
+    if (buf)
+        free_pages((unsigned long)buf, order);
 }
 
 /* The server side of rping (rping_listen= our address): accepts one
@@ -2765,6 +3111,8 @@ static int __init uiw_ktest_init(void)
     }
     if (hostile) {
         test_hostile(ib);
+    } else if (imm_dst) {
+        test_imm(ib);
     } else if (rping_dst) {
         test_rping(ib);
     } else if (rping_listen) {

@@ -877,9 +877,18 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
                 break;
             }
             if (wr->opcode != IB_WR_SEND && wr->opcode != IB_WR_SEND_WITH_INV &&
-                wr->opcode != IB_WR_RDMA_WRITE && wr->opcode != IB_WR_RDMA_READ &&
-                wr->opcode != IB_WR_RDMA_READ_WITH_INV) {
-                rc = -EOPNOTSUPP; /* immediate data, atomics: not yet */
+                wr->opcode != IB_WR_SEND_WITH_IMM && wr->opcode != IB_WR_RDMA_WRITE &&
+                wr->opcode != IB_WR_RDMA_WRITE_WITH_IMM && wr->opcode != IB_WR_RDMA_READ &&
+                wr->opcode != IB_WR_RDMA_READ_WITH_INV && wr->opcode != IB_WR_ATOMIC_CMP_AND_SWP &&
+                wr->opcode != IB_WR_ATOMIC_FETCH_AND_ADD) {
+                rc = -EOPNOTSUPP; /* masked atomics */
+                break;
+            }
+            /* an atomic's original value: one 8-byte SGE */
+            if ((wr->opcode == IB_WR_ATOMIC_CMP_AND_SWP ||
+                 wr->opcode == IB_WR_ATOMIC_FETCH_AND_ADD) &&
+                (wr->num_sge != 1 || wr->sg_list[0].length != 8)) {
+                rc = -EINVAL;
                 break;
             }
             /* an RDMA Read Request names one sink STag (RFC 5040 §4.4) */
@@ -901,10 +910,19 @@ static int uiw_post_send(struct ib_qp *ibqp, const struct ib_send_wr *wr,
             e->num_sge = wr->num_sge;
             if (wr->num_sge)
                 memcpy(e->sge, wr->sg_list, wr->num_sge * sizeof(*e->sge));
-            if (wr->opcode == IB_WR_RDMA_WRITE || wr->opcode == IB_WR_RDMA_READ ||
-                wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
+            if (wr->opcode == IB_WR_RDMA_WRITE || wr->opcode == IB_WR_RDMA_WRITE_WITH_IMM ||
+                wr->opcode == IB_WR_RDMA_READ || wr->opcode == IB_WR_RDMA_READ_WITH_INV) {
                 e->raddr = rdma_wr(wr)->remote_addr;
                 e->rkey = rdma_wr(wr)->rkey;
+            }
+            if (wr->opcode == IB_WR_SEND_WITH_IMM || wr->opcode == IB_WR_RDMA_WRITE_WITH_IMM)
+                e->imm = wr->ex.imm_data;
+            if (wr->opcode == IB_WR_ATOMIC_CMP_AND_SWP ||
+                wr->opcode == IB_WR_ATOMIC_FETCH_AND_ADD) {
+                e->raddr = atomic_wr(wr)->remote_addr;
+                e->rkey = atomic_wr(wr)->rkey;
+                e->compare_add = atomic_wr(wr)->compare_add;
+                e->swap = atomic_wr(wr)->swap;
             }
             if (wr->opcode == IB_WR_SEND_WITH_INV || wr->opcode == IB_WR_RDMA_READ_WITH_INV)
                 e->inv_rkey = wr->ex.invalidate_rkey;

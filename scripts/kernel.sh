@@ -290,13 +290,14 @@ else
   bad "hostile peer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
-# the connection test again with MPA CRC asked for (mpa_crc=2) and
-# 1000-byte FPDUs (max_fpdu): the same data over CRC-protected,
-# many-FPDU streams
+# the connection test again with MPA CRC asked for (mpa_crc=2),
+# 1000-byte FPDUs (max_fpdu) and only the Read RTR (mpa_rtr=4: the
+# initiator offers it, the responder supports it): the same data over
+# CRC-protected, many-FPDU streams after a zero-length Read RTR
 kclr
-if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 && rdma link add uiw0 type uiwarp netdev eth0 &&
+if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 mpa_rtr=4 && rdma link add uiw0 type uiwarp netdev eth0 &&
   { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko verbs=0; then
-  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000)' && ok "CRC negotiated, 1000-byte FPDUs" || bad "no 'in RTS (CRC 1, FPDU 1000)' line"
+  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000, RTR read)' && ! dmesg | grep 'in RTS' | grep -qv 'RTR read' && ok "CRC negotiated, 1000-byte FPDUs, Read RTR" || bad "no 'in RTS (CRC 1, FPDU 1000, RTR read)' line"
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   case "\$line" in *"verbs test: PASS"*) ok "connection test with CRC, 1000-byte FPDUs";; *) dmesg | grep uiwarp_ktest; bad "connection test with CRC: \${line:-no summary line}";; esac
@@ -324,8 +325,18 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   { [ -n "\$v1" ] && ip link set "\$v1" netns \$peer && ip addr add 10.0.4.1/24 dev v0 && ip link set v0 up &&
     nsenter -t \$peer -n sh -c "ip link set \$v1 name v1; ip addr add 10.0.4.2/24 dev v1 && ip link set v1 up && ip link set lo up && rdma link add siw0 type siw netdev v1" &&
     true; } || { ip -o link show; bad "siw interop: setup"; }
+  # pass 1: siw's default variant (no P2P as initiator), the module's
+  # initiator offers both RTRs (siw picks Write); pass 2: siw's p2p variant
+  # (its initiator offers both RTRs) and the module offering and supporting
+  # only the Read RTR (mpa_rtr=4): Read RTRs both ways
   for crc in 1 2; do
-  insmod /x/uiwarp.ko selftest=0 mpa_crc=\$crc && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop: uiw0 on v0"
+  rtr=6 want=write swant=none
+  if [ \$crc = 2 ] && [ -f /lib/siw-variants/p2p/siw.ko ]; then
+    rtr=4 want=read swant=read
+    nsenter -t \$peer -n rdma link delete siw0; rmmod siw
+    insmod /lib/siw-variants/p2p/siw.ko && nsenter -t \$peer -n rdma link add siw0 type siw netdev v1 || bad "siw interop: siw's p2p variant"
+  fi
+  insmod /x/uiwarp.ko selftest=0 mpa_crc=\$crc mpa_rtr=\$rtr && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop: uiw0 on v0"
   echo 'module uiwarp +p' >/proc/dynamic_debug/control
   rm -f /tmp/rping.out /tmp/rping.rc
   (nsenter -t \$peer -n rping -s -a 10.0.4.2 -p 7174 -C 3 -S 65000 >/tmp/rping.out 2>&1; echo "rping rc=\$?" >/tmp/rping.rc) &
@@ -343,6 +354,9 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   rping_done /tmp/rping.out "\${rc:-none}" && ok "interop (mpa_crc=\$crc): siw's rping server exits 0" || bad "interop: siw's rping server: rc \${rc:-none}, \$(tail -1 /tmp/rping.out)"
   # siw asks for no CRC: it is on only when we ask (mpa_crc=2)
   dmesg | grep -q "in RTS (CRC \$((crc - 1))" && ok "interop (mpa_crc=\$crc): CRC \$((crc - 1)) negotiated" || bad "interop (mpa_crc=\$crc): CRC not as negotiated"
+  # RFC 6581: the module's initiator asked for P2P, siw's responder chose
+  # the RTR (Write when offered), the module sent it first
+  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "interop (mpa_crc=\$crc): the uiw0 client sent the \$want RTR siw chose" || bad "interop (mpa_crc=\$crc): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
   # the other way: rping -c -V on siw0 against the ktest's rping server on
   # uiw0 (it Reads the client's buffer and Writes it back; rping validates)
@@ -357,6 +371,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
+  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant)" && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   kclr
@@ -379,11 +394,11 @@ fi
 # host client's exit status)
 if [ -f /rig/libcases ]; then
   kcrc=
-  kload() { # \$1: mpa_crc; uiwarp.ko with uiw0 on eth0, reloaded when it changes
-    [ "\$kcrc" = "\$1" ] && return 0
+  kload() { # \$1: mpa_crc, \$2: mpa_p2p; uiwarp.ko with uiw0 on eth0, reloaded when they change
+    [ "\$kcrc" = "\$1 \$2" ] && return 0
     [ -z "\$kcrc" ] || { rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "lib interop: removal"; }
-    kcrc=\$1
-    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
+    kcrc="\$1 \$2"
+    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 mpa_p2p=\$2 && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
     echo 'module uiwarp +p' >/proc/dynamic_debug/control
   }
   waitf() { i=0; while [ ! -s "\$1" ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done; [ -s "\$1" ]; }
@@ -392,27 +407,37 @@ if [ -f /rig/libcases ]; then
     want=0; case \$1 in *[cL]*) want=1;; esac
     dmesg | grep -q "in RTS (CRC \$want" && ok "lib interop \$1: CRC \$want negotiated" || bad "lib interop \$1: \$(dmesg | grep 'in RTS' | tail -1)"
   }
+  # the RTR (RFC 6581): none in client-server (p: neither initiator asks
+  # for P2P), Read where the library offers or supports only Read (r),
+  # else Write (both initiators offer both, both responders prefer Write)
+  rtrchk() { # \$1: the case, \$2: client or server
+    want=write; case \$1 in *p*) want=none;; *r*) want=read;; esac
+    dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "lib interop \$1: the module's \$2, RTR \$want" || bad "lib interop \$1 (\$2): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
+  }
   n=0
   for cs in \$(cat /rig/libcases); do
-    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1
+    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1 p2p=1
     case \$cs in *c*) crc=2;; esac
+    case \$cs in *p*) p2p=0;; esac
     kclr
-    kload \$crc
+    kload \$crc \$p2p
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$((27180 + n)) rping_size=\$s rping_count=\$(cat /rig/libcount)
     line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
     echo "dmesg: \$line"
     dmesg | grep 'in RTS' | tail -1
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
     crcchk \$cs
+    rtrchk \$cs client
     rmmod uiwarp_ktest
     waitf /rig/srv.\$cs.rc 20 && [ "\$(cat /rig/srv.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -s exits 0" ||
       bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
   done
   for cs in \$(cat /rig/libcases); do
-    crc=1
+    crc=1 p2p=1
     case \$cs in *c*) crc=2;; esac
+    case \$cs in *p*) p2p=0;; esac
     kclr
-    kload \$crc
+    kload \$crc \$p2p
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=7190 rping_count=\$(cat /rig/libcount) &
     kt=\$!
     i=0
@@ -424,10 +449,27 @@ if [ -f /rig/libcases ]; then
     dmesg | grep 'in RTS' | tail -1
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping server, the host's uiwarp rping -c -V";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping server: \${line:-no summary line}";; esac
     crcchk \$cs
+    rtrchk \$cs server
     rmmod uiwarp_ktest
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
   done
+  # RFC 7306 immediate data and atomics against the library: the host's kimm_peer
+  # (tests/siw/kimm_peer.c) listens on /rig/kimm's port; the module's
+  # client Sends and Writes with Immediate and does a Fetch and Add and a
+  # Compare and Swap on the host's word, the host checks and answers with
+  # the same, the module checks
+  if [ -f /rig/kimm ]; then
+    kclr
+    kload 1 1
+    insmod /x/uiwarp_ktest.ko dev=uiw0 imm_dst=10.0.2.2 imm_port=\$(cat /rig/kimm)
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    case "\$line" in *"verbs test: PASS"*) ok "lib interop imm: Send and RDMA Write with Immediate, Fetch and Add and Compare and Swap, module to library and back, values and data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop imm: \${line:-no summary line}";; esac
+    rmmod uiwarp_ktest
+    waitf /rig/kimm.rc 20 && [ "\$(cat /rig/kimm.rc)" = 0 ] && ok "lib interop imm: the host's kimm_peer checks pass" ||
+      bad "lib interop imm: the host's kimm_peer: rc '\$(cat /rig/kimm.rc 2>/dev/null)'"
+  fi
   rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' && ok "lib interop: removal, the driver counts no object" ||
     bad "lib interop: removal"
   kclr
@@ -605,11 +647,13 @@ EOF
 # listens (kready.S) on the port qemu forwards from LIB_HPORT. Exit
 # statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
 UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
+KIMM_BIN=${UIWARP_BUILD:-$repo/build}/bin/kimm_peer LIB_IMM_PORT=27179
 LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
 # a case's letters after its size: c the module asks for CRC (mpa_crc=2);
 # L the library asks for it (UIWARP_CRC=required); r the library's
-# initiator offers only the Read RTR (UIWARP_RTR=read); p the library's
-# initiator without P2P (UIWARP_P2P=0)
+# initiator offers, and its responder supports, only the Read RTR
+# (UIWARP_RTR=read); p neither initiator asks for P2P (UIWARP_P2P=0, the
+# module's mpa_p2p=0)
 lib_env() {
     local e=UIWARP_RDMACM_RETRY_MS=3000
     case $1 in *L*) e="$e UIWARP_CRC=required" ;; esac
@@ -618,9 +662,20 @@ lib_env() {
     echo "$e"
 }
 lib_host() {
-    local d=$1 s n=0
+    local d=$1 s n=0 kimm=
     echo "$LIB_CASES" >"$d/libcases"
     echo "$LIB_COUNT" >"$d/libcount"
+    if [ -x "$KIMM_BIN" ]; then
+        (
+            UIWARP_PCAP=$d/kimm.pcap timeout 280 "$KIMM_BIN" -a 127.0.0.1 -p $LIB_IMM_PORT >"$d/kimm.log" 2>&1 &
+            echo $! >"$d/kimm.pid"
+            wait $!
+            echo $? >"$d/kimm.rc.tmp" && mv "$d/kimm.rc.tmp" "$d/kimm.rc"
+        ) &
+        kimm=1
+        while ! grep -q listening "$d/kimm.log" 2>/dev/null && [ ! -e "$d/kimm.rc" ]; do sleep 0.1; done
+        [ -e "$d/kimm.rc" ] || echo $LIB_IMM_PORT >"$d/kimm"
+    fi
     for s in $LIB_CASES; do
         n=$((n + 1))
         (
@@ -643,7 +698,15 @@ lib_host() {
     for s in $LIB_CASES; do
         [ -e "$d/srv.$s.rc" ] || kill "$(cat "$d/srv.$s.pid")" 2>/dev/null || true
     done
+    [ -z "$kimm" ] || [ -e "$d/kimm.rc" ] || kill "$(cat "$d/kimm.pid")" 2>/dev/null || true
     wait
+}
+# "A N": of the N FPDUs the guest (10.0.2.15) sent in the connections of
+# a uiwarp dump, A start a TCP segment (its "segment alignment" lines)
+guest_align() {
+    awk '/^== c[0-9]/ { s = ""; if ($3 ~ /^10\.0\.2\.15:/) s = "a>b"; else if ($7 ~ /^10\.0\.2\.15:/) s = "b>a" }
+        s != "" && $1 == s && $2 == "segment" && $3 == "alignment:" { a += $4; n += $6 }
+        END { printf "%d %d", a, n }' "$1"
 }
 # each capture the library wrote, checked by uiwarp dump --strict: no
 # violation, no tolerated peer quirk
@@ -667,6 +730,32 @@ lib_dump() {
         *) echo "KTEST FAIL host: $(basename "$f"): ${crc:-no CRC line}" ;;
         esac
     done
+    # the immediate-data connection's library capture
+    if [ -e "$d/kimm.pcap" ]; then
+        if "$UIWARP_BIN" dump -q --strict "$d/kimm.pcap" >"$d/kimm.pcap.dump.txt" 2>&1; then
+            echo "KTEST ok   host: uiwarp dump kimm.pcap: $(grep -m1 '^== total' "$d/kimm.pcap.dump.txt" | sed 's/^== total [^:]*: //'), $(grep -A8 '^== total' "$d/kimm.pcap.dump.txt" | grep -m1 'violations:' | sed 's/^ *//')"
+        else
+            echo "KTEST FAIL host: uiwarp dump kimm.pcap: $(grep -E 'violation|problem|error' "$d/kimm.pcap.dump.txt" | head -3 | paste -sd';')"
+        fi
+    fi
+    # the module's FPDUs on the guest's NIC (the capture qemu takes before
+    # slirp re-segments the streams): each starts a TCP segment (RFC 5044
+    # §8 SHOULD, Appendix A.1), summed over the connections where the
+    # module (10.0.2.15) sends
+    [ ! -s "$d/nic.pcap" ] || "$UIWARP_BIN" dump -q "$d/nic.pcap" >"$d/nic.dump.txt" 2>&1 || true
+    if [ -s "$d/nic.dump.txt" ]; then
+        local al
+        al=$(guest_align "$d/nic.dump.txt")
+        # at least 99% (all of them in every run so far; 40% before the
+        # module sent one FPDU per sendmsg with MSG_EOR)
+        if [ "${al#* }" -gt 0 ] && [ $((100 * ${al% *})) -ge $((99 * ${al#* })) ]; then
+            echo "KTEST ok   host: the module's FPDUs on eth0: ${al% *} of ${al#* } start a TCP segment"
+        else
+            echo "KTEST FAIL host: the module's FPDUs on eth0: only ${al% *} of ${al#* } start a TCP segment (99% wanted)"
+        fi
+    else
+        echo "KTEST FAIL host: no capture of the guest's NIC ($d/nic.pcap)"
+    fi
     local n
     n=$(ls "$d"/srv.*.pcap "$d"/cli.*.pcap 2>/dev/null | wc -l)
     [ "$n" = $((2 * $(echo $LIB_CASES | wc -w))) ] && echo "KTEST ok   host: $n captures" ||
@@ -696,7 +785,7 @@ test_vm() {
     mkdir -p "$share"
     if [ -x "$UIWARP_BIN" ]; then
         lib=1
-        fw=(-d "$share" -p "$LIB_HPORT:7190")
+        fw=(-d "$share" -p "$LIB_HPORT:7190" -c "$share/nic.pcap")
         lib_host "$share" &
         libpid=$!
     else
@@ -717,7 +806,7 @@ test_vm() {
         hp=$(grep -c '^KTEST ok   host' "$log" || true)
         hf=$(grep -c '^KTEST FAIL host' "$log" || true)
         rm -rf "$B/lib-interop" && mkdir -p "$B/lib-interop"
-        cp "$share"/*.pcap "$share"/srv.*.log "$share"/cli.*.log "$B/lib-interop/" 2>/dev/null || true
+        cp "$share"/*.pcap "$share"/*.dump.txt "$share"/*.log "$B/lib-interop/" 2>/dev/null || true
     fi
     summary=$(grep '^KTEST: ' "$log" | tail -1 || true)
     [ -n "$summary" ] || die "no result from the VM (siw-vm-run rc=$rc; log: $log)"
@@ -958,6 +1047,20 @@ test_pair() {
             else
                 echo "KTEST FAIL host: uiwarp dump --strict $(basename "$f"): $(grep -E 'violation|problem|error|tolerated: [a-z]' "$f.dump.txt" 2>/dev/null | head -3 | paste -sd';')"
             fi
+            # the FPDUs each VM sent: siw's for comparison, the module's
+            # must start a TCP segment (at least 99%: RFC 5044 §8)
+            local al
+            al=$(guest_align "$f.dump.txt" 2>/dev/null)
+            case $f in
+            *module-vm.pcap)
+                if [ "${al#* }" -gt 0 ] && [ $((100 * ${al% *})) -ge $((99 * ${al#* })) ]; then
+                    echo "KTEST ok   host: the module's FPDUs on its NIC: ${al% *} of ${al#* } start a TCP segment"
+                else
+                    echo "KTEST FAIL host: the module's FPDUs on its NIC: only ${al% *} of ${al#* } start a TCP segment (99% wanted)"
+                fi
+                ;;
+            *) echo "kernel.sh: ALIGN siw's FPDUs on its NIC: ${al% *} of ${al#* } start a TCP segment" ;;
+            esac
             local ords
             ords=$(sed -n 's/.*IRD\/ORD a \([0-9]*\)\/[0-9]* b [0-9]*\/\([0-9]*\).*/\1 \2/p' "$f.dump.txt" 2>/dev/null)
             if [ "$(echo "$ords" | grep -c .)" -ge 4 ] && echo "$ords" | awk '$2 < 1 || $2 > $1 { exit 1 }'; then
