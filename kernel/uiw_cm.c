@@ -76,7 +76,14 @@ MODULE_PARM_DESC(first_hold_ms,
                  "initiator: ms between the MPA Reply and the first FPDU (siw's responder "
                  "misses bytes that come before it watches its socket; default 20)");
 
+static unsigned int mpa_timeout_ms = 10000;
+module_param(mpa_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(mpa_timeout_ms,
+                 "ms an initiator waits for the MPA Reply and a responder for the Request "
+                 "before closing (default 10000, as the library's UIWARP_MPA_TIMEOUT_MS)");
+
 static struct workqueue_struct *uiw_wq;
+static atomic_t uiw_neps = ATOMIC_INIT(0); /* endpoints alive, checked at unload */
 
 #define RXBUF_LEN (64 * 1024)
 #define TXIOV_MAX (UIW_MAX_SGE * (UIW_MAX_FR_PAGES + 1) + 1)
@@ -96,7 +103,7 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_ABORT };
+enum { EPF_ABORT, EPF_MPA_TIMEOUT };
 
 /* what the current received segment is for */
 enum seg_kind {
@@ -119,6 +126,8 @@ struct uiw_ep {
     struct work_struct work;
     struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms) */
     bool hold_armed, first_sent;
+    struct delayed_work mpa_timer; /* the MPA Request or Reply must come in time */
+    bool mpa_armed;
     unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
@@ -215,6 +224,7 @@ static void ep_free(struct kref *k)
     kvfree(ep->txiov);
     kvfree(ep->fpdu);
     kfree(ep);
+    atomic_dec(&uiw_neps);
 }
 
 static void ep_put(struct uiw_ep *ep)
@@ -232,16 +242,51 @@ static void ep_hold_fn(struct work_struct *w)
     ep_put(ep); /* the reference taken when it was armed */
 }
 
+/*
+ * MPA timer (docs/ENGINE.md "Timers", "Hostile peers"): RFC 5044 §7.1 sets
+ * no bound on the exchange, so a responder whose peer never sends the
+ * Request, or an initiator whose peer never replies, would hold the socket
+ * for ever. Both give up after mpa_timeout_ms, as the library does.
+ */
+static void ep_mpa_timer_fn(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, mpa_timer);
+
+    set_bit(EPF_MPA_TIMEOUT, &ep->flags);
+    ep_queue(ep);
+    ep_put(ep); /* the reference taken when it was armed */
+}
+
+/* ep->mu held (or the ep not yet shared). */
+static void ep_mpa_arm(struct uiw_ep *ep)
+{
+    clear_bit(EPF_MPA_TIMEOUT, &ep->flags);
+    kref_get(&ep->ref);
+    ep->mpa_armed = true;
+    if (!queue_delayed_work(uiw_wq, &ep->mpa_timer,
+                            msecs_to_jiffies(max_t(unsigned int, mpa_timeout_ms, 1))))
+        ep_put(ep); /* already pending: it has its reference */
+}
+
+static void ep_mpa_disarm(struct uiw_ep *ep)
+{
+    if (ep->mpa_armed && cancel_delayed_work(&ep->mpa_timer))
+        ep_put(ep);
+    ep->mpa_armed = false;
+}
+
 static struct uiw_ep *ep_new(struct uiw_dev *d)
 {
     struct uiw_ep *ep = kzalloc(sizeof(*ep), GFP_KERNEL);
 
     if (!ep)
         return NULL;
+    atomic_inc(&uiw_neps);
     kref_init(&ep->ref);
     mutex_init(&ep->mu);
     INIT_WORK(&ep->work, ep_work);
     INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
+    INIT_DELAYED_WORK(&ep->mpa_timer, ep_mpa_timer_fn);
     ep->dev = d;
     return ep;
 }
@@ -523,6 +568,7 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
     if (ep->hold_armed && cancel_delayed_work(&ep->hold))
         ep_put(ep);
     ep->hold_armed = false;
+    ep_mpa_disarm(ep);
 
     sock_close(ep);
     qp_unlink(ep, qp_ev);
@@ -1909,6 +1955,7 @@ static void active_connect(struct uiw_ep *ep)
     if (rc < 0)
         goto fail;
     ep->state = EP_WAIT_REP;
+    ep_mpa_arm(ep);
     sock_attach(ep);
     rc = sock_send_all(ep->sock, out, rc);
     if (rc)
@@ -1923,14 +1970,62 @@ fail:
     ep_teardown(ep, false, -1);
 }
 
+/*
+ * Initiator: the Reply failed a check that RFC 6581 answers with a
+ * Terminate before the close (§9.1: the responder's ORD exceeds the IRD we
+ * can have, LLP / MPA / code 6 "insufficient IRD resources"; §9.2: A not
+ * mirrored or no RTR type we can send, code 7 "no matching RTR model").
+ * The Terminate is the first FPDU of the stream (RFC 5040 §4.8: untagged,
+ * QN 2, MSN 1, MO 0, L; an LLP error carries no headers), framed as the
+ * negotiation would have had it (CRC, markers: RFC 5044 §7.1.1). A
+ * malformed Reply (code 4) gets none: RFC 5044 §8 closes at once.
+ */
+static void mpa_send_term(struct uiw_ep *ep, const uiw_mpa_neg *n)
+{
+    uiw_tx_cfg cfg = {.crc = n->result.crc, .markers = n->result.markers_tx, .max_fpdu = 1024};
+    uiw_fpdu *f = kmalloc(sizeof(*f), GFP_KERNEL);
+    struct msghdr m = {.msg_flags = MSG_NOSIGNAL | MSG_DONTWAIT | MSG_EOR};
+    uiw_tx_msg msg;
+    uiw_tx tx;
+    uiw_hdr h;
+    int rc = -ENOMEM;
+
+    if (f) {
+        uiw_hdr_init_untagged(&h, UIW_OP_TERMINATE, UIW_QN_TERMINATE, 1);
+        uiw_term_attach(&h.u.term, n->term, NULL, 0);
+        rc = uiw_tx_init(&tx, &cfg) ?: uiw_tx_msg_init(&msg, &h, NULL, 0, 0);
+        if (!rc)
+            rc = uiw_tx_next(&tx, &msg, f) == 1 ? 0 : -EINVAL;
+        if (!rc) {
+            rc = kernel_sendmsg(ep->sock, &m, (struct kvec *)f->iov, f->iovcnt, f->bytes);
+            rc = rc == (int)f->bytes ? 0 : (rc < 0 ? rc : -EIO);
+        }
+        kfree(f);
+    }
+    pr_info(
+        "%s: MPA Reply refused (%s): Terminate %s/%s/%s %s\n", ep_name(ep), n->why ? n->why : "",
+        uiw_term_layer_name(n->term.layer), uiw_term_etype_name(n->term.layer, n->term.etype),
+        uiw_term_ecode_name(n->term.layer, n->term.etype, n->term.ecode), rc ? "not sent" : "sent");
+}
+
 static void active_reply(struct uiw_ep *ep)
 {
     uiw_mpa_neg *n = &ep->neg;
     size_t olen = 0;
-    int rc = mpa_read(ep, UIW_MPA_REPLY);
+    int rc;
 
+    if (test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+        /* no (whole) Reply within mpa_timeout_ms: -ETIMEDOUT, which
+         * rdma_cm reports as RDMA_CM_EVENT_UNREACHABLE */
+        pr_info("%s: no MPA Reply in %u ms: connection closed\n", ep_name(ep), mpa_timeout_ms);
+        ep->mpa_armed = false;
+        rc = -ETIMEDOUT;
+        goto fail;
+    }
+    rc = mpa_read(ep, UIW_MPA_REPLY);
     if (rc == 0)
         return;
+    ep_mpa_disarm(ep);
     if (rc > 0) {
         rc = uiw_mpa_neg_feed(n, ep->mpabuf, ep->mpa_have, NULL, 0, &olen);
         if (rc >= 0 && n->state == UIW_MPA_S_DONE) {
@@ -1951,12 +2046,19 @@ static void active_reply(struct uiw_ep *ep)
             ep->state = EP_IDLE;
             ep_teardown(ep, false, -1);
             return;
+        } else if (n->state == UIW_MPA_S_FAILED) {
+            if (n->term_valid && n->term_send)
+                mpa_send_term(ep, n);
+            /* the cause for iw_cm: -EPROTO, -EOPNOTSUPP, -ENOBUFS
+             * (rdma_cm: RDMA_CM_EVENT_CONNECT_ERROR) */
+            rc = n->error ? n->error : -EPROTO;
         } else {
             rc = -ECONNRESET;
         }
     }
+fail:
     pr_debug("%s: MPA Reply: %d (%s)\n", ep_name(ep), rc, n->why ? n->why : "");
-    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, -ECONNRESET, NULL, 0, NULL);
+    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, rc, NULL, 0, NULL);
     ep->state = EP_IDLE;
     ep_teardown(ep, false, -1);
 }
@@ -1968,8 +2070,17 @@ static void passive_request(struct uiw_ep *ep)
     uiw_mpa_policy pol;
     u8 out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
-    int rc = mpa_read(ep, UIW_MPA_REQUEST);
+    int rc;
 
+    if (test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+        /* no (whole) Request within mpa_timeout_ms: closed, the ULP
+         * never hears of it */
+        ep->mpa_armed = false;
+        rc = -ETIMEDOUT;
+        pr_info("%s: no MPA Request in %u ms: connection closed\n", ep_name(ep), mpa_timeout_ms);
+        goto drop;
+    }
+    rc = mpa_read(ep, UIW_MPA_REQUEST);
     if (rc == 0)
         return;
     if (rc < 0)
@@ -2001,6 +2112,7 @@ static void passive_request(struct uiw_ep *ep)
         mutex_unlock(&l->mu);
         goto drop;
     }
+    ep_mpa_disarm(ep);
     ep->state = EP_REQ_PENDING;
     kref_get(&ep->ref); /* iw_cm's provider_data, until accept or reject */
     upcall(ep, l->cm_id, IW_CM_EVENT_CONNECT_REQUEST, 0, ep->neg.result.peer_pd,
@@ -2034,6 +2146,7 @@ static void listen_accept(struct uiw_ep *l)
         ep->listener = l;
         kernel_getsockname(ns, (struct sockaddr *)&ep->laddr);
         kernel_getpeername(ns, (struct sockaddr *)&ep->raddr);
+        ep_mpa_arm(ep);
         sock_attach(ep);
         ep_queue(ep);
         ep_put(ep); /* the socket's reference keeps it */
@@ -2370,5 +2483,10 @@ int uiw_cm_init(void)
 
 void uiw_cm_exit(void)
 {
+    int n;
+
     destroy_workqueue(uiw_wq);
+    n = atomic_read(&uiw_neps);
+    if (n)
+        pr_err("uiwarp: objects left at unload: %d connection endpoints\n", n);
 }

@@ -2691,6 +2691,213 @@ static void h_bad_mpa(struct sockaddr_in *hin, const u8 *req, unsigned int len, 
     CHECK(READ_ONCE(q_hs.in) == q_hs.out, "%s: an event reached the ULP", what);
 }
 
+/* ------------------------------------------------------------------------
+ * The driver as MPA initiator against a hostile responder, and its MPA
+ * timers (hostile=1). A raw listener on port+3 reads the driver's Request
+ * and answers with a Reply written here by hand (RFC 5044 §7.1, RFC 6581
+ * §9: A, B over IRD, C, D over ORD), or not at all.
+ * ---------------------------------------------------------------------- */
+
+static unsigned int mpa_timeout_ms = 2000;
+module_param(mpa_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(mpa_timeout_ms, "hostile=1: the driver's mpa_timeout_ms (default 2000)");
+
+static struct evq q_hc; /* the driver's initiator against the raw listener */
+
+/* A client on the device connects to the raw listener ls (at lin); the
+ * raw end accepts and reads the Request (checked: revision 2, S, P2P with
+ * the Write and Read RTRs offered). Returns the accepted socket or NULL. */
+static struct socket *hr_up(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin,
+                            struct end *c, const char *what)
+{
+    struct rdma_conn_param p = {.responder_resources = 4, .initiator_depth = 4};
+    struct socket *ns = NULL;
+    u8 req[20 + 512];
+    u32 pl;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    c->id = rdma_create_id(&init_net, cm_handler, &q_hc, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c->id)) {
+        c->id = NULL;
+        CHECK(0, "%s: rdma_create_id", what);
+        return NULL;
+    }
+    rc = rdma_resolve_addr(c->id, NULL, (struct sockaddr *)lin, 2000);
+    if (rc || evq_wait(&q_hc, RDMA_CM_EVENT_ADDR_RESOLVED, what) < 0 ||
+        rdma_resolve_route(c->id, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ROUTE_RESOLVED, what) < 0 || !end_init(ib, c) || conn_qp(c)) {
+        CHECK(0, "%s: client setup (%d)", what, rc);
+        return NULL;
+    }
+    rc = rdma_connect(c->id, &p);
+    CHECK(rc == 0, "%s: rdma_connect: %d", what, rc);
+    if (rc)
+        return NULL;
+    rc = kernel_accept(ls, &ns, 0);
+    CHECK(rc == 0, "%s: raw accept: %d", what, rc);
+    if (rc)
+        return NULL;
+    ns->sk->sk_rcvtimeo = 5 * HZ;
+    ns->sk->sk_sndtimeo = 5 * HZ;
+    rc = raw_recv(ns, req, 20);
+    pl = rc ? 0 : (u32)req[18] << 8 | req[19];
+    if (!rc && pl >= 4 && pl <= 512)
+        rc = raw_recv(ns, req + 20, pl);
+    CHECK(rc == 0 && !memcmp(req, "MPA ID Req Frame", 16) && req[17] == 2 && (req[16] & 0x10) &&
+              pl >= 4 && (req[20] & 0x80) && (req[22] & 0xC0) == 0xC0,
+          "%s: the driver's Request (%d) %*ph", what, rc, 24, req);
+    return ns;
+}
+
+/* The client's connect ends with event want (status st when st != 0),
+ * then it is destroyed: iw_cm waits for the driver's reply to a connect,
+ * so the destruction returning says no endpoint holds it. */
+static void hr_down(struct end *c, struct socket *ns, int want, int st, const char *what)
+{
+    int i = evq_wait(&q_hc, want, what);
+
+    if (i >= 0 && st)
+        CHECK(q_hc.e[i].status == st, "%s: status %d, want %d", what, q_hc.e[i].status, st);
+    if (c->id && c->id->qp)
+        CHECK(qp_state(c->id->qp) != IB_QPS_RTS, "%s: the QP in RTS", what);
+    end_fini(c);
+    if (ns)
+        sock_release(ns);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event", what);
+}
+
+/* A Reply that fails the initiator's checks: a Terminate LLP / MPA /
+ * ecode, no headers (RFC 6581 §9.1, §9.2; ecode < 0: none, the stream
+ * just closes, RFC 5044 §8 code 4), then EOF; the connect fails with
+ * RDMA_CM_EVENT_CONNECT_ERROR. */
+static void h_bad_reply(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin,
+                        const u8 *rep, unsigned int len, int ecode, const char *what)
+{
+    struct end c;
+    struct hconn h = {};
+    u8 b[64];
+    int rc;
+
+    h.sock = hr_up(ib, ls, lin, &c, what);
+    if (h.sock) {
+        CHECK(raw_send(h.sock, rep, len) == 0, "%s: the Reply", what);
+        if (ecode >= 0) {
+            h_term(&h, what, T_LLP, 0, ecode, NULL, 0, NULL);
+        } else {
+            rc = raw_recv(h.sock, b, 1);
+            CHECK(rc == -EPIPE, "%s: %d, want EOF and nothing before it", what, rc);
+        }
+    }
+    hr_down(&c, h.sock, RDMA_CM_EVENT_CONNECT_ERROR, 0, what);
+}
+
+/* A responder that never replies (the driver's initiator gives up after
+ * mpa_timeout_ms: UNREACHABLE, -ETIMEDOUT, EOF at the raw end), while an
+ * initiator that never sends its Request sits on the driver's listener
+ * (hin): its connection closed within the same bound, the ULP told
+ * nothing. */
+static void h_silent(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin,
+                     struct sockaddr_in *hin)
+{
+    unsigned long t0, bound = msecs_to_jiffies(mpa_timeout_ms);
+    struct socket *si = NULL, *ns;
+    struct end c;
+    u8 b;
+    int rc;
+
+    /* the silent initiator */
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &si);
+    CHECK(rc == 0, "silent initiator: socket: %d", rc);
+    if (rc)
+        si = NULL;
+    if (si) {
+        sock_set_reuseaddr(si->sk);
+        rc = kernel_connect(si, (struct sockaddr *)hin, sizeof(*hin), 0);
+        CHECK(rc == 0, "silent initiator: connect: %d", rc);
+    }
+    t0 = jiffies;
+    /* the silent responder */
+    ns = hr_up(ib, ls, lin, &c, "silent responder");
+    if (ns) {
+        unsigned long t1 = jiffies;
+
+        ns->sk->sk_rcvtimeo = bound + 5 * HZ;
+        rc = raw_recv(ns, &b, 1);
+        CHECK(rc == -EPIPE, "silent responder: %d, want EOF", rc);
+        CHECK(time_after_eq(jiffies, t1 + bound * 9 / 10) &&
+                  time_before(jiffies, t1 + bound + 3 * HZ),
+              "silent responder: closed after %u ms, want %u", jiffies_to_msecs(jiffies - t1),
+              mpa_timeout_ms);
+    }
+    hr_down(&c, ns, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT, "silent responder");
+    if (si) {
+        si->sk->sk_rcvtimeo = bound + 5 * HZ;
+        rc = raw_recv(si, &b, 1);
+        CHECK(rc == -EPIPE, "silent initiator: %d, want EOF", rc);
+        CHECK(time_before(jiffies, t0 + bound + 3 * HZ),
+              "silent initiator: closed after %u ms, want %u", jiffies_to_msecs(jiffies - t0),
+              mpa_timeout_ms);
+        sock_release(si);
+        CHECK(READ_ONCE(q_hs.in) == q_hs.out, "silent initiator: an event reached the ULP");
+    }
+}
+
+/* RFC 6581 §9 Reply checks and the MPA timers: 5 classes. */
+static unsigned int h_initiator(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    struct sockaddr_in lin = *hin;
+    struct socket *ls;
+    u8 rep[24] = "MPA ID Rep Frame";
+    unsigned int cases = 0;
+    int rc;
+
+    evq_init(&q_hc);
+    lin.sin_port = htons(port + 3);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    CHECK(rc == 0, "raw listener: %d", rc);
+    if (rc)
+        return 0;
+    sock_set_reuseaddr(ls->sk);
+    ls->sk->sk_rcvtimeo = 5 * HZ; /* kernel_accept's wait */
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 4);
+    CHECK(rc == 0, "raw listener: bind/listen: %d", rc);
+    if (rc)
+        goto out;
+
+    /* 27. A not mirrored (RFC 6581 §9.2: "MUST ... send a TERM message"
+     * LLP, MPA, code 7 "no matching RTR model") */
+    rep[16] = 0x10; /* S, no C: no CRC */
+    rep[17] = 2;
+    be16(rep + 18, 4);
+    be16(rep + 20, 4);          /* A = 0, IRD 4 */
+    be16(rep + 22, 0x8000 | 4); /* C (Write RTR), ORD 4 */
+    h_bad_reply(ib, ls, &lin, rep, sizeof(rep), 7, "Reply without A");
+    cases++;
+
+    /* 28. the responder's ORD 200 beyond the IRD the driver can have (16):
+     * RFC 6581 §9.1, LLP, MPA, code 6 "insufficient IRD resources" */
+    be16(rep + 20, 0x8000 | 4);   /* A, IRD 4 */
+    be16(rep + 22, 0x8000 | 200); /* C, ORD 200 */
+    h_bad_reply(ib, ls, &lin, rep, sizeof(rep), 6, "Reply ORD 200");
+    cases++;
+
+    /* 29. a bad key: not a Reply (RFC 5044 §7.1.2 rule 5, §8 code 4:
+     * closed at once, no Terminate) */
+    be16(rep + 22, 0x8000 | 4);
+    memcpy(rep, "MPA ID Rep Frxme", 16);
+    h_bad_reply(ib, ls, &lin, rep, sizeof(rep), -1, "Reply key");
+    cases++;
+
+    /* 30, 31. the MPA timers */
+    h_silent(ib, ls, &lin, hin);
+    cases += 2;
+out:
+    sock_release(ls);
+    return cases;
+}
+
 static void test_hostile(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -3072,6 +3279,7 @@ static void test_hostile(struct ib_device *ib)
         h_bad_mpa(&hin, mk, sizeof(mk), "markers asked for");
         cases++;
     }
+    cases += h_initiator(ib, &hin);
     h_alive(&c, &s, "after the MPA classes");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
