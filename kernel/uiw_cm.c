@@ -57,6 +57,11 @@ static unsigned int mpa_rev = 2;
 module_param(mpa_rev, uint, 0644);
 MODULE_PARM_DESC(mpa_rev, "MPA revision sent: 1 or 2 (default, RFC 6581 IRD/ORD)");
 
+static bool mpa_rev1_fallback = true;
+module_param(mpa_rev1_fallback, bool, 0644);
+MODULE_PARM_DESC(mpa_rev1_fallback, "initiator: a revision 2 Request reset before any byte of "
+                                    "the Reply is tried once more at revision 1 (default 1)");
+
 static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
 MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: the connection's TCP MSS, one FPDU a segment)");
@@ -137,6 +142,7 @@ struct uiw_ep {
     void (*old_state_change)(struct sock *sk);
     enum ep_state state;
     bool active;
+    bool rev1;              /* initiator: the revision 1 retry (mpa_rev1_fallback) */
     struct iw_cm_id *cm_id; /* a reference (cm_id->add_ref) while set */
     struct uiw_ep *listener;
     struct uiw_qp *qp;
@@ -1927,7 +1933,7 @@ static int mpa_read(struct uiw_ep *ep, unsigned int kind)
         if (n < 0)
             return n;
         if (n == 0)
-            return -ECONNRESET;
+            return -ESHUTDOWN; /* an orderly close (a reset is -ECONNRESET) */
         ep->mpa_have += n;
     }
 }
@@ -1951,6 +1957,12 @@ static void active_connect(struct uiw_ep *ep)
             ep->laddr = a;
     }
     make_policy(&pol, ep->ird, ep->ord, ep->pd, ep->pd_len);
+    if (ep->rev1) {
+        /* RFC 5044 alone: no IRD/ORD words, so no peer-to-peer mode */
+        pol.rev = 1;
+        pol.p2p = false;
+        pol.rtr_offer = 0;
+    }
     rc = uiw_mpa_neg_start_initiator(&ep->neg, &pol, out, sizeof(out));
     if (rc < 0)
         goto fail;
@@ -2008,6 +2020,43 @@ static void mpa_send_term(struct uiw_ep *ep, const uiw_mpa_neg *n)
         uiw_term_ecode_name(n->term.layer, n->term.etype, n->term.ecode), rc ? "not sent" : "sent");
 }
 
+static int sock_new(struct uiw_dev *d, int family, struct socket **s);
+static int addr_len(const struct sockaddr_storage *a);
+
+/*
+ * Revision 1 fallback (docs/ENGINE.md "MPA revision 1 fallback", as the
+ * library): an RNIC running MPA revision 1 resets the TCP connection when
+ * a revision 2 Request (RFC 6581 §10) arrives, and RNIC initiators then
+ * connect once more at revision 1 (RFC 5044 §7.1: no IRD/ORD words, no
+ * peer-to-peer mode). So does this one, when the reset comes before any
+ * byte of a Reply: a new socket from the same address (a new port), the
+ * same private data and IRD/ORD. Once per connection. True if under way.
+ */
+static bool active_rev1_retry(struct uiw_ep *ep, int rc)
+{
+    struct sockaddr_storage src = ep->laddr;
+
+    if (rc != -ECONNRESET || ep->rev1 || !mpa_rev1_fallback || mpa_rev != 2 || ep->mpa_have)
+        return false;
+    pr_info("%s: the peer reset the MPA revision 2 Request: trying revision 1\n", ep_name(ep));
+    ep->rev1 = true;
+    sock_close(ep);
+    if (src.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+    else
+        ((struct sockaddr_in *)&src)->sin_port = 0;
+    if (sock_new(ep->dev, ep->raddr.ss_family, &ep->sock) ||
+        kernel_bind(ep->sock, (struct sockaddr *)&src, addr_len(&src))) {
+        if (ep->sock)
+            sock_release(ep->sock);
+        ep->sock = NULL;
+        return false;
+    }
+    ep->state = EP_CONNECTING;
+    ep_queue(ep);
+    return true;
+}
+
 static void active_reply(struct uiw_ep *ep)
 {
     uiw_mpa_neg *n = &ep->neg;
@@ -2026,6 +2075,10 @@ static void active_reply(struct uiw_ep *ep)
     if (rc == 0)
         return;
     ep_mpa_disarm(ep);
+    if (active_rev1_retry(ep, rc))
+        return;
+    if (rc == -ESHUTDOWN)
+        rc = -ECONNRESET;
     if (rc > 0) {
         rc = uiw_mpa_neg_feed(n, ep->mpabuf, ep->mpa_have, NULL, 0, &olen);
         if (rc >= 0 && n->state == UIW_MPA_S_DONE) {

@@ -2844,7 +2844,79 @@ static void h_silent(struct ib_device *ib, struct socket *ls, struct sockaddr_in
     }
 }
 
-/* RFC 6581 §9 Reply checks and the MPA timers: 5 classes. */
+/* MPA revision 1 fallback: the raw responder resets the driver's
+ * revision 2 Request (as an RNIC running revision 1 does); the driver
+ * connects once more, a revision 1 Request (RFC 5044 §7.1: no S, no IRD/ORD
+ * words, no peer-to-peer mode), which a revision 1 Reply accepts: the
+ * connection is established and carries a Send (the client's first FPDU,
+ * no RTR before it), read here at the raw end. */
+static void h_rev1(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin)
+{
+    static const char what[] = "revision 1 fallback";
+    struct end c;
+    struct hconn h = {};
+    struct socket *ns = hr_up(ib, ls, lin, &c, what);
+    u8 req[20 + 64], rep[20] = "MPA ID Rep Frame", *buf = kzalloc(64, GFP_KERNEL);
+    static u8 u[256];
+    struct ib_wc wc;
+    int i, rc;
+
+    if (!ns || !buf)
+        goto out;
+    sock_no_linger(ns->sk);
+    sock_release(ns); /* a reset */
+    ns = NULL;
+    rc = kernel_accept(ls, &ns, 0);
+    CHECK(rc == 0, "%s: no second connection: %d", what, rc);
+    if (rc) {
+        ns = NULL;
+        goto out;
+    }
+    ns->sk->sk_rcvtimeo = 5 * HZ;
+    rc = raw_recv(ns, req, 20);
+    CHECK(rc == 0 && !memcmp(req, "MPA ID Req Frame", 16) && req[17] == 1 && !(req[16] & 0x90) &&
+              req[18] == 0 && req[19] == 0,
+          "%s: the second Request (%d) %*ph", what, rc, 20, req);
+    if (rc)
+        goto out;
+    rep[16] = 0;
+    rep[17] = 1;
+    rep[18] = rep[19] = 0;
+    CHECK(raw_send(ns, rep, sizeof(rep)) == 0, "%s: the Reply", what);
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what);
+    if (i < 0)
+        goto out;
+    CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
+    memcpy(buf, "revision one", 12);
+    {
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)buf, .length = 12, .lkey = c.pd->local_dma_lkey};
+
+        rc = post_one(c.id->qp, IB_WR_SEND, 71, &sge, 1, 0, 0);
+    }
+    CHECK(rc == 0, "%s: post a Send: %d", what, rc);
+    h.sock = ns;
+    rc = h_fpdu(&h, u, sizeof(u));
+    /* untagged, L, Send (RFC 5040 §4.3: opcode 3), QN 0, MSN 1, MO 0 */
+    CHECK(rc == 18 + 12 && u[0] == 0x41 && u[1] == 0x43 && get_be32(u + 6) == 0 &&
+              get_be32(u + 10) == 1 && get_be32(u + 14) == 0 && !memcmp(u + 18, buf, 12),
+          "%s: the first FPDU (%d) %*ph", what, rc, rc > 0 ? min_t(int, rc, 30) : 0, u);
+    rc = poll_n(c.cq, &wc, 1);
+    CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 71, "%s: the Send's completion",
+          what);
+    sock_release(ns); /* FIN: the client hears DISCONNECTED */
+    ns = NULL;
+    hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
+    kfree(buf);
+    return;
+out:
+    if (ns)
+        sock_release(ns);
+    end_fini(&c);
+    kfree(buf);
+}
+
+/* RFC 6581 §9 Reply checks, the revision 1 fallback and the MPA timers: 6 classes. */
 static unsigned int h_initiator(struct ib_device *ib, struct sockaddr_in *hin)
 {
     struct sockaddr_in lin = *hin;
@@ -2890,7 +2962,11 @@ static unsigned int h_initiator(struct ib_device *ib, struct sockaddr_in *hin)
     h_bad_reply(ib, ls, &lin, rep, sizeof(rep), -1, "Reply key");
     cases++;
 
-    /* 30, 31. the MPA timers */
+    /* 30. the revision 1 fallback */
+    h_rev1(ib, ls, &lin);
+    cases++;
+
+    /* 31, 32. the MPA timers */
     h_silent(ib, ls, &lin, hin);
     cases += 2;
 out:

@@ -271,8 +271,11 @@ fi
 # Read Requests beyond IRD, Read sources out of bounds or unregistered,
 # a Write after a remote invalidate, a bad Invalidate STag, a Write
 # without remote write, an unsolicited Read Response), 3 bad MPA
-# Requests (not MPA, PD_Length 65535, markers), then 500 randomly
-# damaged streams;
+# Requests (not MPA, PD_Length 65535, markers), 3 bad MPA Replies to the
+# driver's initiator (A not mirrored, ORD beyond its IRD: Terminates
+# LLP/MPA/7 and /6; a bad key: none), the revision 1 fallback after a
+# reset Request, a silent responder and a silent initiator (the MPA
+# timer, mpa_timeout_ms=2000), then 500 randomly damaged streams;
 # each checked in the module: the Terminate's bytes, EOF, that QP in ERR
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
@@ -281,7 +284,15 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
-  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 31 classes' && ok "hostile peer: 31 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 32 classes' && ok "hostile peer: 32 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  # the driver's own lines for the Reply classes and the timers
+  nt=\$(dmesg | grep 'MPA Reply refused.*: Terminate LLP/MPA/.* sent\$' | grep -vc 'not sent\$')
+  if [ "\$nt" = 2 ] && dmesg | grep -q 'no MPA Reply in 2000 ms' && dmesg | grep -q 'no MPA Request in 2000 ms' &&
+     dmesg | grep -q 'reset the MPA revision 2 Request: trying revision 1'; then
+    ok "hostile peer: the driver's Terminates for 2 bad Replies, its MPA timers, the revision 1 retry"
+  else
+    dmesg | grep -E 'MPA|revision' | tail; bad "hostile peer: the driver's lines for the MPA classes (\$nt Terminates)"
+  fi
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
