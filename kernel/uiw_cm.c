@@ -2158,8 +2158,12 @@ static void passive_request(struct uiw_ep *ep)
      */
     ep->ird = ep->neg.result.peer_ird;
     ep->ord = ep->neg.result.peer_ord;
+    /* RFC 5044 alone (revision 1, or a revision 2 Request without S):
+     * no IRD/ORD words, the defaults go to the ULP as the library's */
     if (!ep->neg.result.enhanced)
         ep->ird = ep->ord = UIW_MPA_DEFAULT_IRD;
+    pr_debug("%s: MPA Request revision %u%s, answered at revision %u\n", ep_name(ep),
+             ep->neg.peer.rev, ep->neg.result.enhanced ? " (RFC 6581)" : "", ep->neg.result.rev);
     mutex_lock_nested(&l->mu, SINGLE_DEPTH_NESTING);
     if (l->state != EP_LISTEN || !l->cm_id) {
         mutex_unlock(&l->mu);

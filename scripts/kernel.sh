@@ -387,6 +387,33 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   kclr
   done
+  # siw's rev1 variant (MPA revision 1: no IRD/ORD words, no P2P) as
+  # initiator: its rping -c -V against the ktest's rping server on uiw0,
+  # which answers at revision 1 and Reads the client's buffer
+  if [ -f /lib/siw-variants/rev1/siw.ko ]; then
+    nsenter -t \$peer -n rdma link delete siw0; rmmod siw
+    insmod /lib/siw-variants/rev1/siw.ko && nsenter -t \$peer -n rdma link add siw0 type siw netdev v1 || bad "siw interop: siw's rev1 variant"
+    insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop (rev1): uiw0 on v0"
+    echo 'module uiwarp +p' >/proc/dynamic_debug/control
+    insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=7176 &
+    kt=\$!
+    i=0
+    while ! ss -ltn 2>/dev/null | grep -q ':7176 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+    nsenter -t \$peer -n rping -c -a 10.0.4.1 -p 7176 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1; rc=\$?
+    rping_done /tmp/rpc.log \$rc && ok "interop (siw rev1): rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "interop (siw rev1): rping -c on siw0: rc \$rc"; }
+    wait \$kt
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    dmesg | grep 'MPA Request revision' | tail -1
+    case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "interop (siw rev1): the uiw0 rping server, MPA revision 1" || bad "interop (siw rev1): not revision 1";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (siw rev1): the uiw0 rping server: \${line:-no summary line}";; esac
+    rmmod uiwarp_ktest
+    rdma link delete uiw0; rmmod uiwarp || bad "interop (siw rev1): rmmod uiwarp"
+    # the siw the rest of the run used before (the p2p variant when built)
+    nsenter -t \$peer -n rdma link delete siw0; rmmod siw
+    { [ -f /lib/siw-variants/p2p/siw.ko ] && insmod /lib/siw-variants/p2p/siw.ko; } || modprobe siw
+    nsenter -t \$peer -n rdma link add siw0 type siw netdev v1
+    kclr
+  fi
   nsenter -t \$peer -n rdma link delete siw0; ip link del v0; kill \$peer
 else
   echo "KTEST skip siw interop (no veth.ko or siw.ko)"
