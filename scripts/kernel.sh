@@ -449,7 +449,7 @@ if [ -f /rig/libcases ]; then
   # for P2P), Read where the library offers or supports only Read (r),
   # else Write (both initiators offer both, both responders prefer Write)
   rtrchk() { # \$1: the case, \$2: client or server
-    want=write; case \$1 in *p*) want=none;; *r*) want=read;; esac
+    want=write; case \$1 in *[pv]*) want=none;; *r*) want=read;; esac
     dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "lib interop \$1: the module's \$2, RTR \$want" || bad "lib interop \$1 (\$2): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
   }
   n=0
@@ -466,6 +466,9 @@ if [ -f /rig/libcases ]; then
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
     crcchk \$cs
     rtrchk \$cs client
+    # v: the library runs MPA revision 1 and resets the module's revision
+    # 2 Request; the module tries revision 1 (mpa_rev1_fallback)
+    case \$cs in *v*) dmesg | grep -q 'reset the MPA revision 2 Request: trying revision 1' && ok "lib interop \$cs: the module's client fell back to MPA revision 1" || bad "lib interop \$cs: no revision 1 fallback";; esac
     rmmod uiwarp_ktest
     waitf /rig/srv.\$cs.rc 20 && [ "\$(cat /rig/srv.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -s exits 0" ||
       bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
@@ -488,6 +491,7 @@ if [ -f /rig/libcases ]; then
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping server, the host's uiwarp rping -c -V";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping server: \${line:-no summary line}";; esac
     crcchk \$cs
     rtrchk \$cs server
+    case \$cs in *v*) dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "lib interop \$cs: the module's server answered MPA revision 1" || bad "lib interop \$cs: not revision 1: \$(dmesg | grep 'MPA Request revision' | tail -1)";; esac
     rmmod uiwarp_ktest
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
@@ -686,17 +690,19 @@ EOF
 # statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
 UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
 KIMM_BIN=${UIWARP_BUILD:-$repo/build}/bin/kimm_peer LIB_IMM_PORT=27179
-LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
+LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p 4096v"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
 # a case's letters after its size: c the module asks for CRC (mpa_crc=2);
 # L the library asks for it (UIWARP_CRC=required); r the library's
 # initiator offers, and its responder supports, only the Read RTR
 # (UIWARP_RTR=read); p neither initiator asks for P2P (UIWARP_P2P=0, the
-# module's mpa_p2p=0)
+# module's mpa_p2p=0); v the library runs MPA revision 1 (UIWARP_MPA_REV=1:
+# it resets a revision 2 Request, the module falls back to revision 1)
 lib_env() {
     local e=UIWARP_RDMACM_RETRY_MS=3000
     case $1 in *L*) e="$e UIWARP_CRC=required" ;; esac
     case $1 in *r*) e="$e UIWARP_RTR=read" ;; esac
     case $1 in *p*) e="$e UIWARP_P2P=0" ;; esac
+    case $1 in *v*) e="$e UIWARP_MPA_REV=1" ;; esac
     echo "$e"
 }
 lib_host() {
