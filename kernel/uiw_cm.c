@@ -108,7 +108,7 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_ABORT, EPF_MPA_TIMEOUT };
+enum { EPF_ABORT, EPF_MPA_TIMEOUT, EPF_SRQ_POLL };
 
 /* what the current received segment is for */
 enum seg_kind {
@@ -133,6 +133,8 @@ struct uiw_ep {
     bool hold_armed, first_sent;
     struct delayed_work mpa_timer; /* the MPA Request or Reply must come in time */
     bool mpa_armed;
+    struct delayed_work srq_poll; /* a Send waits for a receive on the QP's SRQ
+                                   * (EPF_SRQ_POLL while armed) */
     unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
@@ -254,6 +256,15 @@ static void ep_hold_fn(struct work_struct *w)
  * Request, or an initiator whose peer never replies, would hold the socket
  * for ever. Both give up after mpa_timeout_ms, as the library does.
  */
+static void ep_srq_poll_fn(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, srq_poll);
+
+    clear_bit(EPF_SRQ_POLL, &ep->flags);
+    ep_queue(ep);
+    ep_put(ep);
+}
+
 static void ep_mpa_timer_fn(struct work_struct *w)
 {
     struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, mpa_timer);
@@ -293,6 +304,7 @@ static struct uiw_ep *ep_new(struct uiw_dev *d)
     INIT_WORK(&ep->work, ep_work);
     INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
     INIT_DELAYED_WORK(&ep->mpa_timer, ep_mpa_timer_fn);
+    INIT_DELAYED_WORK(&ep->srq_poll, ep_srq_poll_fn);
     ep->dev = d;
     return ep;
 }
@@ -575,6 +587,10 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
         ep_put(ep);
     ep->hold_armed = false;
     ep_mpa_disarm(ep);
+    if (test_bit(EPF_SRQ_POLL, &ep->flags) && cancel_delayed_work(&ep->srq_poll)) {
+        clear_bit(EPF_SRQ_POLL, &ep->flags);
+        ep_put(ep);
+    }
 
     sock_close(ep);
     qp_unlink(ep, qp_ev);
@@ -1223,6 +1239,17 @@ static bool rqe_pop(struct uiw_ep *ep)
     bool got = false;
     u32 i;
 
+    if (qp->base.srq) {
+        got = uiw_srq_pop(container_of(qp->base.srq, struct uiw_srq, base), &ep->seg.rqe);
+        if (!got && !test_and_set_bit(EPF_SRQ_POLL, &ep->flags)) {
+            /* the SRQ is shared: no post on it kicks this QP, so look
+             * again in a jiffy while a Send waits ("Receiver not ready") */
+            kref_get(&ep->ref);
+            if (!queue_delayed_work(uiw_wq, &ep->srq_poll, 1))
+                ep_put(ep);
+        }
+        goto out;
+    }
     spin_lock_irqsave(&qp->lock, fl);
     if (qp->rq && qp->rq_count) {
         ep->seg.rqe = qp->rq[qp->rq_head];
@@ -1231,6 +1258,7 @@ static bool rqe_pop(struct uiw_ep *ep)
         got = true;
     }
     spin_unlock_irqrestore(&qp->lock, fl);
+out:
     if (got) {
         ep->seg.rqe_valid = true;
         ep->seg.rqe_len = 0;
@@ -1431,10 +1459,6 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
             }
         }
         if (!q->open && !ep->seg.rqe_valid) {
-            if (qp->base.srq) {
-                term_on(ep, cause, "Send to a QP on an SRQ (not yet supported)");
-                return true;
-            }
             if (!rqe_pop(ep)) {
                 ep->seg.need_rqe = true; /* "Receiver not ready": wait */
                 return false;

@@ -1493,6 +1493,138 @@ static void conn_data_free(struct end *c, struct end *s)
     cbuf = sbuf = NULL;
 }
 
+/* A connection whose server QP takes its receives from an SRQ (as
+ * nvmet-rdma with use_srq=1): Sends land in the SRQ's receives in posting
+ * order, completed on the QP's CQ with the QP; the limit event once when
+ * fewer than the armed limit remain (then disarmed); a Send that finds the
+ * SRQ empty waits until a receive is posted. */
+static atomic_t srq_limit_events = ATOMIC_INIT(0);
+
+static void srq_event(struct ib_event *ev, void *ctx)
+{
+    if (ev->event == IB_EVENT_SRQ_LIMIT_REACHED)
+        atomic_inc(&srq_limit_events);
+}
+
+static int srq_post(struct ib_srq *srq, struct end *s, u8 *buf, int slot)
+{
+    struct ib_sge sge = {
+        .addr = (u64)(uintptr_t)(buf + slot * 4096), .length = 4096, .lkey = s->pd->local_dma_lkey};
+    struct ib_recv_wr r = {.wr_id = 800 + slot, .sg_list = &sge, .num_sge = 1};
+
+    return ib_post_srq_recv(srq, &r, NULL);
+}
+
+static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
+{
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    struct ib_srq_init_attr sa = {
+        .event_handler = srq_event, .attr = {.max_wr = 8, .max_sge = 1}, .srq_type = IB_SRQT_BASIC};
+    struct ib_qp_init_attr qa = {
+        .event_handler = qp_event,
+        .cap = {.max_send_wr = 8, .max_send_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct ib_srq_attr a = {.srq_limit = 3};
+    struct end c = {}, s = {};
+    struct ib_srq *srq = NULL;
+    u8 *sb = (u8 *)__get_free_pages(GFP_KERNEL, 3), *cb = (u8 *)__get_free_pages(GFP_KERNEL, 3);
+    static const u32 len[5] = {1000, 3000, 1, 4096, 77};
+    struct ib_wc wc[8];
+    int i, k, n, rc;
+
+    atomic_set(&srq_limit_events, 0);
+    if (!sb || !cb)
+        goto out;
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        goto fail;
+    }
+    if (rdma_resolve_addr(c.id, NULL, (struct sockaddr *)sin, 2000) ||
+        evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "srq: addr") < 0 ||
+        rdma_resolve_route(c.id, 2000) ||
+        evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "srq: route") < 0 || !end_init(ib, &c) ||
+        conn_qp(&c) || rdma_connect(c.id, &p))
+        goto fail;
+    i = evq_wait(&q_srv, RDMA_CM_EVENT_CONNECT_REQUEST, "srq: request");
+    if (i < 0)
+        goto fail;
+    s.id = q_srv.e[i].id;
+    if (!end_init(ib, &s))
+        goto fail;
+    srq = ib_create_srq(s.pd, &sa);
+    if (IS_ERR(srq)) {
+        srq = NULL;
+        goto fail;
+    }
+    for (k = 0; k < 4; k++)
+        CHECK(srq_post(srq, &s, sb, k) == 0, "srq: post receive %d", k);
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_LIMIT) == 0, "srq: arm the limit");
+    qa.send_cq = s.cq;
+    qa.recv_cq = s.cq;
+    qa.srq = srq;
+    if (rdma_create_qp(s.id, s.pd, &qa))
+        goto fail;
+    p.qp_num = s.id->qp->qp_num;
+    rdma_lock_handler(s.id);
+    rc = rdma_accept(s.id, &p);
+    rdma_unlock_handler(s.id);
+    if (rc || evq_wait(&q_srv, RDMA_CM_EVENT_ESTABLISHED, "srq: server") < 0 ||
+        evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "srq: client") < 0)
+        goto fail;
+    /* 5 Sends for 4 receives: the fifth waits for the receive posted
+     * 100 ms later */
+    for (k = 0; k < 5; k++) {
+        struct ib_sge sge = {.addr = (u64)(uintptr_t)(cb + k * 4096),
+                             .length = len[k],
+                             .lkey = c.pd->local_dma_lkey};
+
+        fill(cb + k * 4096, len[k], 40 + k);
+        CHECK(post_one(c.id->qp, IB_WR_SEND, 850 + k, &sge, 1, 0, 0) == 0, "srq: Send %d", k);
+    }
+    n = poll_n(s.cq, wc, 4);
+    CHECK(n == 4, "srq: %d receives completed, want 4", n);
+    msleep(100);
+    CHECK(ib_poll_cq(s.cq, 1, &wc[4]) == 0, "srq: a fifth completion without a receive");
+    CHECK(srq_post(srq, &s, sb, 4) == 0, "srq: post receive 4");
+    n += poll_n(s.cq, wc + n, 1);
+    CHECK(n == 5, "srq: %d receives completed, want 5", n);
+    for (k = 0; k < n; k++) {
+        CHECK(wc[k].status == IB_WC_SUCCESS && wc[k].opcode == IB_WC_RECV &&
+                  wc[k].wr_id == 800 + k && wc[k].byte_len == len[k] && wc[k].qp == s.id->qp,
+              "srq: receive %d: status %d opcode %d wr_id %llu len %u", k, wc[k].status,
+              wc[k].opcode, wc[k].wr_id, wc[k].byte_len);
+        CHECK(same(sb + k * 4096, cb + k * 4096, len[k], "srq: the Send's bytes"),
+              "srq: bytes of %d", k);
+    }
+    CHECK(atomic_read(&srq_limit_events) == 1, "srq: %d limit events, want 1",
+          atomic_read(&srq_limit_events));
+    CHECK(ib_query_srq(srq, &a) == 0 && a.srq_limit == 0, "srq: limit after the event %u",
+          a.srq_limit);
+    n = poll_n(c.cq, wc, 5);
+    CHECK(n == 5, "srq: %d Send completions, want 5", n);
+    rc = rdma_disconnect(c.id);
+    CHECK(rc == 0, "srq: rdma_disconnect: %d", rc);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "srq: client");
+    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "srq: server");
+    goto out;
+fail:
+    CHECK(0, "srq connection: setup");
+out:
+    if (s.id && s.id->qp)
+        rdma_destroy_qp(s.id);
+    if (srq)
+        ib_destroy_srq(srq);
+    end_fini(&c);
+    end_fini(&s);
+    if (sb)
+        free_pages((unsigned long)sb, 3);
+    if (cb)
+        free_pages((unsigned long)cb, 3);
+}
+
 static void test_conn(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -1622,6 +1754,8 @@ static void test_conn(struct ib_device *ib)
     conn_data_free(&c, &s);
     end_fini(&c);
     end_fini(&s);
+
+    test_srq_conn(ib, &sin);
 
     /* a rejected connection */
     conn_up(ib, &sin, &c, &s, true);

@@ -590,6 +590,26 @@ if [ -f /x/nv/nvmet-rdma.ko ]; then
   insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0
   nvme_on uiw0
   rmmod nvme_rdma nvmet_rdma
+  # nvmet-rdma with use_srq=1: its receives come from SRQs (one per
+  # completion vector), shared by the queues; 8 MiB read and written
+  insmod /x/nv/nvme-rdma.ko; insmod /x/nv/nvmet-rdma.ko use_srq=1
+  kclr
+  nvme_target 8
+  if nvme_port; then
+    res=\$(rdma res show uiw0)
+    case "\$res" in *" srq 0"*) bad "NVMe-oF use_srq=1: no SRQ in use: \$res";; *" srq "*) ok "NVMe-oF use_srq=1: the target's SRQs (\$(echo "\$res" | grep -o 'srq [0-9]*'))";; *) bad "NVMe-oF use_srq=1: \$res";; esac
+    dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=8 iflag=direct 2>/dev/null && cmp /tmp/nvr /tmp/nvback &&
+      dd if=/dev/urandom of=/tmp/nvw bs=1M count=8 2>/dev/null && dd if=/tmp/nvw of=/dev/nvme0n1 bs=1M oflag=direct 2>/dev/null &&
+      cmp /tmp/nvw /tmp/nvback && ok "NVMe-oF use_srq=1: 8 MiB read and written, the file's bytes" || bad "NVMe-oF use_srq=1: read/write"
+    rm -f /tmp/nvr /tmp/nvw
+    dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "NVMe-oF use_srq=1: errors in dmesg" || ok "NVMe-oF use_srq=1: no error recovery"
+    echo 1 >/sys/class/nvme/nvme0/delete_controller
+  else
+    dmesg | tail -20; bad "NVMe-oF use_srq=1: setup or connect"
+  fi
+  nvme_port_rm
+  nvme_target_rm
+  rmmod nvme_rdma nvmet_rdma
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
   # the core's CQ pool (ib_cq_pool_get) keeps its CQs until the device goes
