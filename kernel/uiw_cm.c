@@ -57,6 +57,11 @@ static unsigned int mpa_rev = 2;
 module_param(mpa_rev, uint, 0644);
 MODULE_PARM_DESC(mpa_rev, "MPA revision sent: 1 or 2 (default, RFC 6581 IRD/ORD)");
 
+static bool mpa_rev1_fallback = true;
+module_param(mpa_rev1_fallback, bool, 0644);
+MODULE_PARM_DESC(mpa_rev1_fallback, "initiator: a revision 2 Request reset before any byte of "
+                                    "the Reply is tried once more at revision 1 (default 1)");
+
 static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
 MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: the connection's TCP MSS, one FPDU a segment)");
@@ -76,7 +81,14 @@ MODULE_PARM_DESC(first_hold_ms,
                  "initiator: ms between the MPA Reply and the first FPDU (siw's responder "
                  "misses bytes that come before it watches its socket; default 20)");
 
+static unsigned int mpa_timeout_ms = 10000;
+module_param(mpa_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(mpa_timeout_ms,
+                 "ms an initiator waits for the MPA Reply and a responder for the Request "
+                 "before closing (default 10000, as the library's UIWARP_MPA_TIMEOUT_MS)");
+
 static struct workqueue_struct *uiw_wq;
+static atomic_t uiw_neps = ATOMIC_INIT(0); /* endpoints alive, checked at unload */
 
 #define RXBUF_LEN (64 * 1024)
 #define TXIOV_MAX (UIW_MAX_SGE * (UIW_MAX_FR_PAGES + 1) + 1)
@@ -96,7 +108,7 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_ABORT };
+enum { EPF_ABORT, EPF_MPA_TIMEOUT, EPF_SRQ_POLL };
 
 /* what the current received segment is for */
 enum seg_kind {
@@ -119,6 +131,10 @@ struct uiw_ep {
     struct work_struct work;
     struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms) */
     bool hold_armed, first_sent;
+    struct delayed_work mpa_timer; /* the MPA Request or Reply must come in time */
+    bool mpa_armed;
+    struct delayed_work srq_poll; /* a Send waits for a receive on the QP's SRQ
+                                   * (EPF_SRQ_POLL while armed) */
     unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
@@ -128,6 +144,7 @@ struct uiw_ep {
     void (*old_state_change)(struct sock *sk);
     enum ep_state state;
     bool active;
+    bool rev1;              /* initiator: the revision 1 retry (mpa_rev1_fallback) */
     struct iw_cm_id *cm_id; /* a reference (cm_id->add_ref) while set */
     struct uiw_ep *listener;
     struct uiw_qp *qp;
@@ -215,6 +232,7 @@ static void ep_free(struct kref *k)
     kvfree(ep->txiov);
     kvfree(ep->fpdu);
     kfree(ep);
+    atomic_dec(&uiw_neps);
 }
 
 static void ep_put(struct uiw_ep *ep)
@@ -232,16 +250,61 @@ static void ep_hold_fn(struct work_struct *w)
     ep_put(ep); /* the reference taken when it was armed */
 }
 
+/*
+ * MPA timer (docs/ENGINE.md "Timers", "Hostile peers"): RFC 5044 §7.1 sets
+ * no bound on the exchange, so a responder whose peer never sends the
+ * Request, or an initiator whose peer never replies, would hold the socket
+ * for ever. Both give up after mpa_timeout_ms, as the library does.
+ */
+static void ep_srq_poll_fn(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, srq_poll);
+
+    clear_bit(EPF_SRQ_POLL, &ep->flags);
+    ep_queue(ep);
+    ep_put(ep);
+}
+
+static void ep_mpa_timer_fn(struct work_struct *w)
+{
+    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, mpa_timer);
+
+    set_bit(EPF_MPA_TIMEOUT, &ep->flags);
+    ep_queue(ep);
+    ep_put(ep); /* the reference taken when it was armed */
+}
+
+/* ep->mu held (or the ep not yet shared). */
+static void ep_mpa_arm(struct uiw_ep *ep)
+{
+    clear_bit(EPF_MPA_TIMEOUT, &ep->flags);
+    kref_get(&ep->ref);
+    ep->mpa_armed = true;
+    if (!queue_delayed_work(uiw_wq, &ep->mpa_timer,
+                            msecs_to_jiffies(max_t(unsigned int, mpa_timeout_ms, 1))))
+        ep_put(ep); /* already pending: it has its reference */
+}
+
+static void ep_mpa_disarm(struct uiw_ep *ep)
+{
+    if (ep->mpa_armed && cancel_delayed_work(&ep->mpa_timer))
+        ep_put(ep);
+    ep->mpa_armed = false;
+}
+
 static struct uiw_ep *ep_new(struct uiw_dev *d)
 {
     struct uiw_ep *ep = kzalloc(sizeof(*ep), GFP_KERNEL);
 
     if (!ep)
         return NULL;
+    atomic_inc(&uiw_neps);
     kref_init(&ep->ref);
     mutex_init(&ep->mu);
     INIT_WORK(&ep->work, ep_work);
     INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
+    INIT_DELAYED_WORK(&ep->mpa_timer, ep_mpa_timer_fn);
+    INIT_DELAYED_WORK(&ep->srq_poll, ep_srq_poll_fn);
     ep->dev = d;
     return ep;
 }
@@ -523,6 +586,11 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
     if (ep->hold_armed && cancel_delayed_work(&ep->hold))
         ep_put(ep);
     ep->hold_armed = false;
+    ep_mpa_disarm(ep);
+    if (test_bit(EPF_SRQ_POLL, &ep->flags) && cancel_delayed_work(&ep->srq_poll)) {
+        clear_bit(EPF_SRQ_POLL, &ep->flags);
+        ep_put(ep);
+    }
 
     sock_close(ep);
     qp_unlink(ep, qp_ev);
@@ -1171,6 +1239,17 @@ static bool rqe_pop(struct uiw_ep *ep)
     bool got = false;
     u32 i;
 
+    if (qp->base.srq) {
+        got = uiw_srq_pop(container_of(qp->base.srq, struct uiw_srq, base), &ep->seg.rqe);
+        if (!got && !test_and_set_bit(EPF_SRQ_POLL, &ep->flags)) {
+            /* the SRQ is shared: no post on it kicks this QP, so look
+             * again in a jiffy while a Send waits ("Receiver not ready") */
+            kref_get(&ep->ref);
+            if (!queue_delayed_work(uiw_wq, &ep->srq_poll, 1))
+                ep_put(ep);
+        }
+        goto out;
+    }
     spin_lock_irqsave(&qp->lock, fl);
     if (qp->rq && qp->rq_count) {
         ep->seg.rqe = qp->rq[qp->rq_head];
@@ -1179,6 +1258,7 @@ static bool rqe_pop(struct uiw_ep *ep)
         got = true;
     }
     spin_unlock_irqrestore(&qp->lock, fl);
+out:
     if (got) {
         ep->seg.rqe_valid = true;
         ep->seg.rqe_len = 0;
@@ -1379,10 +1459,6 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
             }
         }
         if (!q->open && !ep->seg.rqe_valid) {
-            if (qp->base.srq) {
-                term_on(ep, cause, "Send to a QP on an SRQ (not yet supported)");
-                return true;
-            }
             if (!rqe_pop(ep)) {
                 ep->seg.need_rqe = true; /* "Receiver not ready": wait */
                 return false;
@@ -1881,7 +1957,7 @@ static int mpa_read(struct uiw_ep *ep, unsigned int kind)
         if (n < 0)
             return n;
         if (n == 0)
-            return -ECONNRESET;
+            return -ESHUTDOWN; /* an orderly close (a reset is -ECONNRESET) */
         ep->mpa_have += n;
     }
 }
@@ -1905,10 +1981,17 @@ static void active_connect(struct uiw_ep *ep)
             ep->laddr = a;
     }
     make_policy(&pol, ep->ird, ep->ord, ep->pd, ep->pd_len);
+    if (ep->rev1) {
+        /* RFC 5044 alone: no IRD/ORD words, so no peer-to-peer mode */
+        pol.rev = 1;
+        pol.p2p = false;
+        pol.rtr_offer = 0;
+    }
     rc = uiw_mpa_neg_start_initiator(&ep->neg, &pol, out, sizeof(out));
     if (rc < 0)
         goto fail;
     ep->state = EP_WAIT_REP;
+    ep_mpa_arm(ep);
     sock_attach(ep);
     rc = sock_send_all(ep->sock, out, rc);
     if (rc)
@@ -1923,14 +2006,103 @@ fail:
     ep_teardown(ep, false, -1);
 }
 
+/*
+ * Initiator: the Reply failed a check that RFC 6581 answers with a
+ * Terminate before the close (§9.1: the responder's ORD exceeds the IRD we
+ * can have, LLP / MPA / code 6 "insufficient IRD resources"; §9.2: A not
+ * mirrored or no RTR type we can send, code 7 "no matching RTR model").
+ * The Terminate is the first FPDU of the stream (RFC 5040 §4.8: untagged,
+ * QN 2, MSN 1, MO 0, L; an LLP error carries no headers), framed as the
+ * negotiation would have had it (CRC, markers: RFC 5044 §7.1.1). A
+ * malformed Reply (code 4) gets none: RFC 5044 §8 closes at once.
+ */
+static void mpa_send_term(struct uiw_ep *ep, const uiw_mpa_neg *n)
+{
+    uiw_tx_cfg cfg = {.crc = n->result.crc, .markers = n->result.markers_tx, .max_fpdu = 1024};
+    uiw_fpdu *f = kmalloc(sizeof(*f), GFP_KERNEL);
+    struct msghdr m = {.msg_flags = MSG_NOSIGNAL | MSG_DONTWAIT | MSG_EOR};
+    uiw_tx_msg msg;
+    uiw_tx tx;
+    uiw_hdr h;
+    int rc = -ENOMEM;
+
+    if (f) {
+        uiw_hdr_init_untagged(&h, UIW_OP_TERMINATE, UIW_QN_TERMINATE, 1);
+        uiw_term_attach(&h.u.term, n->term, NULL, 0);
+        rc = uiw_tx_init(&tx, &cfg) ?: uiw_tx_msg_init(&msg, &h, NULL, 0, 0);
+        if (!rc)
+            rc = uiw_tx_next(&tx, &msg, f) == 1 ? 0 : -EINVAL;
+        if (!rc) {
+            rc = kernel_sendmsg(ep->sock, &m, (struct kvec *)f->iov, f->iovcnt, f->bytes);
+            rc = rc == (int)f->bytes ? 0 : (rc < 0 ? rc : -EIO);
+        }
+        kfree(f);
+    }
+    pr_info(
+        "%s: MPA Reply refused (%s): Terminate %s/%s/%s %s\n", ep_name(ep), n->why ? n->why : "",
+        uiw_term_layer_name(n->term.layer), uiw_term_etype_name(n->term.layer, n->term.etype),
+        uiw_term_ecode_name(n->term.layer, n->term.etype, n->term.ecode), rc ? "not sent" : "sent");
+}
+
+static int sock_new(struct uiw_dev *d, int family, struct socket **s);
+static int addr_len(const struct sockaddr_storage *a);
+
+/*
+ * Revision 1 fallback (docs/ENGINE.md "MPA revision 1 fallback", as the
+ * library): an RNIC running MPA revision 1 resets the TCP connection when
+ * a revision 2 Request (RFC 6581 §10) arrives, and RNIC initiators then
+ * connect once more at revision 1 (RFC 5044 §7.1: no IRD/ORD words, no
+ * peer-to-peer mode). So does this one, when the reset comes before any
+ * byte of a Reply: a new socket from the same address (a new port), the
+ * same private data and IRD/ORD. Once per connection. True if under way.
+ */
+static bool active_rev1_retry(struct uiw_ep *ep, int rc)
+{
+    struct sockaddr_storage src = ep->laddr;
+
+    if (rc != -ECONNRESET || ep->rev1 || !mpa_rev1_fallback || mpa_rev != 2 || ep->mpa_have)
+        return false;
+    pr_info("%s: the peer reset the MPA revision 2 Request: trying revision 1\n", ep_name(ep));
+    ep->rev1 = true;
+    sock_close(ep);
+    if (src.ss_family == AF_INET6)
+        ((struct sockaddr_in6 *)&src)->sin6_port = 0;
+    else
+        ((struct sockaddr_in *)&src)->sin_port = 0;
+    if (sock_new(ep->dev, ep->raddr.ss_family, &ep->sock) ||
+        kernel_bind(ep->sock, (struct sockaddr *)&src, addr_len(&src))) {
+        if (ep->sock)
+            sock_release(ep->sock);
+        ep->sock = NULL;
+        return false;
+    }
+    ep->state = EP_CONNECTING;
+    ep_queue(ep);
+    return true;
+}
+
 static void active_reply(struct uiw_ep *ep)
 {
     uiw_mpa_neg *n = &ep->neg;
     size_t olen = 0;
-    int rc = mpa_read(ep, UIW_MPA_REPLY);
+    int rc;
 
+    if (test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+        /* no (whole) Reply within mpa_timeout_ms: -ETIMEDOUT, which
+         * rdma_cm reports as RDMA_CM_EVENT_UNREACHABLE */
+        pr_info("%s: no MPA Reply in %u ms: connection closed\n", ep_name(ep), mpa_timeout_ms);
+        ep->mpa_armed = false;
+        rc = -ETIMEDOUT;
+        goto fail;
+    }
+    rc = mpa_read(ep, UIW_MPA_REPLY);
     if (rc == 0)
         return;
+    ep_mpa_disarm(ep);
+    if (active_rev1_retry(ep, rc))
+        return;
+    if (rc == -ESHUTDOWN)
+        rc = -ECONNRESET;
     if (rc > 0) {
         rc = uiw_mpa_neg_feed(n, ep->mpabuf, ep->mpa_have, NULL, 0, &olen);
         if (rc >= 0 && n->state == UIW_MPA_S_DONE) {
@@ -1951,12 +2123,19 @@ static void active_reply(struct uiw_ep *ep)
             ep->state = EP_IDLE;
             ep_teardown(ep, false, -1);
             return;
+        } else if (n->state == UIW_MPA_S_FAILED) {
+            if (n->term_valid && n->term_send)
+                mpa_send_term(ep, n);
+            /* the cause for iw_cm: -EPROTO, -EOPNOTSUPP, -ENOBUFS
+             * (rdma_cm: RDMA_CM_EVENT_CONNECT_ERROR) */
+            rc = n->error ? n->error : -EPROTO;
         } else {
             rc = -ECONNRESET;
         }
     }
+fail:
     pr_debug("%s: MPA Reply: %d (%s)\n", ep_name(ep), rc, n->why ? n->why : "");
-    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, -ECONNRESET, NULL, 0, NULL);
+    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, rc, NULL, 0, NULL);
     ep->state = EP_IDLE;
     ep_teardown(ep, false, -1);
 }
@@ -1968,8 +2147,17 @@ static void passive_request(struct uiw_ep *ep)
     uiw_mpa_policy pol;
     u8 out[UIW_MPA_MAX_FRAME];
     size_t olen = 0;
-    int rc = mpa_read(ep, UIW_MPA_REQUEST);
+    int rc;
 
+    if (test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+        /* no (whole) Request within mpa_timeout_ms: closed, the ULP
+         * never hears of it */
+        ep->mpa_armed = false;
+        rc = -ETIMEDOUT;
+        pr_info("%s: no MPA Request in %u ms: connection closed\n", ep_name(ep), mpa_timeout_ms);
+        goto drop;
+    }
+    rc = mpa_read(ep, UIW_MPA_REQUEST);
     if (rc == 0)
         return;
     if (rc < 0)
@@ -1994,13 +2182,18 @@ static void passive_request(struct uiw_ep *ep)
      */
     ep->ird = ep->neg.result.peer_ird;
     ep->ord = ep->neg.result.peer_ord;
+    /* RFC 5044 alone (revision 1, or a revision 2 Request without S):
+     * no IRD/ORD words, the defaults go to the ULP as the library's */
     if (!ep->neg.result.enhanced)
         ep->ird = ep->ord = UIW_MPA_DEFAULT_IRD;
+    pr_debug("%s: MPA Request revision %u%s, answered at revision %u\n", ep_name(ep),
+             ep->neg.peer.rev, ep->neg.result.enhanced ? " (RFC 6581)" : "", ep->neg.result.rev);
     mutex_lock_nested(&l->mu, SINGLE_DEPTH_NESTING);
     if (l->state != EP_LISTEN || !l->cm_id) {
         mutex_unlock(&l->mu);
         goto drop;
     }
+    ep_mpa_disarm(ep);
     ep->state = EP_REQ_PENDING;
     kref_get(&ep->ref); /* iw_cm's provider_data, until accept or reject */
     upcall(ep, l->cm_id, IW_CM_EVENT_CONNECT_REQUEST, 0, ep->neg.result.peer_pd,
@@ -2034,6 +2227,7 @@ static void listen_accept(struct uiw_ep *l)
         ep->listener = l;
         kernel_getsockname(ns, (struct sockaddr *)&ep->laddr);
         kernel_getpeername(ns, (struct sockaddr *)&ep->raddr);
+        ep_mpa_arm(ep);
         sock_attach(ep);
         ep_queue(ep);
         ep_put(ep); /* the socket's reference keeps it */
@@ -2370,5 +2564,10 @@ int uiw_cm_init(void)
 
 void uiw_cm_exit(void)
 {
+    int n;
+
     destroy_workqueue(uiw_wq);
+    n = atomic_read(&uiw_neps);
+    if (n)
+        pr_err("uiwarp: objects left at unload: %d connection endpoints\n", n);
 }

@@ -63,13 +63,20 @@ struct uiw_cq {
 
 /* A shared receive queue: a ring of posted receives (wr_id only until the
  * data path). */
+struct uiw_rqe;
+
 struct uiw_srq {
     struct ib_srq base;
     spinlock_t lock;
-    u64 *ring;
+    struct uiw_rqe *ring; /* posted receives, taken by the Sends of any QP on it */
     u32 cap, head, count, max_sge;
     u32 limit; /* armed IB_SRQ_LIMIT (0: off); the data path raises the event */
 };
+
+/* The data path (uiw_cm.c): the oldest receive of the SRQ into *out;
+ * false when it is empty. Raises IB_EVENT_SRQ_LIMIT_REACHED (and disarms
+ * the limit) when fewer than the limit remain. Process context. */
+bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out);
 
 /* A send WR as the data path keeps it (uiw_cm.c) */
 struct uiw_sqe {
@@ -84,7 +91,7 @@ struct uiw_sqe {
     u64 raddr;
     u32 rkey;
     u32 inv_rkey;
-    __be32 imm; /* SEND_WITH_IMM, RDMA_WRITE_WITH_IMM: ex.imm_data */
+    __be32 imm;            /* SEND_WITH_IMM, RDMA_WRITE_WITH_IMM: ex.imm_data */
     u64 compare_add, swap; /* atomics */
 };
 
@@ -110,7 +117,7 @@ struct uiw_qp {
      * completion, in order; the first sq_sent of them are on the wire */
     struct uiw_sqe *sq;
     u32 sq_head, sq_count, sq_sent;
-    u32 sq_gen; /* bumped when the queue is flushed */
+    u32 sq_gen;        /* bumped when the queue is flushed */
     struct uiw_ep *ep; /* the connection (uiw_cm.c), when attached */
     /* iw_cm's references (iw_add_ref/iw_rem_ref) and the QP's own:
      * destroy_qp waits until the last one is gone */

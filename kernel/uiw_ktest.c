@@ -1493,6 +1493,138 @@ static void conn_data_free(struct end *c, struct end *s)
     cbuf = sbuf = NULL;
 }
 
+/* A connection whose server QP takes its receives from an SRQ (as
+ * nvmet-rdma with use_srq=1): Sends land in the SRQ's receives in posting
+ * order, completed on the QP's CQ with the QP; the limit event once when
+ * fewer than the armed limit remain (then disarmed); a Send that finds the
+ * SRQ empty waits until a receive is posted. */
+static atomic_t srq_limit_events = ATOMIC_INIT(0);
+
+static void srq_event(struct ib_event *ev, void *ctx)
+{
+    if (ev->event == IB_EVENT_SRQ_LIMIT_REACHED)
+        atomic_inc(&srq_limit_events);
+}
+
+static int srq_post(struct ib_srq *srq, struct end *s, u8 *buf, int slot)
+{
+    struct ib_sge sge = {
+        .addr = (u64)(uintptr_t)(buf + slot * 4096), .length = 4096, .lkey = s->pd->local_dma_lkey};
+    struct ib_recv_wr r = {.wr_id = 800 + slot, .sg_list = &sge, .num_sge = 1};
+
+    return ib_post_srq_recv(srq, &r, NULL);
+}
+
+static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
+{
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    struct ib_srq_init_attr sa = {
+        .event_handler = srq_event, .attr = {.max_wr = 8, .max_sge = 1}, .srq_type = IB_SRQT_BASIC};
+    struct ib_qp_init_attr qa = {
+        .event_handler = qp_event,
+        .cap = {.max_send_wr = 8, .max_send_sge = 1},
+        .sq_sig_type = IB_SIGNAL_REQ_WR,
+        .qp_type = IB_QPT_RC,
+    };
+    struct ib_srq_attr a = {.srq_limit = 3};
+    struct end c = {}, s = {};
+    struct ib_srq *srq = NULL;
+    u8 *sb = (u8 *)__get_free_pages(GFP_KERNEL, 3), *cb = (u8 *)__get_free_pages(GFP_KERNEL, 3);
+    static const u32 len[5] = {1000, 3000, 1, 4096, 77};
+    struct ib_wc wc[8];
+    int i, k, n, rc;
+
+    atomic_set(&srq_limit_events, 0);
+    if (!sb || !cb)
+        goto out;
+    c.id = rdma_create_id(&init_net, cm_handler, &q_cli, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        goto fail;
+    }
+    if (rdma_resolve_addr(c.id, NULL, (struct sockaddr *)sin, 2000) ||
+        evq_wait(&q_cli, RDMA_CM_EVENT_ADDR_RESOLVED, "srq: addr") < 0 ||
+        rdma_resolve_route(c.id, 2000) ||
+        evq_wait(&q_cli, RDMA_CM_EVENT_ROUTE_RESOLVED, "srq: route") < 0 || !end_init(ib, &c) ||
+        conn_qp(&c) || rdma_connect(c.id, &p))
+        goto fail;
+    i = evq_wait(&q_srv, RDMA_CM_EVENT_CONNECT_REQUEST, "srq: request");
+    if (i < 0)
+        goto fail;
+    s.id = q_srv.e[i].id;
+    if (!end_init(ib, &s))
+        goto fail;
+    srq = ib_create_srq(s.pd, &sa);
+    if (IS_ERR(srq)) {
+        srq = NULL;
+        goto fail;
+    }
+    for (k = 0; k < 4; k++)
+        CHECK(srq_post(srq, &s, sb, k) == 0, "srq: post receive %d", k);
+    CHECK(ib_modify_srq(srq, &a, IB_SRQ_LIMIT) == 0, "srq: arm the limit");
+    qa.send_cq = s.cq;
+    qa.recv_cq = s.cq;
+    qa.srq = srq;
+    if (rdma_create_qp(s.id, s.pd, &qa))
+        goto fail;
+    p.qp_num = s.id->qp->qp_num;
+    rdma_lock_handler(s.id);
+    rc = rdma_accept(s.id, &p);
+    rdma_unlock_handler(s.id);
+    if (rc || evq_wait(&q_srv, RDMA_CM_EVENT_ESTABLISHED, "srq: server") < 0 ||
+        evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "srq: client") < 0)
+        goto fail;
+    /* 5 Sends for 4 receives: the fifth waits for the receive posted
+     * 100 ms later */
+    for (k = 0; k < 5; k++) {
+        struct ib_sge sge = {.addr = (u64)(uintptr_t)(cb + k * 4096),
+                             .length = len[k],
+                             .lkey = c.pd->local_dma_lkey};
+
+        fill(cb + k * 4096, len[k], 40 + k);
+        CHECK(post_one(c.id->qp, IB_WR_SEND, 850 + k, &sge, 1, 0, 0) == 0, "srq: Send %d", k);
+    }
+    n = poll_n(s.cq, wc, 4);
+    CHECK(n == 4, "srq: %d receives completed, want 4", n);
+    msleep(100);
+    CHECK(ib_poll_cq(s.cq, 1, &wc[4]) == 0, "srq: a fifth completion without a receive");
+    CHECK(srq_post(srq, &s, sb, 4) == 0, "srq: post receive 4");
+    n += poll_n(s.cq, wc + n, 1);
+    CHECK(n == 5, "srq: %d receives completed, want 5", n);
+    for (k = 0; k < n; k++) {
+        CHECK(wc[k].status == IB_WC_SUCCESS && wc[k].opcode == IB_WC_RECV &&
+                  wc[k].wr_id == 800 + k && wc[k].byte_len == len[k] && wc[k].qp == s.id->qp,
+              "srq: receive %d: status %d opcode %d wr_id %llu len %u", k, wc[k].status,
+              wc[k].opcode, wc[k].wr_id, wc[k].byte_len);
+        CHECK(same(sb + k * 4096, cb + k * 4096, len[k], "srq: the Send's bytes"),
+              "srq: bytes of %d", k);
+    }
+    CHECK(atomic_read(&srq_limit_events) == 1, "srq: %d limit events, want 1",
+          atomic_read(&srq_limit_events));
+    CHECK(ib_query_srq(srq, &a) == 0 && a.srq_limit == 0, "srq: limit after the event %u",
+          a.srq_limit);
+    n = poll_n(c.cq, wc, 5);
+    CHECK(n == 5, "srq: %d Send completions, want 5", n);
+    rc = rdma_disconnect(c.id);
+    CHECK(rc == 0, "srq: rdma_disconnect: %d", rc);
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "srq: client");
+    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "srq: server");
+    goto out;
+fail:
+    CHECK(0, "srq connection: setup");
+out:
+    if (s.id && s.id->qp)
+        rdma_destroy_qp(s.id);
+    if (srq)
+        ib_destroy_srq(srq);
+    end_fini(&c);
+    end_fini(&s);
+    if (sb)
+        free_pages((unsigned long)sb, 3);
+    if (cb)
+        free_pages((unsigned long)cb, 3);
+}
+
 static void test_conn(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -1622,6 +1754,8 @@ static void test_conn(struct ib_device *ib)
     conn_data_free(&c, &s);
     end_fini(&c);
     end_fini(&s);
+
+    test_srq_conn(ib, &sin);
 
     /* a rejected connection */
     conn_up(ib, &sin, &c, &s, true);
@@ -2691,6 +2825,289 @@ static void h_bad_mpa(struct sockaddr_in *hin, const u8 *req, unsigned int len, 
     CHECK(READ_ONCE(q_hs.in) == q_hs.out, "%s: an event reached the ULP", what);
 }
 
+/* ------------------------------------------------------------------------
+ * The driver as MPA initiator against a hostile responder, and its MPA
+ * timers (hostile=1). A raw listener on port+3 reads the driver's Request
+ * and answers with a Reply written here by hand (RFC 5044 §7.1, RFC 6581
+ * §9: A, B over IRD, C, D over ORD), or not at all.
+ * ---------------------------------------------------------------------- */
+
+static unsigned int mpa_timeout_ms = 2000;
+module_param(mpa_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(mpa_timeout_ms, "hostile=1: the driver's mpa_timeout_ms (default 2000)");
+
+static struct evq q_hc; /* the driver's initiator against the raw listener */
+
+/* A client on the device connects to the raw listener ls (at lin); the
+ * raw end accepts and reads the Request (checked: revision 2, S, P2P with
+ * the Write and Read RTRs offered). Returns the accepted socket or NULL. */
+static struct socket *hr_up(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin,
+                            struct end *c, const char *what)
+{
+    struct rdma_conn_param p = {.responder_resources = 4, .initiator_depth = 4};
+    struct socket *ns = NULL;
+    u8 req[20 + 512];
+    u32 pl;
+    int rc;
+
+    memset(c, 0, sizeof(*c));
+    c->id = rdma_create_id(&init_net, cm_handler, &q_hc, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c->id)) {
+        c->id = NULL;
+        CHECK(0, "%s: rdma_create_id", what);
+        return NULL;
+    }
+    rc = rdma_resolve_addr(c->id, NULL, (struct sockaddr *)lin, 2000);
+    if (rc || evq_wait(&q_hc, RDMA_CM_EVENT_ADDR_RESOLVED, what) < 0 ||
+        rdma_resolve_route(c->id, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ROUTE_RESOLVED, what) < 0 || !end_init(ib, c) || conn_qp(c)) {
+        CHECK(0, "%s: client setup (%d)", what, rc);
+        return NULL;
+    }
+    rc = rdma_connect(c->id, &p);
+    CHECK(rc == 0, "%s: rdma_connect: %d", what, rc);
+    if (rc)
+        return NULL;
+    rc = kernel_accept(ls, &ns, 0);
+    CHECK(rc == 0, "%s: raw accept: %d", what, rc);
+    if (rc)
+        return NULL;
+    ns->sk->sk_rcvtimeo = 5 * HZ;
+    ns->sk->sk_sndtimeo = 5 * HZ;
+    rc = raw_recv(ns, req, 20);
+    pl = rc ? 0 : (u32)req[18] << 8 | req[19];
+    if (!rc && pl >= 4 && pl <= 512)
+        rc = raw_recv(ns, req + 20, pl);
+    CHECK(rc == 0 && !memcmp(req, "MPA ID Req Frame", 16) && req[17] == 2 && (req[16] & 0x10) &&
+              pl >= 4 && (req[20] & 0x80) && (req[22] & 0xC0) == 0xC0,
+          "%s: the driver's Request (%d) %*ph", what, rc, 24, req);
+    return ns;
+}
+
+/* The client's connect ends with event want (status st when st != 0),
+ * then it is destroyed: iw_cm waits for the driver's reply to a connect,
+ * so the destruction returning says no endpoint holds it. */
+static void hr_down(struct end *c, struct socket *ns, int want, int st, const char *what)
+{
+    int i = evq_wait(&q_hc, want, what);
+
+    if (i >= 0 && st)
+        CHECK(q_hc.e[i].status == st, "%s: status %d, want %d", what, q_hc.e[i].status, st);
+    if (c->id && c->id->qp)
+        CHECK(qp_state(c->id->qp) != IB_QPS_RTS, "%s: the QP in RTS", what);
+    end_fini(c);
+    if (ns)
+        sock_release(ns);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event", what);
+}
+
+/* A Reply that fails the initiator's checks: a Terminate LLP / MPA /
+ * ecode, no headers (RFC 6581 §9.1, §9.2; ecode < 0: none, the stream
+ * just closes, RFC 5044 §8 code 4), then EOF; the connect fails with
+ * RDMA_CM_EVENT_CONNECT_ERROR. */
+static void h_bad_reply(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin,
+                        const u8 *rep, unsigned int len, int ecode, const char *what)
+{
+    struct end c;
+    struct hconn h = {};
+    u8 b[64];
+    int rc;
+
+    h.sock = hr_up(ib, ls, lin, &c, what);
+    if (h.sock) {
+        CHECK(raw_send(h.sock, rep, len) == 0, "%s: the Reply", what);
+        if (ecode >= 0) {
+            h_term(&h, what, T_LLP, 0, ecode, NULL, 0, NULL);
+        } else {
+            rc = raw_recv(h.sock, b, 1);
+            CHECK(rc == -EPIPE, "%s: %d, want EOF and nothing before it", what, rc);
+        }
+    }
+    hr_down(&c, h.sock, RDMA_CM_EVENT_CONNECT_ERROR, 0, what);
+}
+
+/* A responder that never replies (the driver's initiator gives up after
+ * mpa_timeout_ms: UNREACHABLE, -ETIMEDOUT, EOF at the raw end), while an
+ * initiator that never sends its Request sits on the driver's listener
+ * (hin): its connection closed within the same bound, the ULP told
+ * nothing. */
+static void h_silent(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin,
+                     struct sockaddr_in *hin)
+{
+    unsigned long t0, bound = msecs_to_jiffies(mpa_timeout_ms);
+    struct socket *si = NULL, *ns;
+    struct end c;
+    u8 b;
+    int rc;
+
+    /* the silent initiator */
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &si);
+    CHECK(rc == 0, "silent initiator: socket: %d", rc);
+    if (rc)
+        si = NULL;
+    if (si) {
+        sock_set_reuseaddr(si->sk);
+        rc = kernel_connect(si, (struct sockaddr *)hin, sizeof(*hin), 0);
+        CHECK(rc == 0, "silent initiator: connect: %d", rc);
+    }
+    t0 = jiffies;
+    /* the silent responder */
+    ns = hr_up(ib, ls, lin, &c, "silent responder");
+    if (ns) {
+        unsigned long t1 = jiffies;
+
+        ns->sk->sk_rcvtimeo = bound + 5 * HZ;
+        rc = raw_recv(ns, &b, 1);
+        CHECK(rc == -EPIPE, "silent responder: %d, want EOF", rc);
+        CHECK(time_after_eq(jiffies, t1 + bound * 9 / 10) &&
+                  time_before(jiffies, t1 + bound + 3 * HZ),
+              "silent responder: closed after %u ms, want %u", jiffies_to_msecs(jiffies - t1),
+              mpa_timeout_ms);
+    }
+    hr_down(&c, ns, RDMA_CM_EVENT_UNREACHABLE, -ETIMEDOUT, "silent responder");
+    if (si) {
+        si->sk->sk_rcvtimeo = bound + 5 * HZ;
+        rc = raw_recv(si, &b, 1);
+        CHECK(rc == -EPIPE, "silent initiator: %d, want EOF", rc);
+        CHECK(time_before(jiffies, t0 + bound + 3 * HZ),
+              "silent initiator: closed after %u ms, want %u", jiffies_to_msecs(jiffies - t0),
+              mpa_timeout_ms);
+        sock_release(si);
+        CHECK(READ_ONCE(q_hs.in) == q_hs.out, "silent initiator: an event reached the ULP");
+    }
+}
+
+/* MPA revision 1 fallback: the raw responder resets the driver's
+ * revision 2 Request (as an RNIC running revision 1 does); the driver
+ * connects once more, a revision 1 Request (RFC 5044 §7.1: no S, no IRD/ORD
+ * words, no peer-to-peer mode), which a revision 1 Reply accepts: the
+ * connection is established and carries a Send (the client's first FPDU,
+ * no RTR before it), read here at the raw end. */
+static void h_rev1(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin)
+{
+    static const char what[] = "revision 1 fallback";
+    struct end c;
+    struct hconn h = {};
+    struct socket *ns = hr_up(ib, ls, lin, &c, what);
+    u8 req[20 + 64], rep[20] = "MPA ID Rep Frame", *buf = kzalloc(64, GFP_KERNEL);
+    static u8 u[256];
+    struct ib_wc wc;
+    int i, rc;
+
+    if (!ns || !buf)
+        goto out;
+    sock_no_linger(ns->sk);
+    sock_release(ns); /* a reset */
+    ns = NULL;
+    rc = kernel_accept(ls, &ns, 0);
+    CHECK(rc == 0, "%s: no second connection: %d", what, rc);
+    if (rc) {
+        ns = NULL;
+        goto out;
+    }
+    ns->sk->sk_rcvtimeo = 5 * HZ;
+    rc = raw_recv(ns, req, 20);
+    CHECK(rc == 0 && !memcmp(req, "MPA ID Req Frame", 16) && req[17] == 1 && !(req[16] & 0x90) &&
+              req[18] == 0 && req[19] == 0,
+          "%s: the second Request (%d) %*ph", what, rc, 20, req);
+    if (rc)
+        goto out;
+    rep[16] = 0;
+    rep[17] = 1;
+    rep[18] = rep[19] = 0;
+    CHECK(raw_send(ns, rep, sizeof(rep)) == 0, "%s: the Reply", what);
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what);
+    if (i < 0)
+        goto out;
+    CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
+    memcpy(buf, "revision one", 12);
+    {
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)buf, .length = 12, .lkey = c.pd->local_dma_lkey};
+
+        rc = post_one(c.id->qp, IB_WR_SEND, 71, &sge, 1, 0, 0);
+    }
+    CHECK(rc == 0, "%s: post a Send: %d", what, rc);
+    h.sock = ns;
+    rc = h_fpdu(&h, u, sizeof(u));
+    /* untagged, L, Send (RFC 5040 §4.3: opcode 3), QN 0, MSN 1, MO 0 */
+    CHECK(rc == 18 + 12 && u[0] == 0x41 && u[1] == 0x43 && get_be32(u + 6) == 0 &&
+              get_be32(u + 10) == 1 && get_be32(u + 14) == 0 && !memcmp(u + 18, buf, 12),
+          "%s: the first FPDU (%d) %*ph", what, rc, rc > 0 ? min_t(int, rc, 30) : 0, u);
+    rc = poll_n(c.cq, &wc, 1);
+    CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 71, "%s: the Send's completion",
+          what);
+    sock_release(ns); /* FIN: the client hears DISCONNECTED */
+    ns = NULL;
+    hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
+    kfree(buf);
+    return;
+out:
+    if (ns)
+        sock_release(ns);
+    end_fini(&c);
+    kfree(buf);
+}
+
+/* RFC 6581 §9 Reply checks, the revision 1 fallback and the MPA timers: 6 classes. */
+static unsigned int h_initiator(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    struct sockaddr_in lin = *hin;
+    struct socket *ls;
+    u8 rep[24] = "MPA ID Rep Frame";
+    unsigned int cases = 0;
+    int rc;
+
+    evq_init(&q_hc);
+    lin.sin_port = htons(port + 3);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    CHECK(rc == 0, "raw listener: %d", rc);
+    if (rc)
+        return 0;
+    sock_set_reuseaddr(ls->sk);
+    ls->sk->sk_rcvtimeo = 5 * HZ; /* kernel_accept's wait */
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 4);
+    CHECK(rc == 0, "raw listener: bind/listen: %d", rc);
+    if (rc)
+        goto out;
+
+    /* 27. A not mirrored (RFC 6581 §9.2: "MUST ... send a TERM message"
+     * LLP, MPA, code 7 "no matching RTR model") */
+    rep[16] = 0x10; /* S, no C: no CRC */
+    rep[17] = 2;
+    be16(rep + 18, 4);
+    be16(rep + 20, 4);          /* A = 0, IRD 4 */
+    be16(rep + 22, 0x8000 | 4); /* C (Write RTR), ORD 4 */
+    h_bad_reply(ib, ls, &lin, rep, sizeof(rep), 7, "Reply without A");
+    cases++;
+
+    /* 28. the responder's ORD 200 beyond the IRD the driver can have (16):
+     * RFC 6581 §9.1, LLP, MPA, code 6 "insufficient IRD resources" */
+    be16(rep + 20, 0x8000 | 4);   /* A, IRD 4 */
+    be16(rep + 22, 0x8000 | 200); /* C, ORD 200 */
+    h_bad_reply(ib, ls, &lin, rep, sizeof(rep), 6, "Reply ORD 200");
+    cases++;
+
+    /* 29. a bad key: not a Reply (RFC 5044 §7.1.2 rule 5, §8 code 4:
+     * closed at once, no Terminate) */
+    be16(rep + 22, 0x8000 | 4);
+    memcpy(rep, "MPA ID Rep Frxme", 16);
+    h_bad_reply(ib, ls, &lin, rep, sizeof(rep), -1, "Reply key");
+    cases++;
+
+    /* 30. the revision 1 fallback */
+    h_rev1(ib, ls, &lin);
+    cases++;
+
+    /* 31, 32. the MPA timers */
+    h_silent(ib, ls, &lin, hin);
+    cases += 2;
+out:
+    sock_release(ls);
+    return cases;
+}
+
 static void test_hostile(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -3072,6 +3489,7 @@ static void test_hostile(struct ib_device *ib)
         h_bad_mpa(&hin, mk, sizeof(mk), "markers asked for");
         cases++;
     }
+    cases += h_initiator(ib, &hin);
     h_alive(&c, &s, "after the MPA classes");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);

@@ -15,8 +15,9 @@
  *     Invalidate, RDMA Write and RDMA Read on the send queue ring for the
  *     CM's work item. Other opcodes: -ENOTCONN before RTS, -EOPNOTSUPP in
  *     RTS.
- *   - post_recv queues receives with their SGEs; post_srq_recv queues on a
- *     shared receive queue (not consumed by the data path yet).
+ *   - post_recv queues receives with their SGEs; post_srq_recv queues them
+ *     on a shared receive queue, which the Sends of every QP on it take in
+ *     posting order (uiw_srq_pop: the limit event).
  *
  * State machine: the IB verbs table for RC (the engine's, src/engine/qp.c)
  * plus iWARP's INIT -> RTS, with no required attributes (TCP provides the
@@ -42,7 +43,6 @@
 
 #include "uiw_dev.h"
 #include "uiwarp/wire.h"
-
 
 /* Takes one of the device's max objects of a kind, or -ENOMEM. */
 static int obj_get(atomic_t *n, int max)
@@ -172,7 +172,8 @@ static int uiw_create_cq(struct ib_cq *ibcq, const struct ib_cq_init_attr *attr,
         return -EOPNOTSUPP;
     if (attr->flags)
         return -EOPNOTSUPP; /* no timestamps, no ignore-overrun */
-    if (attr->cqe < 1 || attr->cqe > UIW_MAX_CQE || attr->comp_vector >= ibcq->device->num_comp_vectors)
+    if (attr->cqe < 1 || attr->cqe > UIW_MAX_CQE ||
+        attr->comp_vector >= ibcq->device->num_comp_vectors)
         return -EINVAL;
     rc = obj_get(&d->ncq, UIW_MAX_CQ);
     if (rc)
@@ -674,8 +675,8 @@ static struct ib_mr *uiw_get_dma_mr(struct ib_pd *pd, int access)
 /* Userspace registrations are the userspace library's (no udata here).
  * The ib core counts a device as a kernel verbs provider, which clients
  * such as rdma_cm require, only when reg_user_mr is among its ops. */
-static struct ib_mr *uiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova,
-                                     int access, struct ib_udata *udata)
+static struct ib_mr *uiw_reg_user_mr(struct ib_pd *pd, u64 start, u64 length, u64 iova, int access,
+                                     struct ib_udata *udata)
 {
     return ERR_PTR(-EOPNOTSUPP);
 }
@@ -1060,7 +1061,7 @@ static int uiw_modify_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr,
                           enum ib_srq_attr_mask mask, struct ib_udata *udata)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
-    u64 *ring = NULL, *old = NULL;
+    struct uiw_rqe *ring = NULL, *old = NULL;
     unsigned long fl;
     u32 cap, i;
     int rc = 0;
@@ -1110,6 +1111,37 @@ static int uiw_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)
     return 0;
 }
 
+bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out)
+{
+    bool got = false, limit = false;
+    unsigned long fl;
+
+    spin_lock_irqsave(&srq->lock, fl);
+    if (srq->ring && srq->count) {
+        *out = srq->ring[srq->head];
+        srq->head = (srq->head + 1) % srq->cap;
+        srq->count--;
+        got = true;
+        /* the limit event once, when fewer than the limit are left; the
+         * ULP arms it again with modify_srq (IB_SRQ_LIMIT) */
+        if (srq->limit && srq->count < srq->limit) {
+            srq->limit = 0;
+            limit = true;
+        }
+    }
+    spin_unlock_irqrestore(&srq->lock, fl);
+    if (limit && srq->base.event_handler) {
+        struct ib_event ev = {
+            .device = srq->base.device,
+            .element.srq = &srq->base,
+            .event = IB_EVENT_SRQ_LIMIT_REACHED,
+        };
+
+        srq->base.event_handler(&ev, srq->base.srq_context);
+    }
+    return got;
+}
+
 static int uiw_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
@@ -1137,7 +1169,14 @@ static int uiw_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
             rc = -ENOMEM;
             break;
         }
-        srq->ring[(srq->head + srq->count) % srq->cap] = wr->wr_id;
+        {
+            struct uiw_rqe *e = &srq->ring[(srq->head + srq->count) % srq->cap];
+
+            e->wr_id = wr->wr_id;
+            e->num_sge = wr->num_sge;
+            if (wr->num_sge)
+                memcpy(e->sge, wr->sg_list, wr->num_sge * sizeof(*e->sge));
+        }
         srq->count++;
     }
     spin_unlock_irqrestore(&srq->lock, fl);

@@ -271,17 +271,28 @@ fi
 # Read Requests beyond IRD, Read sources out of bounds or unregistered,
 # a Write after a remote invalidate, a bad Invalidate STag, a Write
 # without remote write, an unsolicited Read Response), 3 bad MPA
-# Requests (not MPA, PD_Length 65535, markers), then 500 randomly
-# damaged streams;
+# Requests (not MPA, PD_Length 65535, markers), 3 bad MPA Replies to the
+# driver's initiator (A not mirrored, ORD beyond its IRD: Terminates
+# LLP/MPA/7 and /6; a bad key: none), the revision 1 fallback after a
+# reset Request, a silent responder and a silent initiator (the MPA
+# timer, mpa_timeout_ms=2000), then 500 randomly damaged streams;
 # each checked in the module: the Terminate's bytes, EOF, that QP in ERR
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
 kclr
-if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1; then
+if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1 mpa_timeout_ms=2000; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
-  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 26 classes' && ok "hostile peer: 26 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 32 classes' && ok "hostile peer: 32 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  # the driver's own lines for the Reply classes and the timers
+  nt=\$(dmesg | grep 'MPA Reply refused.*: Terminate LLP/MPA/.* sent\$' | grep -vc 'not sent\$')
+  if [ "\$nt" = 2 ] && dmesg | grep -q 'no MPA Reply in 2000 ms' && dmesg | grep -q 'no MPA Request in 2000 ms' &&
+     dmesg | grep -q 'reset the MPA revision 2 Request: trying revision 1'; then
+    ok "hostile peer: the driver's Terminates for 2 bad Replies, its MPA timers, the revision 1 retry"
+  else
+    dmesg | grep -E 'MPA|revision' | tail; bad "hostile peer: the driver's lines for the MPA classes (\$nt Terminates)"
+  fi
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
@@ -376,6 +387,33 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   kclr
   done
+  # siw's rev1 variant (MPA revision 1: no IRD/ORD words, no P2P) as
+  # initiator: its rping -c -V against the ktest's rping server on uiw0,
+  # which answers at revision 1 and Reads the client's buffer
+  if [ -f /lib/siw-variants/rev1/siw.ko ]; then
+    nsenter -t \$peer -n rdma link delete siw0; rmmod siw
+    insmod /lib/siw-variants/rev1/siw.ko && nsenter -t \$peer -n rdma link add siw0 type siw netdev v1 || bad "siw interop: siw's rev1 variant"
+    insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop (rev1): uiw0 on v0"
+    echo 'module uiwarp +p' >/proc/dynamic_debug/control
+    insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=7176 &
+    kt=\$!
+    i=0
+    while ! ss -ltn 2>/dev/null | grep -q ':7176 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+    nsenter -t \$peer -n rping -c -a 10.0.4.1 -p 7176 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1; rc=\$?
+    rping_done /tmp/rpc.log \$rc && ok "interop (siw rev1): rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "interop (siw rev1): rping -c on siw0: rc \$rc"; }
+    wait \$kt
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    dmesg | grep 'MPA Request revision' | tail -1
+    case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "interop (siw rev1): the uiw0 rping server, MPA revision 1" || bad "interop (siw rev1): not revision 1";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (siw rev1): the uiw0 rping server: \${line:-no summary line}";; esac
+    rmmod uiwarp_ktest
+    rdma link delete uiw0; rmmod uiwarp || bad "interop (siw rev1): rmmod uiwarp"
+    # the siw the rest of the run used before (the p2p variant when built)
+    nsenter -t \$peer -n rdma link delete siw0; rmmod siw
+    { [ -f /lib/siw-variants/p2p/siw.ko ] && insmod /lib/siw-variants/p2p/siw.ko; } || modprobe siw
+    nsenter -t \$peer -n rdma link add siw0 type siw netdev v1
+    kclr
+  fi
   nsenter -t \$peer -n rdma link delete siw0; ip link del v0; kill \$peer
 else
   echo "KTEST skip siw interop (no veth.ko or siw.ko)"
@@ -411,7 +449,7 @@ if [ -f /rig/libcases ]; then
   # for P2P), Read where the library offers or supports only Read (r),
   # else Write (both initiators offer both, both responders prefer Write)
   rtrchk() { # \$1: the case, \$2: client or server
-    want=write; case \$1 in *p*) want=none;; *r*) want=read;; esac
+    want=write; case \$1 in *[pv]*) want=none;; *r*) want=read;; esac
     dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "lib interop \$1: the module's \$2, RTR \$want" || bad "lib interop \$1 (\$2): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
   }
   n=0
@@ -428,6 +466,9 @@ if [ -f /rig/libcases ]; then
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
     crcchk \$cs
     rtrchk \$cs client
+    # v: the library runs MPA revision 1 and resets the module's revision
+    # 2 Request; the module tries revision 1 (mpa_rev1_fallback)
+    case \$cs in *v*) dmesg | grep -q 'reset the MPA revision 2 Request: trying revision 1' && ok "lib interop \$cs: the module's client fell back to MPA revision 1" || bad "lib interop \$cs: no revision 1 fallback";; esac
     rmmod uiwarp_ktest
     waitf /rig/srv.\$cs.rc 20 && [ "\$(cat /rig/srv.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -s exits 0" ||
       bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
@@ -450,6 +491,7 @@ if [ -f /rig/libcases ]; then
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping server, the host's uiwarp rping -c -V";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping server: \${line:-no summary line}";; esac
     crcchk \$cs
     rtrchk \$cs server
+    case \$cs in *v*) dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "lib interop \$cs: the module's server answered MPA revision 1" || bad "lib interop \$cs: not revision 1: \$(dmesg | grep 'MPA Request revision' | tail -1)";; esac
     rmmod uiwarp_ktest
     waitf /rig/cli.\$cs.rc 30 && [ "\$(cat /rig/cli.\$cs.rc)" = 0 ] && ok "lib interop \$cs: the host's rping -c -V exits 0" ||
       bad "lib interop \$cs: the host's rping -c -V: rc '\$(cat /rig/cli.\$cs.rc 2>/dev/null)'"
@@ -547,6 +589,26 @@ if [ -f /x/nv/nvmet-rdma.ko ]; then
   grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
   insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0
   nvme_on uiw0
+  rmmod nvme_rdma nvmet_rdma
+  # nvmet-rdma with use_srq=1: its receives come from SRQs (one per
+  # completion vector), shared by the queues; 8 MiB read and written
+  insmod /x/nv/nvme-rdma.ko; insmod /x/nv/nvmet-rdma.ko use_srq=1
+  kclr
+  nvme_target 8
+  if nvme_port; then
+    res=\$(rdma res show uiw0)
+    case "\$res" in *" srq 0"*) bad "NVMe-oF use_srq=1: no SRQ in use: \$res";; *" srq "*) ok "NVMe-oF use_srq=1: the target's SRQs (\$(echo "\$res" | grep -o 'srq [0-9]*'))";; *) bad "NVMe-oF use_srq=1: \$res";; esac
+    dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=8 iflag=direct 2>/dev/null && cmp /tmp/nvr /tmp/nvback &&
+      dd if=/dev/urandom of=/tmp/nvw bs=1M count=8 2>/dev/null && dd if=/tmp/nvw of=/dev/nvme0n1 bs=1M oflag=direct 2>/dev/null &&
+      cmp /tmp/nvw /tmp/nvback && ok "NVMe-oF use_srq=1: 8 MiB read and written, the file's bytes" || bad "NVMe-oF use_srq=1: read/write"
+    rm -f /tmp/nvr /tmp/nvw
+    dmesg | grep -E 'error recovery|Reconnecting|QP event|Terminate' && bad "NVMe-oF use_srq=1: errors in dmesg" || ok "NVMe-oF use_srq=1: no error recovery"
+    echo 1 >/sys/class/nvme/nvme0/delete_controller
+  else
+    dmesg | tail -20; bad "NVMe-oF use_srq=1: setup or connect"
+  fi
+  nvme_port_rm
+  nvme_target_rm
   rmmod nvme_rdma nvmet_rdma
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
@@ -648,17 +710,19 @@ EOF
 # statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
 UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
 KIMM_BIN=${UIWARP_BUILD:-$repo/build}/bin/kimm_peer LIB_IMM_PORT=27179
-LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
+LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p 4096v"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
 # a case's letters after its size: c the module asks for CRC (mpa_crc=2);
 # L the library asks for it (UIWARP_CRC=required); r the library's
 # initiator offers, and its responder supports, only the Read RTR
 # (UIWARP_RTR=read); p neither initiator asks for P2P (UIWARP_P2P=0, the
-# module's mpa_p2p=0)
+# module's mpa_p2p=0); v the library runs MPA revision 1 (UIWARP_MPA_REV=1:
+# it resets a revision 2 Request, the module falls back to revision 1)
 lib_env() {
     local e=UIWARP_RDMACM_RETRY_MS=3000
     case $1 in *L*) e="$e UIWARP_CRC=required" ;; esac
     case $1 in *r*) e="$e UIWARP_RTR=read" ;; esac
     case $1 in *p*) e="$e UIWARP_P2P=0" ;; esac
+    case $1 in *v*) e="$e UIWARP_MPA_REV=1" ;; esac
     echo "$e"
 }
 lib_host() {
