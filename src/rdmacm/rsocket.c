@@ -460,14 +460,16 @@ static void rs_peer_gone(struct rs_sock *rs)
     }
 }
 
-/* Take the completions; returns how many. */
+/* Take the completions; returns how many. A poll that returns fewer than
+ * it asked for emptied the CQ: no second call just to see it empty (one
+ * ibv_poll_cq per turn of a waiting loop, and per message received). */
 static int rs_poll_cq(struct rs_sock *rs)
 {
     struct ibv_wc wc[16];
-    int n, reposts = 0, total = 0;
+    int n = 16, reposts = 0, total = 0;
     if (!rs->cq)
         return 0;
-    while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+    while (n == 16 && (n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
         total += n;
         for (int i = 0; i < n; i++) {
             struct ibv_wc *w = &wc[i];
@@ -645,13 +647,20 @@ static void rs_drain_wake(struct rs_sock *rs)
     }
 }
 
-static void rs_progress(struct rs_sock *rs)
+/* Completions, and connection events when there were none (lock held);
+ * how many were taken. Events wait while completions keep coming: the
+ * caller looks again until a poll finds the CQ empty (rs_wait, rpoll),
+ * and a DISCONNECTED event takes the completions first anyway; a message
+ * received saves the look at the event queue (a lock round trip). */
+static int rs_progress(struct rs_sock *rs)
 {
-    int n = rs_cm_poll(rs);
-    n += rs_poll_cq(rs);
+    int n = rs_poll_cq(rs);
+    if (!n)
+        n = rs_cm_poll(rs);
     rs_update_credits(rs);
     if (n)
         rs_wake(rs);
+    return n;
 }
 
 static void rs_take_cq_event(struct rs_sock *rs)
@@ -669,13 +678,23 @@ static void rs_take_cq_event(struct rs_sock *rs)
 static int rs_wait(struct rs_sock *rs, bool (*test)(struct rs_sock *), bool nonblock,
                    int timeout_ms)
 {
-    uint64_t start = now_ns();
+    uint64_t start = 0; /* read once there is a wait to time */
     for (;;) {
-        rs_progress(rs);
+        bool took = rs_progress(rs) > 0;
         if (test(rs))
             return 0;
-        if (nonblock)
+        if (nonblock) {
+            /* completions taken, but not what we wait for (our own
+             * sends'): look again before EAGAIN (rs_poll_cq stops at a
+             * short poll, so the CQ is still looked at until empty, with
+             * the test between; after an empty poll the engine's next
+             * one reads the socket). A blocking wait spins on anyway. */
+            if (took)
+                continue;
             return rcm_err(EAGAIN);
+        }
+        if (!start)
+            start = now_ns();
         uint64_t el = now_ns() - start;
         if (timeout_ms >= 0 && el >= (uint64_t)timeout_ms * 1000000ull)
             return rcm_err(ETIMEDOUT);
@@ -1116,7 +1135,9 @@ static void rs_copy_in(struct rs_sock *rs, const struct iovec **iov, size_t *off
             }
         }
     }
-    rs->sbuf_head = (rs->sbuf_head + len) % rs->sbuf_size;
+    rs->sbuf_head += len; /* len <= sbuf_size: no division per send */
+    if (rs->sbuf_head >= rs->sbuf_size)
+        rs->sbuf_head -= rs->sbuf_size;
 }
 
 static int rs_send_iomaps(struct rs_sock *rs, bool nonblock);
@@ -1217,7 +1238,9 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
                 memcpy((uint8_t *)iov[vi].iov_base + voff, rs->rbuf + roff, n);
                 done += n;
                 voff += n;
-                roff = (uint32_t)((roff + n) % rs->rbuf_size);
+                roff += (uint32_t)n; /* n <= seg: at most to the end */
+                if (roff == rs->rbuf_size)
+                    roff = 0;
                 if (voff == iov[vi].iov_len && vi + 1 < iovcnt) {
                     vi++;
                     voff = 0;
@@ -1596,16 +1619,21 @@ UIW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
             if (fds[i].revents)
                 cnt++;
         }
-        int left = -1;
-        if (timeout >= 0) {
-            uint64_t el = (now_ns() - start) / 1000000u;
-            left = el >= (uint64_t)timeout ? 0 : timeout - (int)el;
-        }
-        if (cnt || left == 0) {
+        if (cnt || timeout == 0) {
             ret = cnt;
             break;
         }
-        if (now_ns() - start < 20000)
+        uint64_t el_ns = now_ns() - start; /* one clock reading per turn */
+        int left = -1;
+        if (timeout > 0) {
+            uint64_t el = el_ns / 1000000u;
+            left = el >= (uint64_t)timeout ? 0 : timeout - (int)el;
+            if (!left) {
+                ret = 0;
+                break;
+            }
+        }
+        if (el_ns < 20000)
             continue; /* spin briefly */
         if (!pf) {
             pf = calloc(3 * nfds + 1, sizeof(*pf));
