@@ -66,6 +66,12 @@ static unsigned int max_fpdu;
 module_param(max_fpdu, uint, 0644);
 MODULE_PARM_DESC(max_fpdu, "largest FPDU sent (0: the connection's TCP MSS, one FPDU a segment)");
 
+static bool mpa_markers;
+module_param(mpa_markers, bool, 0644);
+MODULE_PARM_DESC(mpa_markers, "MPA markers (RFC 5044 §4.3): ask for them toward us and insert "
+                              "them when the peer asks (default 0: neither; a Request asking "
+                              "for them is rejected)");
+
 static bool mpa_p2p = true;
 module_param(mpa_p2p, bool, 0644);
 MODULE_PARM_DESC(mpa_p2p, "initiator: ask for peer-to-peer mode, an RTR (RFC 6581; default 1)");
@@ -414,6 +420,11 @@ static void make_policy(uiw_mpa_policy *pol, unsigned int ird, unsigned int ord,
     if (!pol->rtr_offer)
         pol->rtr_offer = UIW_RTR_WRITE | UIW_RTR_READ;
     pol->p2p = mpa_p2p && pol->rev == 2;
+    /* RFC 5044 §7.1.1 M: markers toward us when asked for, and sent
+     * toward a peer that asks, both only with mpa_markers (the library's
+     * UIWARP_MARKERS); max_fpdu counts them (the wire core's tx) */
+    pol->markers = mpa_markers;
+    pol->accept_markers = mpa_markers;
     pol->ulp_pd = pd_len ? pd : NULL;
     pol->ulp_pd_len = pd_len;
 }
@@ -516,11 +527,12 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->qp = qp;
     ep->state = EP_RDMA;
     tcp_sock_set_nodelay(ep->sock->sk);
-    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u, RTR %s)\n", ep_name(ep), qp->base.qp_num, r->crc,
-             tc.max_fpdu,
+    pr_debug("%s: QP %u in RTS (CRC %d, FPDU %u, RTR %s, markers %d/%d)\n", ep_name(ep),
+             qp->base.qp_num, r->crc, tc.max_fpdu,
              r->rtr == UIW_RTR_WRITE  ? "write"
              : r->rtr == UIW_RTR_READ ? "read"
-                                      : "none");
+                                      : "none",
+             r->markers_rx, r->markers_tx);
     return 0;
 }
 

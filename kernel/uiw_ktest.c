@@ -1746,6 +1746,9 @@ static void test_conn(struct ib_device *ib)
         CHECK(n == 3, "the Read and the 2 receives left complete: %d", n);
         CHECK(qp_state(s.id->qp) == IB_QPS_ERR, "server QP after the Read at ORD 0: %d",
               qp_state(s.id->qp));
+        /* the event handler runs beside the completions: up to a second */
+        for (k = 0; k < 100 && READ_ONCE(last_qp_event) != IB_EVENT_QP_FATAL; k++)
+            msleep(10);
         CHECK(last_qp_event == IB_EVENT_QP_FATAL, "QP event %d", last_qp_event);
         evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "server after the Read at ORD 0");
         evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "client after the Read at ORD 0");

@@ -308,7 +308,7 @@ fi
 kclr
 if insmod /x/uiwarp.ko selftest=0 mpa_crc=2 max_fpdu=1000 mpa_rtr=4 && rdma link add uiw0 type uiwarp netdev eth0 &&
   { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko verbs=0; then
-  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000, RTR read)' && ! dmesg | grep 'in RTS' | grep -qv 'RTR read' && ok "CRC negotiated, 1000-byte FPDUs, Read RTR" || bad "no 'in RTS (CRC 1, FPDU 1000, RTR read)' line"
+  dmesg | grep -q 'in RTS (CRC 1, FPDU 1000, RTR read,' && ! dmesg | grep 'in RTS' | grep -qv 'RTR read' && ok "CRC negotiated, 1000-byte FPDUs, Read RTR" || bad "no 'in RTS (CRC 1, FPDU 1000, RTR read,' line"
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   case "\$line" in *"verbs test: PASS"*) ok "connection test with CRC, 1000-byte FPDUs";; *) dmesg | grep uiwarp_ktest; bad "connection test with CRC: \${line:-no summary line}";; esac
@@ -367,7 +367,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   dmesg | grep -q "in RTS (CRC \$((crc - 1))" && ok "interop (mpa_crc=\$crc): CRC \$((crc - 1)) negotiated" || bad "interop (mpa_crc=\$crc): CRC not as negotiated"
   # RFC 6581: the module's initiator asked for P2P, siw's responder chose
   # the RTR (Write when offered), the module sent it first
-  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "interop (mpa_crc=\$crc): the uiw0 client sent the \$want RTR siw chose" || bad "interop (mpa_crc=\$crc): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
+  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want," && ok "interop (mpa_crc=\$crc): the uiw0 client sent the \$want RTR siw chose" || bad "interop (mpa_crc=\$crc): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
   # the other way: rping -c -V on siw0 against the ktest's rping server on
   # uiw0 (it Reads the client's buffer and Writes it back; rping validates)
@@ -382,7 +382,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
-  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant)" && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
+  dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant," && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   kclr
@@ -432,11 +432,11 @@ fi
 # host client's exit status)
 if [ -f /rig/libcases ]; then
   kcrc=
-  kload() { # \$1: mpa_crc, \$2: mpa_p2p; uiwarp.ko with uiw0 on eth0, reloaded when they change
-    [ "\$kcrc" = "\$1 \$2" ] && return 0
+  kload() { # \$1: mpa_crc, \$2: mpa_p2p, \$3: mpa_markers (default 0); uiwarp.ko with uiw0 on eth0, reloaded when they change
+    [ "\$kcrc" = "\$1 \$2 \${3:-0}" ] && return 0
     [ -z "\$kcrc" ] || { rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "lib interop: removal"; }
-    kcrc="\$1 \$2"
-    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 mpa_p2p=\$2 && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
+    kcrc="\$1 \$2 \${3:-0}"
+    insmod /x/uiwarp.ko selftest=0 mpa_crc=\$1 mpa_p2p=\$2 mpa_markers=\${3:-0} && rdma link add uiw0 type uiwarp netdev eth0 || bad "lib interop: uiw0 on eth0"
     echo 'module uiwarp +p' >/proc/dynamic_debug/control
   }
   waitf() { i=0; while [ ! -s "\$1" ] && [ \$i -lt \$((\$2 * 10)) ]; do sleep 0.1; i=\$((i + 1)); done; [ -s "\$1" ]; }
@@ -444,21 +444,24 @@ if [ -f /rig/libcases ]; then
   crcchk() { # \$1: the case
     want=0; case \$1 in *[cL]*) want=1;; esac
     dmesg | grep -q "in RTS (CRC \$want" && ok "lib interop \$1: CRC \$want negotiated" || bad "lib interop \$1: \$(dmesg | grep 'in RTS' | tail -1)"
+    # m: both sides ask for markers (RFC 5044 §4.3), both ways
+    case \$1 in *m*) dmesg | grep 'in RTS' | tail -1 | grep -q 'markers 1/1)' && ok "lib interop \$1: markers both ways" || bad "lib interop \$1: markers not both ways: \$(dmesg | grep 'in RTS' | tail -1)";; esac
   }
   # the RTR (RFC 6581): none in client-server (p: neither initiator asks
   # for P2P), Read where the library offers or supports only Read (r),
   # else Write (both initiators offer both, both responders prefer Write)
   rtrchk() { # \$1: the case, \$2: client or server
     want=write; case \$1 in *[pv]*) want=none;; *r*) want=read;; esac
-    dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want)" && ok "lib interop \$1: the module's \$2, RTR \$want" || bad "lib interop \$1 (\$2): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
+    dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$want," && ok "lib interop \$1: the module's \$2, RTR \$want" || bad "lib interop \$1 (\$2): not RTR \$want: \$(dmesg | grep 'in RTS' | tail -1)"
   }
   n=0
   for cs in \$(cat /rig/libcases); do
-    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1 p2p=1
+    n=\$((n + 1)) s=\${cs%%[!0-9]*} crc=1 p2p=1 mk=0
     case \$cs in *c*) crc=2;; esac
     case \$cs in *p*) p2p=0;; esac
+    case \$cs in *m*) mk=1;; esac
     kclr
-    kload \$crc \$p2p
+    kload \$crc \$p2p \$mk
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$((27180 + n)) rping_size=\$s rping_count=\$(cat /rig/libcount)
     line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
     echo "dmesg: \$line"
@@ -474,11 +477,12 @@ if [ -f /rig/libcases ]; then
       bad "lib interop \$cs: the host's rping -s: rc '\$(cat /rig/srv.\$cs.rc 2>/dev/null)'"
   done
   for cs in \$(cat /rig/libcases); do
-    crc=1 p2p=1
+    crc=1 p2p=1 mk=0
     case \$cs in *c*) crc=2;; esac
     case \$cs in *p*) p2p=0;; esac
+    case \$cs in *m*) mk=1;; esac
     kclr
-    kload \$crc \$p2p
+    kload \$crc \$p2p \$mk
     insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=7190 rping_count=\$(cat /rig/libcount) &
     kt=\$!
     i=0
@@ -710,19 +714,21 @@ EOF
 # statuses go to the share (srv.S.rc, cli.S.rc) for the guest's checks.
 UIWARP_BIN=${UIWARP_BUILD:-$repo/build}/bin/uiwarp
 KIMM_BIN=${UIWARP_BUILD:-$repo/build}/bin/kimm_peer LIB_IMM_PORT=27179
-LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p 4096v"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
+LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p 4096v 60000mc"} LIB_COUNT=5 LIB_SPORT=27180 LIB_HPORT=27190
 # a case's letters after its size: c the module asks for CRC (mpa_crc=2);
 # L the library asks for it (UIWARP_CRC=required); r the library's
 # initiator offers, and its responder supports, only the Read RTR
 # (UIWARP_RTR=read); p neither initiator asks for P2P (UIWARP_P2P=0, the
 # module's mpa_p2p=0); v the library runs MPA revision 1 (UIWARP_MPA_REV=1:
-# it resets a revision 2 Request, the module falls back to revision 1)
+# it resets a revision 2 Request, the module falls back to revision 1);
+# m both ask for markers (UIWARP_MARKERS=1, the module's mpa_markers=1)
 lib_env() {
     local e=UIWARP_RDMACM_RETRY_MS=3000
     case $1 in *L*) e="$e UIWARP_CRC=required" ;; esac
     case $1 in *r*) e="$e UIWARP_RTR=read" ;; esac
     case $1 in *p*) e="$e UIWARP_P2P=0" ;; esac
     case $1 in *v*) e="$e UIWARP_MPA_REV=1" ;; esac
+    case $1 in *m*) e="$e UIWARP_MARKERS=1" ;; esac
     echo "$e"
 }
 lib_host() {
