@@ -3111,6 +3111,119 @@ out:
     return cases;
 }
 
+/* RFC 7306 §5.2.1 Figure 4: an Atomic Request (untagged header, opcode
+ * 0xA on QN 1, and its 52-byte RDMA header: 28 reserved bits and the
+ * AOpCode, Request Identifier, Remote STag, Remote Tagged Offset, Add or
+ * Swap Data and Mask, Compare Data and Mask; 70 bytes) */
+static unsigned int hdr_areq(u8 *h, u32 msn, unsigned int aop, u32 id, u32 stag, u64 to,
+                             u64 add_swap, u64 add_swap_mask, u64 cmp, u64 cmp_mask)
+{
+    unsigned int n = hdr_u(h, 0xA, 1, msn, 0);
+
+    be32(h + n, aop & 0xF);
+    be32(h + n + 4, id);
+    be32(h + n + 8, stag);
+    be64(h + n + 12, to);
+    be64(h + n + 20, add_swap);
+    be64(h + n + 28, add_swap_mask);
+    be64(h + n + 36, cmp);
+    be64(h + n + 44, cmp_mask);
+    return n + 52;
+}
+
+/* RFC 7306 atomics and immediate data (classes 33-37). RFC 7306 §8.1
+ * item 2: an error on an incoming Atomic Request or Immediate Data sends
+ * the Terminate with its DDP header (M, D) and no RDMA header (R clear),
+ * so the attached image is the DDP Segment Length and the 18-byte
+ * untagged header. */
+static noinline unsigned int h_atomic_classes(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static struct scatterlist sg3;
+    struct hconn h;
+    u8 hd[96], f[256];
+    unsigned int hl, n, cases = 0;
+
+    /* 33. a FetchAdd to the region, registered without remote atomic
+     * rights (local write, remote read and write): RDMAP, Remote
+     * Protection, code 2 "access rights violation" (RFC 5040 §7.2, as the
+     * library), M and D without R (RFC 7306 §8.1), nothing changed */
+    if (h_up(ib, hin, &h, true, 2, 1, 512)) {
+        hl = hdr_areq(hd, 1, 0x0, 9, hmr->rkey, hmr->iova, 1, 0, 0, 0);
+        n = fpdu(f, true, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Atomic without remote atomic", T_RDMAP, 1, 2, f, 2 + 18, NULL);
+    }
+    h_down(&h, "Atomic without remote atomic", -1, 0);
+    cases++;
+
+    /* 34. a CmpSwap (all-ones masks, compare equal to the word there) on
+     * an MR with remote atomic rights, at a target 4 bytes off 64-bit
+     * alignment: RDMAP, Remote Operation, code 7 "catastrophic error,
+     * localized to RDMAP stream" (RFC 7306 §8.2), the target not modified */
+    if (h_up(ib, hin, &h, false, 2, 1, 512)) {
+        struct ib_mr *am = fr_mr(h.s.id->qp, h.s.pd, &sg3, hmem + PAGE_SIZE, H_RLEN,
+                                 IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE |
+                                     IB_ACCESS_REMOTE_READ | IB_ACCESS_REMOTE_ATOMIC);
+
+        CHECK(am, "an MR with remote atomic rights");
+        if (am) {
+            hl = hdr_areq(hd, 1, 0x2, 77, am->rkey, am->iova + 4, 0, U64_MAX, 0xA5A5A5A5A5A5A5A5ull,
+                          U64_MAX);
+            n = fpdu(f, false, hd, hl, NULL, 0);
+            raw_send(h.sock, f, n);
+            h_term(&h, "Atomic misaligned", T_RDMAP, 2, 7, f, 2 + 18, NULL);
+            ib_dma_unmap_sg(h.s.pd->device, &sg3, 1, DMA_BIDIRECTIONAL);
+            ib_dereg_mr(am);
+        }
+    }
+    h_down(&h, "Atomic misaligned", -1, 0);
+    cases++;
+
+    /* 35. a FetchAdd naming an STag nobody registered: RDMAP, Remote
+     * Protection, code 0 "invalid STag" (RFC 5040 §7.2 for the tagged
+     * buffer an RDMAP message names; RFC 7306 §8.1: M and D, no R) */
+    if (h_up(ib, hin, &h, true, 2, 1, 512)) {
+        hl = hdr_areq(hd, 1, 0x0, 3, hmr->rkey ^ 0x00800000, hmr->iova, 1, 0, 0, 0);
+        n = fpdu(f, true, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Atomic invalid STag", T_RDMAP, 1, 0, f, 2 + 18, NULL);
+    }
+    h_down(&h, "Atomic invalid STag", -1, 0);
+    cases++;
+
+    /* 36. Immediate Data (opcode 8, QN 0) with 12 bytes after its header:
+     * its ULPDU is exactly 8 bytes of immediate data (RFC 7306 §6.2, §6.3),
+     * so DDP, untagged, code 5 "DDP message too long" (as the library), the
+     * receive flushed, nothing placed */
+    if (h_up(ib, hin, &h, false, 2, 2, 512)) {
+        static const u8 imm[12] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+
+        hl = hdr_u(hd, 8, 0, 1, 0);
+        n = fpdu(f, false, hd, hl, imm, sizeof(imm));
+        raw_send(h.sock, f, n);
+        h_term(&h, "Immediate Data of 12 bytes", T_DDP, 2, 5, f, 2 + 18, NULL);
+    }
+    h_down(&h, "Immediate Data of 12 bytes", IB_WC_WR_FLUSH_ERR, 0);
+    cases++;
+
+    /* 37. an Atomic Request with the reserved AOpCode 0x1 (RFC 7306 §10.1;
+     * masked FetchAdd and CmpSwap are carried by the masks of opcodes 0x0
+     * and 0x2, §5.1, which the module executes; there is no separate
+     * masked opcode): the responder does not support it, so RDMAP, Remote
+     * Operation (RFC 7306 §2: "A Remote Operation Error or Unexpected
+     * OpCode error"), code 0xFF "unspecified" (no code is defined for an
+     * unsupported AOpCode, RFC 7306 §5.2.1, §8), nothing changed */
+    if (h_up(ib, hin, &h, true, 2, 1, 512)) {
+        hl = hdr_areq(hd, 1, 0x1, 5, hmr->rkey, hmr->iova, 1, 0, 0, 0);
+        n = fpdu(f, true, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "reserved AOpCode", T_RDMAP, 2, 0xFF, f, 2 + 18, NULL);
+    }
+    h_down(&h, "reserved AOpCode", -1, 0);
+    cases++;
+    return cases;
+}
+
 static void test_hostile(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -3494,6 +3607,8 @@ static void test_hostile(struct ib_device *ib)
     }
     cases += h_initiator(ib, &hin);
     h_alive(&c, &s, "after the MPA classes");
+    cases += h_atomic_classes(ib, &hin);
+    h_alive(&c, &s, "after the atomic and immediate data classes");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
     h_alive(&c, &s, "after the damaged streams");

@@ -275,7 +275,10 @@ fi
 # driver's initiator (A not mirrored, ORD beyond its IRD: Terminates
 # LLP/MPA/7 and /6; a bad key: none), the revision 1 fallback after a
 # reset Request, a silent responder and a silent initiator (the MPA
-# timer, mpa_timeout_ms=2000), then 500 randomly damaged streams;
+# timer, mpa_timeout_ms=2000), 5 RFC 7306 classes (an Atomic Request
+# without remote atomic rights, misaligned, to an unregistered STag, with
+# the reserved AOpCode; Immediate Data of 12 bytes), then 500 randomly
+# damaged streams;
 # each checked in the module: the Terminate's bytes, EOF, that QP in ERR
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
@@ -284,7 +287,7 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
-  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 32 classes' && ok "hostile peer: 32 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 37 classes' && ok "hostile peer: 37 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
   # the driver's own lines for the Reply classes and the timers
   nt=\$(dmesg | grep 'MPA Reply refused.*: Terminate LLP/MPA/.* sent\$' | grep -vc 'not sent\$')
   if [ "\$nt" = 2 ] && dmesg | grep -q 'no MPA Reply in 2000 ms' && dmesg | grep -q 'no MPA Request in 2000 ms' &&
