@@ -3226,7 +3226,7 @@ static noinline unsigned int h_atomic_classes(struct ib_device *ib, struct socka
 
 /* The library's Terminate classes the module lacked (tests/engine/
  * test_dp_term.c t_untagged, t_read_requests, t_invalidated, the EOF
- * checks): classes 38-42. */
+ * checks, t_access, t_bounds): classes 38-44. */
 static noinline unsigned int h_lib_classes(struct ib_device *ib, struct sockaddr_in *hin)
 {
     static u8 u[256];
@@ -3352,6 +3352,47 @@ static noinline unsigned int h_lib_classes(struct ib_device *ib, struct sockaddr
         h_term(&h, "Read after Local Invalidate", T_RDMAP, 1, 0, f, 2 + 18, f + 20);
     }
     h_down(&h, "Read after Local Invalidate", -1, 8);
+    cases++;
+
+    /* 43. a Read Request of an MR registered without remote read (local
+     * and remote write): RDMAP, Remote Protection, code 2 "access rights
+     * violation" with D and R (RFC 5040 §7.2; as the library), nothing
+     * read */
+    if (h_up(ib, hin, &h, false, 4, 1, 512)) {
+        static struct scatterlist sg4;
+        struct ib_mr *wo = fr_mr(h.s.id->qp, h.s.pd, &sg4, hmem + PAGE_SIZE, H_RLEN,
+                                 IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+
+        CHECK(wo, "a write-only MR");
+        if (wo) {
+            hl = hdr_rreq(hd, 1, 0x1234, 0x10000, 100, wo->rkey, wo->iova);
+            n = fpdu(f, false, hd, hl, NULL, 0);
+            raw_send(h.sock, f, n);
+            h_term(&h, "Read without remote read", T_RDMAP, 1, 2, f, 2 + 18, f + 20);
+            ib_dma_unmap_sg(h.s.pd->device, &sg4, 1, DMA_BIDIRECTIONAL);
+            ib_dereg_mr(wo);
+        }
+    }
+    h_down(&h, "Read without remote read", -1, 0);
+    cases++;
+
+    /* 44. a Write in two segments, 100 bytes each from 150 before the
+     * region's end (L clear on the first): the first placed, the second
+     * crosses the end: DDP, tagged, code 1 "base or bounds violation" with
+     * the second's header, the region's last 50 bytes and the guard page
+     * after it untouched */
+    if (h_up(ib, hin, &h, true, 2, 1, 512)) {
+        hdr_t(hd, 0, hmr->rkey, hmr->iova + H_RLEN - 150);
+        hd[0] &= ~0x40; /* not the last segment */
+        n1 = fpdu(f, true, hd, 14, pay, 100);
+        n = fpdu(f + n1, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova + H_RLEN - 50), pay + 28, 100);
+        raw_send(h.sock, f, n1 + n);
+        h_term(&h, "second segment past the end", T_DDP, 1, 1, f + n1, 2 + 14, NULL);
+        CHECK(!memcmp(hmem + PAGE_SIZE + H_RLEN - 150, pay, 100) &&
+                  !memchr_inv(hmem + PAGE_SIZE + H_RLEN - 50, H_GUARD, 50),
+              "second segment past the end: the first placed, nothing of the second");
+    }
+    h_down(&h, "second segment past the end", -1, H_RLEN);
     cases++;
     return cases;
 }
