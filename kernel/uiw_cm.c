@@ -1892,8 +1892,9 @@ static void ep_stream(struct uiw_ep *ep)
         if (!ep->term_sent) {
             rx = stream_rx(ep);
             if (rx == -EPIPE) {
-                /* the peer's FIN: DISCONNECT, then CLOSE */
-                ep_teardown(ep, true, -1);
+                /* the peer's FIN: DISCONNECT, then CLOSE; inside an
+                 * FPDU the stream broke, a fatal error (as the library) */
+                ep_teardown(ep, true, uiw_rx_idle(&ep->rx) ? -1 : IB_EVENT_QP_FATAL);
                 return;
             }
             if (rx < 0) {

@@ -3224,6 +3224,179 @@ static noinline unsigned int h_atomic_classes(struct ib_device *ib, struct socka
     return cases;
 }
 
+/* The library's Terminate classes the module lacked (tests/engine/
+ * test_dp_term.c t_untagged, t_read_requests, t_invalidated, the EOF
+ * checks, t_access, t_bounds): classes 38-44. */
+static noinline unsigned int h_lib_classes(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static u8 u[256];
+    struct hconn h;
+    struct ib_wc wc;
+    u8 hd[64], f[512], pay[128];
+    unsigned int hl, n, n1, i, cases = 0;
+    int rc;
+
+    for (i = 0; i < sizeof(pay); i++)
+        pay[i] = i * 5 + 2;
+
+    /* 38. a Send with no receive posted: RFC 5041 §7.2 allows "invalid
+     * MSN - no buffer available", but the module waits for a receive
+     * (documented, as the library's receiver-not-ready hold): nothing
+     * comes back (not even the QP's held Send: the FPDU is not through),
+     * a receive posted then completes with the Send's 40 bytes, the held
+     * Send follows; then our FIN between FPDUs: a clean close, a second
+     * receive flushed, no QP event */
+    if (h_up(ib, hin, &h, true, 2, 0, 512)) {
+        struct ib_sge sge = {.addr = hmr->iova, .length = 512, .lkey = hmr->lkey};
+        struct ib_recv_wr r = {.wr_id = 500, .sg_list = &sge, .num_sge = 1};
+        u8 b = 0;
+
+        n = fpdu(f, true, hd, hdr_u(hd, 3, 0, 1, 0), pay, 40);
+        raw_send(h.sock, f, n);
+        h.sock->sk->sk_rcvtimeo = HZ / 3;
+        rc = raw_recv(h.sock, &b, 1);
+        h.sock->sk->sk_rcvtimeo = 5 * HZ;
+        CHECK(rc == -EAGAIN || rc == -ETIMEDOUT,
+              "Send without a receive: the QP answered (%d, 0x%02x)", rc, b);
+        CHECK(qp_state(h.s.id->qp) == IB_QPS_RTS, "Send without a receive: QP state %d",
+              qp_state(h.s.id->qp));
+        rc = ib_post_recv(h.s.id->qp, &r, NULL);
+        CHECK(rc == 0, "Send without a receive: post_recv: %d", rc);
+        n = h_wc(&h, &wc, 10000);
+        CHECK(n == 1 && wc.wr_id == 500 && wc.status == IB_WC_SUCCESS && wc.byte_len == 40,
+              "Send without a receive, then one posted: n %d id %llu status %d len %u", n,
+              n ? wc.wr_id : 0, n ? wc.status : -1, n ? wc.byte_len : 0);
+        CHECK(!memcmp(hmem + PAGE_SIZE, pay, 40), "Send without a receive: the Send placed");
+        rc = h_fpdu(&h, u, sizeof(u));
+        CHECK(rc == 18 + 32 && !(u[0] & 0x80) && (u[1] & 0x0F) == 3,
+              "Send without a receive: the QP's held Send (%d, %*ph)", rc,
+              rc > 0 ? min_t(int, rc, 2) : 0, u);
+        r.wr_id = 501;
+        sge.addr = hmr->iova + 512;
+        rc = ib_post_recv(h.s.id->qp, &r, NULL);
+        CHECK(rc == 0, "clean close: post_recv: %d", rc);
+        h.nrecv = 1;
+        h.rbase = 1;
+        kernel_sock_shutdown(h.sock, SHUT_WR);
+        rc = h_fpdu(&h, u, sizeof(u));
+        CHECK(rc == -EPIPE, "clean close: EOF, no Terminate (%d)", rc);
+    }
+    h_down(&h, "Send without a receive; clean close", H_ANY, 40);
+    CHECK(atomic_read(&qp_events) == 0, "clean close: %d QP events (last %d)",
+          atomic_read(&qp_events), last_qp_event);
+    cases++;
+
+    /* 39. a second segment that does not continue its message (MO 44
+     * after 40 bytes at MO 0, L clear on the first): DDP, untagged, code
+     * 4 "invalid MO" (RFC 5041 §7.2) with the second's header, the
+     * receive flushed, only the first segment's 40 bytes placed */
+    if (h_up(ib, hin, &h, false, 2, 1, 512)) {
+        hdr_u(hd, 3, 0, 1, 0);
+        hd[0] &= ~0x40; /* not the last segment */
+        n1 = fpdu(f, false, hd, 18, pay, 40);
+        hl = hdr_u(hd, 3, 0, 1, 44);
+        n = fpdu(f + n1, false, hd, hl, pay + 40, 40);
+        raw_send(h.sock, f, n1 + n);
+        h_term(&h, "MO jump", T_DDP, 2, 4, f + n1, 2 + 18, NULL);
+    }
+    h_down(&h, "MO jump", IB_WC_WR_FLUSH_ERR, 40);
+    cases++;
+
+    /* 40. a Read Request with MSN 3 where 1 is expected on QN 1: DDP,
+     * untagged, code 3 "invalid MSN - MSN range" (RFC 5041 §7.2); a DDP
+     * error attaches no RDMA header (RFC 5040 §4.8 Figure 10; as the
+     * library's t_read_requests), nothing read */
+    if (h_up(ib, hin, &h, true, 4, 1, 512)) {
+        hl = hdr_rreq(hd, 3, 0x4321, 0, 16, hmr->rkey, hmr->iova);
+        n = fpdu(f, true, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Read Request MSN range", T_DDP, 2, 3, f, 2 + 18, NULL);
+    }
+    h_down(&h, "Read Request MSN range", -1, 0);
+    cases++;
+
+    /* 41. our FIN 30 bytes into a 100-byte Send's FPDU: the stream ends
+     * inside an FPDU, no clean close: the QP in ERR with a fatal event
+     * (as the library), both receives flushed, no Terminate (the peer is
+     * gone), nothing placed beyond what arrived */
+    if (h_up(ib, hin, &h, false, 2, 2, 512)) {
+        n = fpdu(f, false, hd, hdr_u(hd, 3, 0, 1, 0), pay, 100);
+        raw_send(h.sock, f, 30);
+        kernel_sock_shutdown(h.sock, SHUT_WR);
+        rc = h_fpdu(&h, u, sizeof(u));
+        CHECK(rc == -EPIPE, "EOF mid-FPDU: EOF back (%d)", rc);
+    }
+    h_down(&h, "EOF mid-FPDU", IB_WC_WR_FLUSH_ERR, 512);
+    CHECK(last_qp_event == IB_EVENT_QP_FATAL, "EOF mid-FPDU: QP event %d, want fatal",
+          last_qp_event);
+    cases++;
+
+    /* 42. a Write (placed; the QP's held Send released), a Local
+     * Invalidate of the region's STag by the QP's owner (completes), then
+     * a Read Request of it: RDMAP, Remote Protection, code 0 "invalid
+     * STag" (RFC 5040 §7.2) with D and R, nothing read */
+    if (h_up(ib, hin, &h, true, 4, 1, 512)) {
+        n = fpdu(f, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova), pay, 8);
+        raw_send(h.sock, f, n);
+        rc = h_fpdu(&h, u, sizeof(u)); /* the held Send: the Write is through */
+        CHECK(rc == 18 + 32, "Read after Local Invalidate: the held Send (%d)", rc);
+        CHECK(!memcmp(hmem + PAGE_SIZE, pay, 8), "Read after Local Invalidate: the Write placed");
+        rc = post_inv(h.s.id->qp, hmr->rkey, 77, true);
+        CHECK(rc == 0, "Local Invalidate: %d", rc);
+        n = h_wc(&h, &wc, 10000);
+        CHECK(n == 1 && wc.wr_id == 77 && wc.status == IB_WC_SUCCESS,
+              "Local Invalidate: n %d id %llu status %d", n, n ? wc.wr_id : 0, n ? wc.status : -1);
+        hl = hdr_rreq(hd, 1, 0x4321, 0, 16, hmr->rkey, hmr->iova);
+        n = fpdu(f, true, hd, hl, NULL, 0);
+        raw_send(h.sock, f, n);
+        h_term(&h, "Read after Local Invalidate", T_RDMAP, 1, 0, f, 2 + 18, f + 20);
+    }
+    h_down(&h, "Read after Local Invalidate", -1, 8);
+    cases++;
+
+    /* 43. a Read Request of an MR registered without remote read (local
+     * and remote write): RDMAP, Remote Protection, code 2 "access rights
+     * violation" with D and R (RFC 5040 §7.2; as the library), nothing
+     * read */
+    if (h_up(ib, hin, &h, false, 4, 1, 512)) {
+        static struct scatterlist sg4;
+        struct ib_mr *wo = fr_mr(h.s.id->qp, h.s.pd, &sg4, hmem + PAGE_SIZE, H_RLEN,
+                                 IB_ACCESS_LOCAL_WRITE | IB_ACCESS_REMOTE_WRITE);
+
+        CHECK(wo, "a write-only MR");
+        if (wo) {
+            hl = hdr_rreq(hd, 1, 0x1234, 0x10000, 100, wo->rkey, wo->iova);
+            n = fpdu(f, false, hd, hl, NULL, 0);
+            raw_send(h.sock, f, n);
+            h_term(&h, "Read without remote read", T_RDMAP, 1, 2, f, 2 + 18, f + 20);
+            ib_dma_unmap_sg(h.s.pd->device, &sg4, 1, DMA_BIDIRECTIONAL);
+            ib_dereg_mr(wo);
+        }
+    }
+    h_down(&h, "Read without remote read", -1, 0);
+    cases++;
+
+    /* 44. a Write in two segments, 100 bytes each from 150 before the
+     * region's end (L clear on the first): the first placed, the second
+     * crosses the end: DDP, tagged, code 1 "base or bounds violation" with
+     * the second's header, the region's last 50 bytes and the guard page
+     * after it untouched */
+    if (h_up(ib, hin, &h, true, 2, 1, 512)) {
+        hdr_t(hd, 0, hmr->rkey, hmr->iova + H_RLEN - 150);
+        hd[0] &= ~0x40; /* not the last segment */
+        n1 = fpdu(f, true, hd, 14, pay, 100);
+        n = fpdu(f + n1, true, hd, hdr_t(hd, 0, hmr->rkey, hmr->iova + H_RLEN - 50), pay + 28, 100);
+        raw_send(h.sock, f, n1 + n);
+        h_term(&h, "second segment past the end", T_DDP, 1, 1, f + n1, 2 + 14, NULL);
+        CHECK(!memcmp(hmem + PAGE_SIZE + H_RLEN - 150, pay, 100) &&
+                  !memchr_inv(hmem + PAGE_SIZE + H_RLEN - 50, H_GUARD, 50),
+              "second segment past the end: the first placed, nothing of the second");
+    }
+    h_down(&h, "second segment past the end", -1, H_RLEN);
+    cases++;
+    return cases;
+}
+
 static void test_hostile(struct ib_device *ib)
 {
     struct end c = {}, s = {};
@@ -3609,6 +3782,8 @@ static void test_hostile(struct ib_device *ib)
     h_alive(&c, &s, "after the MPA classes");
     cases += h_atomic_classes(ib, &hin);
     h_alive(&c, &s, "after the atomic and immediate data classes");
+    cases += h_lib_classes(ib, &hin);
+    h_alive(&c, &s, "after the library's Terminate classes");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
     h_alive(&c, &s, "after the damaged streams");

@@ -287,7 +287,7 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
-  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 37 classes' && ok "hostile peer: 37 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
+  case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'hostile peer: 44 classes' && ok "hostile peer: 44 classes, damaged streams" || bad "hostile peer: not all classes ran";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "hostile peer: \${line:-no summary line}";; esac
   # the driver's own lines for the Reply classes and the timers
   nt=\$(dmesg | grep 'MPA Reply refused.*: Terminate LLP/MPA/.* sent\$' | grep -vc 'not sent\$')
   if [ "\$nt" = 2 ] && dmesg | grep -q 'no MPA Reply in 2000 ms' && dmesg | grep -q 'no MPA Request in 2000 ms' &&
