@@ -15,9 +15,10 @@
 #                                  (eth0 down/up), a kernel verbs consumer
 #                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
 #                                  REG_MR/LOCAL_INV, flush, drain; no
-#                                  object left), a hostile peer (22
-#                                  Terminate classes, 3 bad MPA
-#                                  Requests, damaged streams),
+#                                  object left), a hostile peer (44
+#                                  classes: Terminates, bad MPA
+#                                  Requests and Replies, silent peers,
+#                                  damaged streams),
 #                                  siw interop, interop with uiwarp's
 #                                  userspace library on the host (rping
 #                                  both ways through qemu's user network,
