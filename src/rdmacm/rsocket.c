@@ -37,18 +37,9 @@ static struct rs_sock *rs_tab[RS_TAB_SIZE];
 static pthread_mutex_t rs_tab_lock = PTHREAD_MUTEX_INITIALIZER;
 
 /* Work request ids: bit 63 receive (low 32 bits: message slot); sends:
- * kind in bits 32..39, data in the low 32 bits.
- *
- * Completions: the QP does not signal every send (sq_sig_all 0). A data
- * transfer's RDMA Write (WR_DATA_CHAINED) is unsignaled, and the 4-byte
- * Send behind it (WR_DATA_MSG, carrying the transfer's length) completes
- * both: send-queue work completes in order, so once the Send has, the
- * Write's bytes have left the send buffer. One completion per transfer
- * instead of two (and nothing on the wire changes). A WR_DATA_CHAINED
- * completion only comes in error (a flush) and releases nothing: its
- * Send's completion, flushed too, does. Every other send is signaled. */
+ * kind in bits 32..39, data in the low 32 bits. */
 #define WR_RECV (1ull << 63)
-enum { WR_DATA_WRITE = 1, WR_DATA_MSG = 2, WR_CTRL = 3, WR_DATA_CHAINED = 4 };
+enum { WR_DATA_WRITE = 1, WR_DATA_MSG = 2, WR_CTRL = 3 };
 static uint64_t wr_id(unsigned kind, uint32_t data)
 {
     return ((uint64_t)kind << 32) | data;
@@ -254,7 +245,7 @@ static int rs_create_ep(struct rs_sock *rs)
     qa.send_cq = rs->cq;
     qa.recv_cq = rs->cq;
     qa.qp_type = IBV_QPT_RC;
-    qa.sq_sig_all = 0; /* see WR_DATA_CHAINED */
+    qa.sq_sig_all = 1;
     qa.cap.max_send_wr = rs->sq_size;
     qa.cap.max_recv_wr = (uint32_t)rs_nrecv(rs);
     qa.cap.max_send_sge = 2;
@@ -362,32 +353,29 @@ static int rs_post_msg(struct rs_sock *rs, uint32_t msg)
                              .sg_list = &sge,
                              .num_sge = 1,
                              .opcode = IBV_WR_SEND,
-                             .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED};
+                             .send_flags = IBV_SEND_INLINE};
     struct ibv_send_wr *bad;
     int r = ibv_post_send(rs->id->qp, &wr, &bad);
     return r ? rcm_err(r) : 0;
 }
 
-/* An RDMA Write of sgl to (addr, rkey), then the 4-byte message Send.
- * Control (kind WR_CTRL): both signaled, each completion a control slot.
- * Data (kind WR_DATA_MSG): the Write unsignaled, the Send's completion
- * releases both send-queue entries and len bytes of the send buffer. */
+/* An RDMA Write of sgl to (addr, rkey), then the 4-byte message Send. */
 static int rs_post_write_msg(struct rs_sock *rs, struct ibv_sge *sgl, int nsge, uint32_t len,
-                             int flags, uint64_t addr, uint32_t rkey, uint32_t msg, unsigned kind)
+                             int flags, uint64_t addr, uint32_t rkey, uint32_t msg, unsigned kind_w,
+                             unsigned kind_m)
 {
-    bool data = kind == WR_DATA_MSG;
     struct ibv_sge msge = {.addr = (uintptr_t)&msg, .length = RS_MSG_BYTES};
-    struct ibv_send_wr send = {.wr_id = wr_id(kind, data ? len : 0),
+    struct ibv_send_wr send = {.wr_id = wr_id(kind_m, 0),
                                .sg_list = &msge,
                                .num_sge = 1,
                                .opcode = IBV_WR_SEND,
-                               .send_flags = IBV_SEND_INLINE | IBV_SEND_SIGNALED};
-    struct ibv_send_wr write = {.wr_id = wr_id(data ? WR_DATA_CHAINED : kind, 0),
+                               .send_flags = IBV_SEND_INLINE};
+    struct ibv_send_wr write = {.wr_id = wr_id(kind_w, len),
                                 .next = &send,
                                 .sg_list = sgl,
                                 .num_sge = nsge,
                                 .opcode = IBV_WR_RDMA_WRITE,
-                                .send_flags = (unsigned)flags | (data ? 0 : IBV_SEND_SIGNALED)};
+                                .send_flags = (unsigned)flags};
     write.wr.rdma.remote_addr = addr;
     write.wr.rdma.rkey = rkey;
     struct ibv_send_wr *bad;
@@ -433,7 +421,7 @@ static void rs_update_credits(struct rs_sock *rs)
         rs->ctrl_seqno += 2;
         r = rs_post_write_msg(rs, &sge, 1, 0, IBV_SEND_INLINE,
                               rs->remote_sgl.addr + (uint64_t)rs->remote_sge * sizeof(g),
-                              rs->remote_sgl.key, msg, WR_CTRL);
+                              rs->remote_sgl.key, msg, WR_CTRL, WR_CTRL);
         rs->rbuf_bytes_avail -= half;
         rs->rbuf_free_offset += half;
         if (rs->rbuf_free_offset >= rs->rbuf_size)
@@ -460,16 +448,14 @@ static void rs_peer_gone(struct rs_sock *rs)
     }
 }
 
-/* Take the completions; returns how many. A poll that returns fewer than
- * it asked for emptied the CQ: no second call just to see it empty (one
- * ibv_poll_cq per turn of a waiting loop, and per message received). */
+/* Take the completions; returns how many. */
 static int rs_poll_cq(struct rs_sock *rs)
 {
     struct ibv_wc wc[16];
-    int n = 16, reposts = 0, total = 0;
+    int n, reposts = 0, total = 0;
     if (!rs->cq)
         return 0;
-    while (n == 16 && (n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+    while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
         total += n;
         for (int i = 0; i < n; i++) {
             struct ibv_wc *w = &wc[i];
@@ -514,14 +500,11 @@ static int rs_poll_cq(struct rs_sock *rs)
                 }
             } else {
                 unsigned kind = (unsigned)(w->wr_id >> 32) & 0xff;
-                if (kind == WR_DATA_WRITE) { /* riowrite's */
+                if (kind == WR_DATA_WRITE) {
                     rs->sqe_avail++;
                     rs->sbuf_avail += (uint32_t)w->wr_id;
-                } else if (kind == WR_DATA_MSG) { /* and its chained Write */
-                    rs->sqe_avail += 2;
-                    rs->sbuf_avail += (uint32_t)w->wr_id;
-                } else if (kind == WR_DATA_CHAINED) {
-                    /* in error only: its message's completion counts */
+                } else if (kind == WR_DATA_MSG) {
+                    rs->sqe_avail++;
                 } else {
                     rs->ctrl_max_seqno++;
                 }
@@ -647,20 +630,13 @@ static void rs_drain_wake(struct rs_sock *rs)
     }
 }
 
-/* Completions, and connection events when there were none (lock held);
- * how many were taken. Events wait while completions keep coming: the
- * caller looks again until a poll finds the CQ empty (rs_wait, rpoll),
- * and a DISCONNECTED event takes the completions first anyway; a message
- * received saves the look at the event queue (a lock round trip). */
-static int rs_progress(struct rs_sock *rs)
+static void rs_progress(struct rs_sock *rs)
 {
-    int n = rs_poll_cq(rs);
-    if (!n)
-        n = rs_cm_poll(rs);
+    int n = rs_cm_poll(rs);
+    n += rs_poll_cq(rs);
     rs_update_credits(rs);
     if (n)
         rs_wake(rs);
-    return n;
 }
 
 static void rs_take_cq_event(struct rs_sock *rs)
@@ -678,23 +654,13 @@ static void rs_take_cq_event(struct rs_sock *rs)
 static int rs_wait(struct rs_sock *rs, bool (*test)(struct rs_sock *), bool nonblock,
                    int timeout_ms)
 {
-    uint64_t start = 0; /* read once there is a wait to time */
+    uint64_t start = now_ns();
     for (;;) {
-        bool took = rs_progress(rs) > 0;
+        rs_progress(rs);
         if (test(rs))
             return 0;
-        if (nonblock) {
-            /* completions taken, but not what we wait for (our own
-             * sends'): look again before EAGAIN (rs_poll_cq stops at a
-             * short poll, so the CQ is still looked at until empty, with
-             * the test between; after an empty poll the engine's next
-             * one reads the socket). A blocking wait spins on anyway. */
-            if (took)
-                continue;
+        if (nonblock)
             return rcm_err(EAGAIN);
-        }
-        if (!start)
-            start = now_ns();
         uint64_t el = now_ns() - start;
         if (timeout_ms >= 0 && el >= (uint64_t)timeout_ms * 1000000ull)
             return rcm_err(ETIMEDOUT);
@@ -764,8 +730,7 @@ static void rs_send_keepalive(struct rs_sock *rs)
         !rs->remote_sgl.length)
         return;
     struct ibv_send_wr wr = {.wr_id = wr_id(WR_CTRL, rs_msg(RS_MSG_CTRL, RS_CTRL_KEEPALIVE)),
-                             .opcode = IBV_WR_RDMA_WRITE,
-                             .send_flags = IBV_SEND_SIGNALED};
+                             .opcode = IBV_WR_RDMA_WRITE};
     wr.wr.rdma.remote_addr = rs->remote_sgl.addr;
     wr.wr.rdma.rkey = rs->remote_sgl.key;
     struct ibv_send_wr *bad;
@@ -1135,9 +1100,7 @@ static void rs_copy_in(struct rs_sock *rs, const struct iovec **iov, size_t *off
             }
         }
     }
-    rs->sbuf_head += len; /* len <= sbuf_size: no division per send */
-    if (rs->sbuf_head >= rs->sbuf_size)
-        rs->sbuf_head -= rs->sbuf_size;
+    rs->sbuf_head = (rs->sbuf_head + len) % rs->sbuf_size;
 }
 
 static int rs_send_iomaps(struct rs_sock *rs, bool nonblock);
@@ -1186,7 +1149,7 @@ static ssize_t rs_sendv(int socket, const struct iovec *iov, int iovcnt, int fla
         rs->sqe_avail -= 2;
         rs->sbuf_avail -= x;
         r = rs_post_write_msg(rs, sge, nsge, x, x <= rs->sq_inline ? IBV_SEND_INLINE : 0, raddr,
-                              rkey, rs_msg(RS_MSG_DATA, x), WR_DATA_MSG);
+                              rkey, rs_msg(RS_MSG_DATA, x), WR_DATA_WRITE, WR_DATA_MSG);
         if (r) {
             rs_set_error(rs, errno);
             break;
@@ -1238,9 +1201,7 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
                 memcpy((uint8_t *)iov[vi].iov_base + voff, rs->rbuf + roff, n);
                 done += n;
                 voff += n;
-                roff += (uint32_t)n; /* n <= seg: at most to the end */
-                if (roff == rs->rbuf_size)
-                    roff = 0;
+                roff = (uint32_t)((roff + n) % rs->rbuf_size);
                 if (voff == iov[vi].iov_len && vi + 1 < iovcnt) {
                     vi++;
                     voff = 0;
@@ -1314,7 +1275,7 @@ static int rs_send_iomaps(struct rs_sock *rs, bool nonblock)
         if (rs_post_write_msg(rs, &sge, 1, 0, IBV_SEND_INLINE,
                               rs->remote_iomap.addr + (uint64_t)m->index * sizeof(e),
                               rs->remote_iomap.key, rs_msg(RS_MSG_IOMAP_SGL, (uint32_t)m->index),
-                              WR_DATA_MSG)) {
+                              WR_DATA_WRITE, WR_DATA_MSG)) {
             rs_set_error(rs, errno);
             return -1;
         }
@@ -1473,8 +1434,7 @@ UIW_EXPORT size_t riowrite(int socket, const void *buf, size_t count, off_t offs
                                  .sg_list = sge,
                                  .num_sge = nsge,
                                  .opcode = IBV_WR_RDMA_WRITE,
-                                 .send_flags = IBV_SEND_SIGNALED |
-                                               (x <= rs->sq_inline ? IBV_SEND_INLINE : 0)};
+                                 .send_flags = x <= rs->sq_inline ? IBV_SEND_INLINE : 0};
         wr.wr.rdma.remote_addr = e.sge.addr + (pos - e.offset);
         wr.wr.rdma.rkey = e.sge.key;
         struct ibv_send_wr *bad;
@@ -1619,21 +1579,16 @@ UIW_EXPORT int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
             if (fds[i].revents)
                 cnt++;
         }
-        if (cnt || timeout == 0) {
+        int left = -1;
+        if (timeout >= 0) {
+            uint64_t el = (now_ns() - start) / 1000000u;
+            left = el >= (uint64_t)timeout ? 0 : timeout - (int)el;
+        }
+        if (cnt || left == 0) {
             ret = cnt;
             break;
         }
-        uint64_t el_ns = now_ns() - start; /* one clock reading per turn */
-        int left = -1;
-        if (timeout > 0) {
-            uint64_t el = el_ns / 1000000u;
-            left = el >= (uint64_t)timeout ? 0 : timeout - (int)el;
-            if (!left) {
-                ret = 0;
-                break;
-            }
-        }
-        if (el_ns < 20000)
+        if (now_ns() - start < 20000)
             continue; /* spin briefly */
         if (!pf) {
             pf = calloc(3 * nfds + 1, sizeof(*pf));
