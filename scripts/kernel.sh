@@ -344,6 +344,19 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   # initiator offers both RTRs (siw picks Write); pass 2: siw's p2p variant
   # (its initiator offers both RTRs) and the module offering and supporting
   # only the Read RTR (mpa_rtr=4): Read RTRs both ways
+  # the ktest's rping server on uiw0 (10.0.4.1:\$1), siw0's rping -c -V
+  # against it; \$2 names the checks; the ktest's summary line in \$line
+  siw_cli() {
+    insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=\$1 &
+    kt=\$!
+    i=0
+    while ! ss -ltn 2>/dev/null | grep -q ":\$1 " && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+    nsenter -t \$peer -n rping -c -a 10.0.4.1 -p \$1 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1; rc=\$?
+    rping_done /tmp/rpc.log \$rc && ok "\$2: rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "\$2: rping -c on siw0: rc \$rc"; }
+    wait \$kt
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+  }
   for crc in 1 2; do
   rtr=6 want=write swant=none
   if [ \$crc = 2 ] && [ -f /lib/siw-variants/p2p/siw.ko ]; then
@@ -376,15 +389,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   # the other way: rping -c -V on siw0 against the ktest's rping server on
   # uiw0 (it Reads the client's buffer and Writes it back; rping validates)
   kclr
-  insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=7175 &
-  kt=\$!
-  i=0
-  while ! ss -ltn 2>/dev/null | grep -q ':7175 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
-  nsenter -t \$peer -n rping -c -a 10.0.4.1 -p 7175 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1; rc=\$?
-  rping_done /tmp/rpc.log \$rc && ok "interop (mpa_crc=\$crc): rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "interop (mpa_crc=\$crc): rping -c on siw0: rc \$rc"; }
-  wait \$kt
-  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
-  echo "dmesg: \$line"
+  siw_cli 7175 "interop (mpa_crc=\$crc)"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
   dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant," && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
   rmmod uiwarp_ktest
@@ -399,15 +404,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
     insmod /lib/siw-variants/rev1/siw.ko && nsenter -t \$peer -n rdma link add siw0 type siw netdev v1 || bad "siw interop: siw's rev1 variant"
     insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev v0 || bad "siw interop (rev1): uiw0 on v0"
     echo 'module uiwarp +p' >/proc/dynamic_debug/control
-    insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.4.1 rping_port=7176 &
-    kt=\$!
-    i=0
-    while ! ss -ltn 2>/dev/null | grep -q ':7176 ' && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
-    nsenter -t \$peer -n rping -c -a 10.0.4.1 -p 7176 -C 3 -S 65000 -V >/tmp/rpc.log 2>&1; rc=\$?
-    rping_done /tmp/rpc.log \$rc && ok "interop (siw rev1): rping -c -V on siw0 against a uiw0 server" || { cat /tmp/rpc.log; bad "interop (siw rev1): rping -c on siw0: rc \$rc"; }
-    wait \$kt
-    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
-    echo "dmesg: \$line"
+    siw_cli 7176 "interop (siw rev1)"
     dmesg | grep 'MPA Request revision' | tail -1
     case "\$line" in *"verbs test: PASS"*) dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "interop (siw rev1): the uiw0 rping server, MPA revision 1" || bad "interop (siw rev1): not revision 1";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (siw rev1): the uiw0 rping server: \${line:-no summary line}";; esac
     rmmod uiwarp_ktest
