@@ -29,6 +29,7 @@ typedef struct sc {
     uint32_t seq[2]; /* next sequence number of side 0 (a) and 1 (b) */
     uint16_t port[2];
     uint64_t usec;
+    bool sack[2]; /* this side's frames carry a SACK option (RFC 2018) */
     char path[64];
 } sc;
 
@@ -73,17 +74,18 @@ static void sc_frame(sc *s, int side, uint8_t flags, uint32_t seq, const uint8_t
     uint8_t *ip = f + off;
     size_t iphl = v6 ? 40 : 20;
     uint8_t *tcp = ip + iphl;
-    memset(ip, 0, iphl + 20);
+    size_t th = s->sack[side] ? 32 : 20; /* NOP NOP SACK(10): one block */
+    memset(ip, 0, iphl + th);
     if (v6) {
         ip[0] = 0x60;
-        put16(ip + 4, (unsigned)(20 + n));
+        put16(ip + 4, (unsigned)(th + n));
         ip[6] = 6;
         ip[7] = 64;
         ip[8 + 15] = (uint8_t)(1 + side); /* ::1 / ::2 */
         ip[24 + 15] = (uint8_t)(2 - side);
     } else {
         ip[0] = 0x45;
-        put16(ip + 2, (unsigned)(20 + 20 + n));
+        put16(ip + 2, (unsigned)(20 + th + n));
         ip[8] = 64;
         ip[9] = 6;
         uint8_t a[4] = {10, 0, 0, 1}, b[4] = {10, 0, 0, 2};
@@ -94,12 +96,18 @@ static void sc_frame(sc *s, int side, uint8_t flags, uint32_t seq, const uint8_t
     put16(tcp + 2, s->port[!side]);
     put32(tcp + 4, seq);
     put32(tcp + 8, s->seq[!side]);
-    tcp[12] = 5 << 4;
+    tcp[12] = (uint8_t)(th / 4) << 4;
     tcp[13] = flags;
     put16(tcp + 14, 65535);
+    if (th > 20) {
+        uint8_t o[12] = {1, 1, 5, 10};
+        put32(o + 4, s->seq[!side] + 1000);
+        put32(o + 8, s->seq[!side] + 2000);
+        memcpy(tcp + 20, o, sizeof(o));
+    }
     if (n)
-        memcpy(tcp + 20, p, n);
-    size_t len = off + iphl + 20 + n;
+        memcpy(tcp + th, p, n);
+    size_t len = off + iphl + th + n;
     struct pcap_pkthdr h = {.caplen = (bpf_u_int32)len, .len = (bpf_u_int32)len};
     s->usec += 100;
     h.ts.tv_sec = (time_t)(1700000000 + s->usec / 1000000);
@@ -1121,6 +1129,42 @@ static void test_segment_starts(void)
     sc_frame(&s, 0, 0x18, seq0, b2, 1460);
     run("starts: large FPDU", &s, NULL, "segment-segments=3", "segment-aligned=1",
         "segment-integral=0", "segment-fpdus=2", "segment-whole=0", NULL);
+
+    /* RFC 5044 §5.1, "Changes in EMSS due to varying TCP options": six
+     * 1460-byte FPDUs on a 1460-byte grid; the second segment carries a
+     * SACK block and is 12 bytes short, and TCP cuts the rest of its buffer
+     * 12 bytes off the grid (1460, 1460, then the buffer's 12-byte tail);
+     * the next buffer starts on it again. The three segments off the grid
+     * and the three FPDUs that begin in the window are counted apart; the
+     * run counts segments where an FPDU begins (two: the 12-byte tail holds
+     * none). Then the same with the SACK block on a pure ACK of
+     * that side before the short segment, which carries none. */
+    for (int pure = 0; pure < 2; pure++) {
+        static const size_t cut[] = {1460, 1448, 1460, 1460, 12, 1460, 1460};
+        sc_open(&s, DLT_EN10MB, 4, true);
+        handshake(&s, &STD, &STD);
+        n = 0;
+        for (uint32_t m = 1; m <= 6; m++)
+            n += send_fpdu(b2 + n, m, 1460 - 24);
+        CHECK_EQ(n, 6 * 1460u);
+        size_t at = 0;
+        for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
+            if (i == 1 && pure) {
+                s.sack[0] = true;
+                sc_frame(&s, 0, 0x10, s.seq[0], NULL, 0);
+                s.sack[0] = false;
+            }
+            s.sack[0] = i == 1 && !pure;
+            sc_send(&s, 0, b2 + at, cut[i]);
+            s.sack[0] = false;
+            at += cut[i];
+        }
+        CHECK_EQ(at, n);
+        run(pure ? "starts: SACK on a pure ACK" : "starts: SACK", &s, NULL, "segment-segments=7",
+            "segment-aligned=4", "segment-fpdus=6", "segment-whole=3", "segment-emss-changes=1",
+            "segment-emss-unaligned=3", "segment-emss-split=3", "segment-emss-run=2",
+            "fpdu-split=3", NULL);
+    }
 }
 
 static void test_alignment(void)

@@ -62,6 +62,20 @@ static int parse_tcp(const uint8_t *p, size_t avail, size_t ip_len, uiw_pkt *pkt
         have = want;
     pkt->len = (uint32_t)have;
     pkt->missing = (uint32_t)(want - have);
+    pkt->sack = false;
+    /* the options (RFC 9293 §3.2): kind 0 ends them, 1 is one byte, every
+     * other kind has a length byte; 5 is SACK (RFC 2018 §3) */
+    for (size_t i = 20; i < doff && p[i] != 0;) {
+        if (p[i] == 1) {
+            i++;
+            continue;
+        }
+        if (i + 1 >= doff || p[i + 1] < 2)
+            break;
+        if (p[i] == 5)
+            pkt->sack = true;
+        i += p[i + 1];
+    }
     return UIW_FRAME_TCP;
 }
 
@@ -369,6 +383,7 @@ int uiw_tcp_table_packet(uiw_tcp_table *t, const uiw_pkt *pkt)
     /* The ACK first: the bytes it covers were sent before this segment. */
     if ((pkt->flags & UIW_TCP_ACK) && !(pkt->flags & UIW_TCP_RST))
         uiw_reasm_ack(&c->half[!dir], pkt->ack, pkt->frame, pkt->ts);
+    c->half[dir].seg_sack = pkt->sack;
     return uiw_reasm_segment(&c->half[dir], pkt->seq, pkt->ack, pkt->flags, pkt->payload, pkt->len,
                              pkt->frame, pkt->ts);
 }

@@ -46,6 +46,7 @@ typedef struct uiw_pkt {
     const uint8_t *payload; /* TCP payload bytes present in the capture */
     uint32_t len;           /* bytes at payload */
     uint32_t missing;       /* payload bytes cut off by the snap length */
+    bool sack;              /* the TCP options hold a SACK option (RFC 2018) */
 } uiw_pkt;
 
 /* Result of uiw_parse_frame. */
@@ -104,6 +105,14 @@ typedef struct uiw_seg_meta {
     uint64_t seg_off;
     uint32_t seg_len;
     bool retx;
+    /* This segment, or a segment of this direction since the last first
+     * transmission (a retransmission, a pure ACK), carried SACK blocks
+     * (RFC 2018): the sender's
+     * effective MSS was that much below the one it cuts segments with
+     * otherwise ("Changes in EMSS due to varying TCP options", RFC 5044
+     * §5.1), which moves TCP's cuts off an FPDU grid until a buffer starts
+     * afresh. Known only where the caller set uiw_reasm.seg_sack. */
+    bool sack;
 } uiw_seg_meta;
 
 typedef struct uiw_reasm_ops {
@@ -147,6 +156,10 @@ typedef struct uiw_reasm {
     uiw_reasm_seg *head; /* out-of-order segments, sorted, non-overlapping */
     size_t buffered;
     uiw_reasm_stats st;
+    /* seg_sack: the segment passed next to uiw_reasm_segment carries a SACK
+     * option, set by the caller (reset by each call); sack_since: one did
+     * since the last first transmission (uiw_seg_meta.sack) */
+    bool seg_sack, sack_since;
 } uiw_reasm;
 
 void uiw_reasm_init(uiw_reasm *r, const uiw_reasm_ops *ops, void *ctx, int dir, size_t limit);

@@ -225,6 +225,18 @@ typedef struct dstats {
      * whole FPDUs only (§2's FPDU Alignment). */
     uint64_t seg_fpdus, seg_aligned, seg_retx, seg_whole;
     uint64_t seg_segs, seg_integral;
+    /* After the sender's segments carried SACK blocks (uiw_seg_meta.sack:
+     * they shrink the effective MSS, so TCP cuts its buffer off the FPDU
+     * grid until the next buffer; RFC 5044 §5.1 names "Changes in EMSS due
+     * to varying TCP options" as a reason alignment is lost, regained
+     * "after a break in transmission"): emss_events, the segments judged
+     * that carried them;
+     * emss_segs, the segments judged from one up to the first that starts
+     * with an FPDU again (emss_aligned of them start with one); emss_split,
+     * FPDUs starting in those segments that do not lie whole in a segment
+     * that starts with an FPDU; emss_run_max, the most such segments in a
+     * row (counted where an FPDU begins inside them). */
+    uint64_t emss_events, emss_segs, emss_aligned, emss_split, emss_run_max;
 } dstats;
 
 static void vstats_add(vstats *a, const vstats *b)
@@ -261,6 +273,12 @@ static void dstats_add(dstats *a, const dstats *b)
     a->seg_whole += b->seg_whole;
     a->seg_segs += b->seg_segs;
     a->seg_integral += b->seg_integral;
+    a->emss_events += b->emss_events;
+    a->emss_segs += b->emss_segs;
+    a->emss_aligned += b->emss_aligned;
+    a->emss_split += b->emss_split;
+    if (b->emss_run_max > a->emss_run_max)
+        a->emss_run_max = b->emss_run_max;
 }
 
 static uint64_t vsum(const vstats *s)
@@ -381,6 +399,13 @@ typedef struct iw_dir {
     bool lead_valid;
     uint64_t seg_frame; /* the last segment counted in st.seg_segs (seg_count) */
     bool seg_counted;
+    /* a segment carried SACK blocks and no segment has started with an FPDU
+     * since (dstats.emss_*): from stream offset emss_from, the first byte of the
+     * segment that showed it (emss_frame, which does not end the window by
+     * starting with an FPDU) */
+    bool emss_win;
+    uint64_t emss_from, emss_frame;
+    uint64_t emss_run, emss_run_frame; /* dstats.emss_run_max: the current run, its last segment */
 } iw_dir;
 
 typedef struct iw_conn {
@@ -1372,10 +1397,22 @@ static void seg_align(uiw_dump *d, iw_conn *ic, int dir, uint64_t begin, uint32_
         return;
     }
     D->st.seg_fpdus++;
+    bool win = D->emss_win && begin >= D->emss_from;
     if (m->seg_off == begin) {
         D->st.seg_aligned++;
         D->lead_frame = m->frame;
         D->lead_valid = true;
+        if (win) {
+            D->st.emss_aligned++;
+            D->emss_run = 0;
+            if (m->frame != D->emss_frame)
+                D->emss_win = win = false; /* alignment regained */
+        }
+    } else if (win && D->emss_run_frame != m->frame && D->lead_frame != m->frame) {
+        /* the first FPDU that begins in this segment, not at its start */
+        D->emss_run_frame = m->frame;
+        if (++D->emss_run > D->st.emss_run_max)
+            D->st.emss_run_max = D->emss_run;
     }
     uint64_t seg_end = m->seg_off + m->seg_len;
     /* Appendix A.1: "Multiple FPDUs may be packed into a single TCP segment
@@ -1384,6 +1421,8 @@ static void seg_align(uiw_dump *d, iw_conn *ic, int dir, uint64_t begin, uint32_
         D->st.seg_whole++;
         if (begin + bytes == seg_end)
             D->st.seg_integral++; /* the segment ends with this FPDU */
+    } else if (win) {
+        D->st.emss_split++;
     }
     uint32_t mss = ic->tcp->half[dir].st.max_seg;
     if (begin + bytes > seg_end && bytes <= mss)
@@ -1774,6 +1813,15 @@ static void seg_count(iw_dir *D, uint64_t off, const uiw_seg_meta *m)
     D->seg_counted = true;
     D->seg_frame = m->frame;
     D->st.seg_segs++;
+    if (m->sack) {
+        D->st.emss_events++;
+        if (!D->emss_win)
+            D->emss_from = m->seg_off;
+        D->emss_win = true;
+        D->emss_frame = m->frame;
+    }
+    if (D->emss_win)
+        D->st.emss_segs++;
 }
 
 static void on_data(void *ctx, uiw_tcp_conn *c, int dir, uint64_t off, const uint8_t *p, size_t n,
@@ -2052,6 +2100,15 @@ static void print_align(uiw_dump *d, const char *lead, const dstats *s, uint32_t
             "%ssegment starts: %" PRIu64 " of %" PRIu64 " TCP segments start with an FPDU, %" PRIu64
             " of them hold whole FPDUs only (RFC 5044 §2 \"FPDU Alignment\")\n",
             lead, s->seg_aligned, s->seg_segs, s->seg_integral);
+    if (s->emss_events)
+        fprintf(
+            d->out,
+            "%ssegment EMSS changes: %" PRIu64
+            " segments carried or followed SACK blocks (RFC 5044 §5.1 "
+            "\"Changes in EMSS due to varying TCP options\"); until a segment started with an "
+            "FPDU again, %" PRIu64 " segments did not start with one and %" PRIu64
+            " FPDUs were not whole in one that did; at most %" PRIu64 " such segments in a row\n",
+            lead, s->emss_events, s->emss_segs - s->emss_aligned, s->emss_split, s->emss_run_max);
 }
 
 static void print_crc(uiw_dump *d, const char *indent, const dstats *s)
@@ -2301,6 +2358,14 @@ uint64_t uiw_dump_count(const uiw_dump *d, const char *name)
         return d->all.st.seg_segs;
     if (strcmp(name, "segment-integral") == 0)
         return d->all.st.seg_integral;
+    if (strcmp(name, "segment-emss-changes") == 0)
+        return d->all.st.emss_events;
+    if (strcmp(name, "segment-emss-unaligned") == 0)
+        return d->all.st.emss_segs - d->all.st.emss_aligned;
+    if (strcmp(name, "segment-emss-split") == 0)
+        return d->all.st.emss_split;
+    if (strcmp(name, "segment-emss-run") == 0)
+        return d->all.st.emss_run_max;
     if (strcmp(name, "iwarp-connections") == 0)
         return d->all.iw_conns;
     if (strcmp(name, "undecodable") == 0)

@@ -71,7 +71,13 @@ uint64_t uiw_dump_fpdus(const uiw_dump *d);
  * retransmission), "segment-segments" (TCP segments of the FPDU streams
  * judged, retransmissions left out: "segment-aligned" of them start with
  * an FPDU), "segment-integral" (of those, segments that hold whole FPDUs
- * only: RFC 5044 §2 "FPDU Alignment"); 0 for unknown names. */
+ * only: RFC 5044 §2 "FPDU Alignment"), "segment-emss-changes" (segments
+ * judged that carried SACK blocks, which shrink the EMSS: RFC 5044 §5.1),
+ * "segment-emss-unaligned" and "segment-emss-split" (segments that did not
+ * start with an FPDU, and FPDUs not whole in one that did, from such a
+ * change up to the next segment that starts with an FPDU),
+ * "segment-emss-run" (the most of those segments in a row); 0 for unknown
+ * names. */
 uint64_t uiw_dump_count(const uiw_dump *d, const char *name);
 void uiw_dump_free(uiw_dump *d);
 

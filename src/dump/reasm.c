@@ -244,6 +244,8 @@ int uiw_reasm_segment(uiw_reasm *r, uint32_t seq, uint32_t ack, uint8_t flags, c
                       size_t len, uint64_t frame, double ts)
 {
     uiw_seg_meta m = {.frame = frame, .ts = ts, .has_ack = (flags & UIW_TCP_ACK) != 0, .ack = ack};
+    bool sack = r->seg_sack;
+    r->seg_sack = false;
     r->st.segments++;
     if (len > r->st.max_seg)
         r->st.max_seg = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
@@ -264,6 +266,9 @@ int uiw_reasm_segment(uiw_reasm *r, uint32_t seq, uint32_t ack, uint8_t flags, c
         }
         return 0;
     }
+    /* SACK blocks on any segment of this direction, pure ACKs too: the
+     * sender's buffers built meanwhile are cut to the smaller EMSS */
+    r->sack_since |= sack;
     uint32_t dseq = (flags & UIW_TCP_SYN) ? seq + 1 : seq;
     int64_t off = seq_to_off(r, dseq);
     if (len > 0) {
@@ -271,6 +276,9 @@ int uiw_reasm_segment(uiw_reasm *r, uint32_t seq, uint32_t ack, uint8_t flags, c
         m.seg_len = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
         m.retx = off < 0 || (uint64_t)off < r->next ||
                  overlaps_held(r, (uint64_t)off, (uint64_t)off + len);
+        m.sack = r->sack_since;
+        if (!m.retx)
+            r->sack_since = false;
         if (off < 0) {
             uint64_t before = (uint64_t)-off;
             if (before >= len) {
