@@ -1088,7 +1088,7 @@ static size_t send_fpdu(uint8_t *out, uint32_t msn, size_t n)
  * FPDU each), and those that also hold whole FPDUs only. */
 static void test_segment_starts(void)
 {
-    static uint8_t b2[8000];
+    static uint8_t b2[9000];
     sc s;
     size_t n;
 
