@@ -12,14 +12,14 @@
 #                                  N more load/unload rounds (default 20; a
 #                                  device on every other one), an interface
 #                                  removed under a device, port events
-#                                  (eth0 down/up), rdma-core's view
-#                                  (uiw0's uverbs node; with the provider
-#                                  plugin, $UIWARP_BUILD/lib/libuiwarp-
-#                                  rdmav34.so, or build/lib, skipped
-#                                  without it: ibv_devices, ibv_devinfo,
-#                                  EOPNOTSUPP for other verbs, rdma link
-#                                  delete and rmmod with uiw0 open in a
-#                                  process), a kernel verbs consumer
+#                                  (eth0 down/up), rdma-core's view with
+#                                  the provider plugin ($UIWARP_BUILD/lib/
+#                                  libuiwarp-rdmav34.so or build/lib's;
+#                                  skipped without it: uiw0's uverbs node,
+#                                  ibv_devices, ibv_devinfo, EOPNOTSUPP
+#                                  for other verbs, rdma link delete and
+#                                  rmmod with uiw0 open in a process),
+#                                  a kernel verbs consumer
 #                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
 #                                  REG_MR/LOCAL_INV, flush, drain; no
 #                                  object left), a hostile peer (44
