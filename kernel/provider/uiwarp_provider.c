@@ -69,7 +69,8 @@ struct uiwp_sysfs_dev {
     uint32_t abi_ver;
     struct timespec time_created;
 };
-/* ibv_read_ibdev_sysfs_file reads ibdev_path at 0xb0 in 44.0 */
+/* in 44.0: ibv_read_ibdev_sysfs_file reads ibdev_path at 0xb0; the
+ * device list writes and match_driver_id reads driver_id at 0x3b8 */
 static_assert(offsetof(struct uiwp_sysfs_dev, ibdev_path) == 176, "rdma-core 44 verbs_sysfs_dev");
 static_assert(offsetof(struct uiwp_sysfs_dev, driver_id) == 952, "rdma-core 44 verbs_sysfs_dev");
 
