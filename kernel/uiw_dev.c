@@ -20,6 +20,7 @@
 
 #include "uiw_dev.h"
 #include "uiw_kmod.h"
+#include "uiw_uabi.h"
 #include "uiwarp/wire.h"
 
 static LIST_HEAD(uiw_devs);
@@ -120,6 +121,37 @@ static int uiw_query_pkey(struct ib_device *ibdev, u32 port, u16 idx, u16 *pkey)
     return 0;
 }
 
+/* The uverbs user context (docs/KERNEL.md "Seen by rdma-core"): with
+ * alloc_ucontext among its ops the core's ib_uverbs gives the device a
+ * character device (/dev/infiniband/uverbsN), which rdma-core's device
+ * list requires. Nothing else is offered to userspace: every verb that
+ * would make an object from it (alloc_pd, create_cq, create_qp,
+ * create_srq, reg_user_mr) refuses a udata with -EOPNOTSUPP, so a context
+ * owns no objects and maps nothing. The queries (query_device,
+ * query_port, the GID table) answer as for the kernel's consumers. */
+struct uiw_ucontext {
+    struct ib_ucontext base;
+};
+
+static int uiw_alloc_ucontext(struct ib_ucontext *uctx, struct ib_udata *udata)
+{
+    /* no driver data either way: the provider's GET_CONTEXT carries the
+     * core's command only (kernel/provider/uiwarp_provider.c) */
+    if (udata->inlen || udata->outlen)
+        return -EINVAL;
+    return 0;
+}
+
+static void uiw_dealloc_ucontext(struct ib_ucontext *uctx) {}
+
+/* Device removal (rdma link delete, the interface going away, rmmod)
+ * while a process holds the uverbs file open: with this op the core
+ * destroys the process's objects (none here) and its context and goes on
+ * removing; the process's later commands fail with EIO. Without it the
+ * core would wait for the file to be closed (and hold the module). There
+ * is nothing mapped into the process to take back. */
+static void uiw_disassociate_ucontext(struct ib_ucontext *uctx) {}
+
 /* Called by the core from ib_dealloc_device: after an unregistration,
  * whoever asked for it (rdma link delete, the interface going away, module
  * unload), and when newlink gives up; the core frees the struct after. */
@@ -136,13 +168,19 @@ static void uiw_dealloc_driver(struct ib_device *ibdev)
 static const struct ib_device_ops uiw_dev_ops = {
     .owner = THIS_MODULE,
     .driver_id = RDMA_DRIVER_UNKNOWN,
-    .uverbs_abi_ver = 0,
+    /* the uverbs ABI of the device's driver data: none (version 1; the
+     * provider accepts 1 only) */
+    .uverbs_abi_ver = UIW_UVERBS_ABI_VERSION,
     .dealloc_driver = uiw_dealloc_driver,
+    .alloc_ucontext = uiw_alloc_ucontext,
+    .dealloc_ucontext = uiw_dealloc_ucontext,
+    .disassociate_ucontext = uiw_disassociate_ucontext,
     .query_device = uiw_query_device,
     .query_port = uiw_query_port,
     .get_port_immutable = uiw_get_port_immutable,
     .query_gid = uiw_query_gid,
     .query_pkey = uiw_query_pkey,
+    INIT_RDMA_OBJ_SIZE(ib_ucontext, uiw_ucontext, base),
 };
 
 static int uiw_newlink(const char *name, struct net_device *nd)
@@ -175,7 +213,7 @@ static int uiw_newlink(const char *name, struct net_device *nd)
      * min(CPUs, vectors) I/O queues. Completions are delivered from the
      * unbound workqueue and the socket callbacks whatever the vector. */
     d->ibdev.num_comp_vectors = num_possible_cpus();
-    strscpy(d->ibdev.node_desc, "uiwarp", sizeof(d->ibdev.node_desc));
+    strscpy(d->ibdev.node_desc, UIW_NODE_DESC, sizeof(d->ibdev.node_desc));
     addrconf_addr_eui48((u8 *)&d->ibdev.node_guid, nd->dev_addr);
     /* iw_cm: the interface's name; no iwpmd port mapping */
     memcpy(d->ibdev.iw_ifname, nd->name, sizeof(d->ibdev.iw_ifname));

@@ -12,7 +12,14 @@
 #                                  N more load/unload rounds (default 20; a
 #                                  device on every other one), an interface
 #                                  removed under a device, port events
-#                                  (eth0 down/up), a kernel verbs consumer
+#                                  (eth0 down/up), rdma-core's view with
+#                                  the provider plugin ($UIWARP_BUILD/lib/
+#                                  libuiwarp-rdmav34.so or build/lib's;
+#                                  skipped without it: uiw0's uverbs node,
+#                                  ibv_devices, ibv_devinfo, EOPNOTSUPP
+#                                  for other verbs, rdma link delete and
+#                                  rmmod with uiw0 open in a process),
+#                                  a kernel verbs consumer
 #                                  (uiwarp_ktest.ko: PD, CQ, QP, MR,
 #                                  REG_MR/LOCAL_INV, flush, drain; no
 #                                  object left), a hostile peer (44
@@ -230,6 +237,48 @@ if rdma link delete uiw0; then ok "rdma link delete"; else bad "rdma link delete
 rdma link show 2>/dev/null | grep -q uiw0 && bad "uiw0 still shown after delete" || ok "uiw0 gone after delete"
 rdma link add uiw0 type uiwarp netdev eth0 && rmmod uiwarp && ok "rmmod with a device" || bad "rmmod with a device"
 [ -e /sys/class/infiniband/uiw0 ] && bad "uiw0 still in sysfs after rmmod" || ok "uiw0 gone after rmmod"
+# rdma-core sees the device (docs/KERNEL.md "Seen by rdma-core"): the
+# module's uverbs context gives uiw0 a uverbs node; with the provider
+# plugin (kernel/provider, libuiwarp-rdmav34.so, shipped in /x) named in
+# /etc/libibverbs.d, Debian's ibv_devices lists it and ibv_devinfo queries
+# it; verbs the provider does not offer fail with EOPNOTSUPP
+# (uiwarp_ibv_probe); the module unloads while a process holds the device
+# open (disassociated: the process's next query fails with EIO). The
+# plugin stays installed for the rest of the run.
+if [ -f /x/libuiwarp-rdmav34.so ] && [ -x /x/uiwarp_ibv_probe ]; then
+  if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0; then
+    grep -qx uiw0 /sys/class/infiniband_verbs/uverbs*/ibdev 2>/dev/null && ok "uverbs node for uiw0" || bad "no uverbs node for uiw0"
+    mkdir -p /etc/libibverbs.d && echo 'driver /x/libuiwarp' >/etc/libibverbs.d/uiwarp.driver
+    ibv_devices >/tmp/ibvd.out 2>&1; cat /tmp/ibvd.out
+    grep -q '^ *uiw0 ' /tmp/ibvd.out && ok "ibv_devices lists uiw0" || bad "ibv_devices does not list uiw0"
+    ibv_devinfo -d uiw0 >/tmp/ibvi.out 2>&1; rc=\$?; cat /tmp/ibvi.out
+    [ \$rc = 0 ] && grep -q 'transport:.*iWARP' /tmp/ibvi.out && grep -q 'state:.*PORT_ACTIVE' /tmp/ibvi.out &&
+      ok "ibv_devinfo -d uiw0: iWARP, port 1 ACTIVE" || bad "ibv_devinfo -d uiw0 (rc \$rc)"
+    ibv_devinfo -v -d uiw0 >/tmp/ibvi.out 2>&1; rc=\$?
+    [ \$rc = 0 ] && grep -q 'max_qp:.*1024\$' /tmp/ibvi.out && grep -q 'max_cqe:.*4096\$' /tmp/ibvi.out &&
+      ok "ibv_devinfo -v: the module's limits" || { cat /tmp/ibvi.out; bad "ibv_devinfo -v -d uiw0 (rc \$rc)"; }
+    /x/uiwarp_ibv_probe uiw0 >/tmp/probe.out 2>&1; rc=\$?; cat /tmp/probe.out
+    [ \$rc = 0 ] && grep -q 'ibv_alloc_pd: errno 95 ' /tmp/probe.out && grep -q 'ibv_create_cq: errno 95 ' /tmp/probe.out &&
+      ok "verbs the provider does not offer: EOPNOTSUPP" || bad "uiwarp_ibv_probe (rc \$rc)"
+    held() { # a process with uiw0 open; \$1: what removes the device
+      rm -f /tmp/held; /x/uiwarp_ibv_probe uiw0 hold /tmp/held >/tmp/probe.out 2>&1 & pp=\$!
+      i=0
+      while [ ! -e /tmp/held ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+      if eval "\$1" && [ ! -e /sys/class/infiniband/uiw0 ]; then ok "\$1 with uiw0 open in a process"; else bad "\$1 with uiw0 open in a process"; fi
+      wait \$pp; rc=\$?; cat /tmp/probe.out
+      [ \$rc = 0 ] && grep -q 'errno 5 ' /tmp/probe.out && ok "\$1: the process gets EIO, closes cleanly" || bad "\$1: the holding process (rc \$rc)"
+    }
+    held "rdma link delete uiw0"
+    rdma link add uiw0 type uiwarp netdev eth0 || bad "rdma link add after the delete"
+    held "rmmod uiwarp"
+    grep -q '^uiwarp ' /proc/modules && bad "uiwarp still loaded"
+  else
+    bad "rdma-core: insmod/rdma link add"
+  fi
+  grep -q '^uiwarp ' /proc/modules && { rdma link delete uiw0; rmmod uiwarp; }
+else
+  echo "KTEST skip rdma-core provider (no libuiwarp-rdmav34.so or uiwarp_ibv_probe in /x)"
+fi
 # the interface going away takes its device along (a hang here ends in
 # siw-vm-run's timeout)
 if [ -f /x/dummy.ko ]; then
@@ -844,6 +893,14 @@ test_vm() {
     trap 'rm -rf "$x"' EXIT
     guest_modules
     cp "$B/uiwarp.ko" "$B/uiwarp_ktest.ko" "$x/"
+    # the rdma-core provider plugin and its probe (kernel/provider), built
+    # with the library
+    local pb=${UIWARP_BUILD:-$repo/build}
+    if [ -f "$pb/lib/libuiwarp-rdmav34.so" ] && [ -x "$pb/bin/uiwarp_ibv_probe" ]; then
+        cp "$pb/lib/libuiwarp-rdmav34.so" "$pb/bin/uiwarp_ibv_probe" "$x/"
+    else
+        say "no $pb/lib/libuiwarp-rdmav34.so: the rdma-core provider cases are skipped (build it: bash scripts/build.sh)"
+    fi
     [ ! -f "$B/mods/dummy.ko" ] || cp "$B/mods/dummy.ko" "$x/"
     [ ! -f "$B/mods/veth.ko" ] || cp "$B/mods/veth.ko" "$x/"
     local m
