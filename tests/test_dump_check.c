@@ -1138,9 +1138,14 @@ static void test_segment_starts(void)
      * and the three FPDUs that begin in the window are counted apart; the
      * run counts segments where an FPDU begins (two: the 12-byte tail holds
      * none). Then the same with the SACK block on a pure ACK of
-     * that side before the short segment, which carries none. */
-    for (int pure = 0; pure < 2; pure++) {
-        static const size_t cut[] = {1460, 1448, 1460, 1460, 12, 1460, 1460};
+     * that side before the short segment, which carries none; then with
+     * SACK blocks on two segments in a row, 1448 bytes each (the first
+     * starts with an FPDU that is judged only when the second has been
+     * counted: it must not end the count). */
+    for (int pure = 0; pure < 3; pure++) {
+        static const size_t cuts[2][7] = {{1460, 1448, 1460, 1460, 12, 1460, 1460},
+                                          {1460, 1448, 1448, 1460, 24, 1460, 1460}};
+        const size_t *cut = cuts[pure == 2];
         sc_open(&s, DLT_EN10MB, 4, true);
         handshake(&s, &STD, &STD);
         n = 0;
@@ -1148,20 +1153,23 @@ static void test_segment_starts(void)
             n += send_fpdu(b2 + n, m, 1460 - 24);
         CHECK_EQ(n, 6 * 1460u);
         size_t at = 0;
-        for (size_t i = 0; i < sizeof(cut) / sizeof(cut[0]); i++) {
-            if (i == 1 && pure) {
+        for (size_t i = 0; i < 7; i++) {
+            if (i == 1 && pure == 1) {
                 s.sack[0] = true;
                 sc_frame(&s, 0, 0x10, s.seq[0], NULL, 0);
                 s.sack[0] = false;
             }
-            s.sack[0] = i == 1 && !pure;
+            s.sack[0] = (i == 1 && pure != 1) || (i == 2 && pure == 2);
             sc_send(&s, 0, b2 + at, cut[i]);
             s.sack[0] = false;
             at += cut[i];
         }
         CHECK_EQ(at, n);
-        run(pure ? "starts: SACK on a pure ACK" : "starts: SACK", &s, NULL, "segment-segments=7",
-            "segment-aligned=4", "segment-fpdus=6", "segment-whole=3", "segment-emss-changes=1",
+        run(pure == 2   ? "starts: SACK on two segments"
+            : pure == 1 ? "starts: SACK on a pure ACK"
+                        : "starts: SACK",
+            &s, NULL, "segment-segments=7", "segment-aligned=4", "segment-fpdus=6",
+            "segment-whole=3", pure == 2 ? "segment-emss-changes=2" : "segment-emss-changes=1",
             "segment-emss-unaligned=3", "segment-emss-split=3", "segment-emss-run=2",
             "fpdu-split=3", NULL);
     }

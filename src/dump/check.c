@@ -399,12 +399,14 @@ typedef struct iw_dir {
     bool lead_valid;
     uint64_t seg_frame; /* the last segment counted in st.seg_segs (seg_count) */
     bool seg_counted;
-    /* a segment carried SACK blocks and no segment has started with an FPDU
-     * since (dstats.emss_*): from stream offset emss_from, the first byte of the
-     * segment that showed it (emss_frame, which does not end the window by
-     * starting with an FPDU) */
+    /* a segment carried SACK blocks and no segment without them has started
+     * with an FPDU since (dstats.emss_*): from stream offset emss_from, the
+     * first byte of the segment that showed them (a segment with SACK blocks
+     * does not end the window by starting with an FPDU: its FPDU is cut
+     * short; the FPDUs are judged when whole, so after later segments were
+     * counted) */
     bool emss_win;
-    uint64_t emss_from, emss_frame;
+    uint64_t emss_from;
     uint64_t emss_run, emss_run_frame; /* dstats.emss_run_max: the current run, its last segment */
 } iw_dir;
 
@@ -1405,7 +1407,7 @@ static void seg_align(uiw_dump *d, iw_conn *ic, int dir, uint64_t begin, uint32_
         if (win) {
             D->st.emss_aligned++;
             D->emss_run = 0;
-            if (m->frame != D->emss_frame)
+            if (!m->sack)
                 D->emss_win = win = false; /* alignment regained */
         }
     } else if (win && D->emss_run_frame != m->frame && D->lead_frame != m->frame) {
@@ -1818,7 +1820,6 @@ static void seg_count(iw_dir *D, uint64_t off, const uiw_seg_meta *m)
         if (!D->emss_win)
             D->emss_from = m->seg_off;
         D->emss_win = true;
-        D->emss_frame = m->frame;
     }
     if (D->emss_win)
         D->st.emss_segs++;
