@@ -32,7 +32,12 @@
 #                                  each library capture under uiwarp
 #                                  dump --strict; build/bin/uiwarp or
 #                                  $UIWARP_BUILD/bin/uiwarp, skipped
-#                                  without it), NVMe-oF on uiw0 and on
+#                                  without it), RNIC-like peers on the
+#                                  host (tests/rnic/krnic_peer, irdma
+#                                  and cxgb4: the module's rping client
+#                                  and server, Terminates both ways, the
+#                                  personality's rules; skipped without
+#                                  it), NVMe-oF on uiw0 and on
 #                                  siw0 (--nvme-mib, default 32;
 #                                  --no-nvme-siw), rmmod with NVMe-oF
 #                                  connected (--live rounds, default 4),
