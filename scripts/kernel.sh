@@ -33,8 +33,8 @@
 #                                  dump --strict; build/bin/uiwarp or
 #                                  $UIWARP_BUILD/bin/uiwarp, skipped
 #                                  without it), RNIC-like peers on the
-#                                  host (tests/rnic/krnic_peer, irdma
-#                                  and cxgb4: the module's rping client
+#                                  host (tests/rnic/krnic_peer, irdma,
+#                                  cxgb4, cxgb4-rev1: the module's rping client
 #                                  and server, Terminates both ways, the
 #                                  personality's rules; skipped without
 #                                  it), NVMe-oF on uiw0 and on
@@ -571,8 +571,8 @@ if [ -f /rig/libcases ]; then
     waitf /rig/kimm.rc 20 && [ "\$(cat /rig/kimm.rc)" = 0 ] && ok "lib interop imm: the host's kimm_peer checks pass" ||
       bad "lib interop imm: the host's kimm_peer: rc '\$(cat /rig/kimm.rc 2>/dev/null)'"
   fi
-  # RNIC-like peers (tests/rnic/krnic_peer.c, the irdma and cxgb4
-  # personalities of tests/rnic/rnic_peer.h, docs/PEERS.md §11): /rig/krnic
+  # RNIC-like peers (tests/rnic/krnic_peer.c, the irdma, cxgb4 and
+  # cxgb4-rev1 personalities of tests/rnic/rnic_peer.h, docs/PEERS.md §11): /rig/krnic
   # lists NAME:PORT:GPORT; the host's krnic_peer -m server listens on PORT
   # (the module's rping client, initiator, then a Write of the peer's to a
   # bad STag: the module's Terminate), the host's krnic_peer -m client
@@ -586,7 +586,10 @@ if [ -f /rig/libcases ]; then
       # the RTR each side picks: irdma's responder Read whenever offered,
       # cxgb4's Replies name Read; the module's responder prefers Write,
       # cxgb4's initiator offers only Read
-      wc=read ws=write; [ \$pn = cxgb4 ] && ws=read
+      # cxgb4's initiator offers only Read; cxgb4-rev1 (mpa_rev=1) resets
+      # the module's revision 2 Request and sends revision 1: client-server
+      wc=read ws=write
+      case \$pn in cxgb4) ws=read;; cxgb4-rev1) wc=none ws=none;; esac
       kclr
       kload 1 1
       insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$pt rping_size=60000 rping_count=3
@@ -595,6 +598,7 @@ if [ -f /rig/libcases ]; then
       dmesg | grep -E 'in RTS|Terminate' | tail -3
       case "\$line" in *"verbs test: PASS"*) ok "rnic \$pn: the module's rping client (initiator) against the \$pn personality, 3 x 60000 B Read and Written back, compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "rnic \$pn: the module's rping client: \${line:-no summary line}";; esac
       dmesg | grep 'in RTS' | tail -1 | grep -q "CRC 1, .*RTR \$wc," && ok "rnic \$pn: the module's client: CRC on, RTR \$wc" || bad "rnic \$pn (client): not CRC 1 / RTR \$wc: \$(dmesg | grep 'in RTS' | tail -1)"
+      [ \$pn != cxgb4-rev1 ] || { dmesg | grep -q 'reset the MPA revision 2 Request: trying revision 1' && ok "rnic \$pn: the module's client fell back to MPA revision 1" || bad "rnic \$pn: no revision 1 fallback"; }
       dmesg | grep -q 'Terminate DDP/tagged buffer/invalid STag' && ok "rnic \$pn: the module's Terminate for the peer's Write to a bad STag" || bad "rnic \$pn: no Terminate DDP/tagged/invalid STag from the module: \$(dmesg | grep Terminate | tail -1)"
       rmmod uiwarp_ktest
       waitf /rig/krnic.srv.\$pn.rc 20 && [ "\$(cat /rig/krnic.srv.\$pn.rc)" = 0 ] && ok "rnic \$pn: the host's krnic_peer server checks pass" ||
@@ -611,6 +615,7 @@ if [ -f /rig/libcases ]; then
       dmesg | grep -E 'in RTS|Terminate' | tail -3
       case "\$line" in *"verbs test: PASS"*) ok "rnic \$pn: the module's rping server (responder) against the \$pn personality";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "rnic \$pn: the module's rping server: \${line:-no summary line}";; esac
       dmesg | grep 'in RTS' | tail -1 | grep -q "CRC 1, .*RTR \$ws," && ok "rnic \$pn: the module's server: CRC on, RTR \$ws" || bad "rnic \$pn (server): not CRC 1 / RTR \$ws: \$(dmesg | grep 'in RTS' | tail -1)"
+      [ \$pn != cxgb4-rev1 ] || { dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "rnic \$pn: the module's server answered MPA revision 1" || bad "rnic \$pn: not revision 1: \$(dmesg | grep 'MPA Request revision' | tail -1)"; }
       dmesg | grep -q 'Terminate received: LLP/' && ok "rnic \$pn: the module took the peer's Terminate" || bad "rnic \$pn: no Terminate received: \$(dmesg | grep Terminate | tail -1)"
       rmmod uiwarp_ktest
       waitf /rig/krnic.cli.\$pn.rc 30 && [ "\$(cat /rig/krnic.cli.\$pn.rc)" = 0 ] && ok "rnic \$pn: the host's krnic_peer client checks pass" ||
@@ -827,7 +832,7 @@ LIB_CASES=${UIWARP_KLIB_CASES:-"64 4096 60000 60000c 4096r 60000Lr 4096p 4096v 6
 # RNIC-like peers"): personality k (1, 2, ...) serves the module's rping
 # client on KRNIC_SPORT+k and reaches the module's rping server through
 # KRNIC_HPORT+k, forwarded to the guest's port 7190+k
-KRNIC_BIN=${UIWARP_BUILD:-$repo/build}/bin/krnic_peer KRNIC_PERS="irdma cxgb4" KRNIC_SPORT=27200 KRNIC_HPORT=27210
+KRNIC_BIN=${UIWARP_BUILD:-$repo/build}/bin/krnic_peer KRNIC_PERS="irdma cxgb4 cxgb4-rev1" KRNIC_SPORT=27200 KRNIC_HPORT=27210
 krnic_fw() { # siw-vm-run's forwardings for the module's servers
     local k=0 pn
     [ -x "$KRNIC_BIN" ] || return 0

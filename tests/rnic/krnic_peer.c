@@ -6,7 +6,7 @@
  * "Against RNIC-like peers"). It runs on the host; the guest's
  * uiwarp_ktest.ko reaches it through qemu's user network.
  *
- *   krnic_peer -P irdma|cxgb4 -m server -p PORT [-n COUNT]
+ *   krnic_peer -P irdma|cxgb4|cxgb4-rev1 -m server -p PORT [-n COUNT]
  *       the rping server (the module is the initiator: rping_dst=10.0.2.2
  *       rping_port=PORT): listens on 127.0.0.1:PORT, accepts as the
  *       personality's responder; per round the module's Send advertises
@@ -17,7 +17,7 @@
  *       module never gave out: the module must answer with a Terminate
  *       (DDP / tagged buffer / invalid STag, RFC 5041 §7.2) in the form
  *       irdma accepts (notes §1.6), then close.
- *   krnic_peer -P irdma|cxgb4 -m client -p PORT [-n COUNT] [-s SIZE]
+ *   krnic_peer -P irdma|cxgb4|cxgb4-rev1 -m client -p PORT [-n COUNT] [-s SIZE]
  *       the rping client (the module is the responder: rping_listen=,
  *       reached through qemu's forwarding of 127.0.0.1:PORT): connects as
  *       the personality's initiator (RTR, revision 1 retry on a reset);
@@ -26,6 +26,10 @@
  *       then its rdma_buf, which the module Writes; we compare the two.
  *       Then our Terminate (0x23 / 0x02, an MPA CRC error as both RNICs
  *       code it): the module must close.
+ *
+ * cxgb4-rev1 (cxgb4 with mpa_rev=1): as responder it resets the module's
+ * revision 2 Request and takes its retry at revision 1 (client-server);
+ * as initiator it sends a revision 1 Request and its Read RTR anyway.
  *
  * In both: every FPDU the module sends goes through the personality's
  * rules (rnic_on_fpdu: no FPDU above the MSS, no tagged STag 0, the RTR
@@ -142,6 +146,12 @@ static void run_server(struct rnic *r, uint16_t port, unsigned count, int wait_m
     }
     printf("krnic_peer %s: listening on 127.0.0.1:%u\n", pname, port);
     rc = rnic_accept(r, lfd, wait_ms, nopd, 0);
+    if (rc == RNIC_RST && r->p->mpa_rev == 1) {
+        /* cxgb4-rev1 resets the module's revision 2 Request (notes §2.3);
+         * the module's initiator tries once more at revision 1 */
+        check(r->frames_rev[2] == 1, "the module's revision 2 Request reset");
+        rc = rnic_accept(r, lfd, 20000, nopd, 0);
+    }
     close(lfd);
     /* cxgb4's Reply names Read whatever it negotiated (notes §2.3) */
     check(rc == 0, "the module's Request accepted (rc %d): revision %u, CRC, RTR %s negotiated", rc,
@@ -149,7 +159,11 @@ static void run_server(struct rnic *r, uint16_t port, unsigned count, int wait_m
     if (rc)
         return;
     r->mss = r->p->mss;
-    check(r->rev == 2 && r->p2p, "revision 2, peer-to-peer");
+    if (r->p->mpa_rev == 1)
+        check(r->rev == 1 && !r->p2p && r->conns == 2,
+              "revision 1 (the module's retry: %u connections), client-server", r->conns);
+    else
+        check(r->rev == 2 && r->p2p && r->conns == 1, "revision 2, peer-to-peer, one connection");
     for (unsigned i = 0; i < count; i++) {
         struct rping_info ci;
         uint32_t len = 0;
@@ -249,7 +263,11 @@ static void run_client(struct rnic *r, uint16_t port, unsigned count, uint32_t s
     if (rc || !r->up)
         return;
     r->mss = r->p->mss;
-    check(r->rev == 2 && r->p2p && !r->tried_rev1, "revision 2, peer-to-peer, no retry");
+    if (r->p->mpa_rev == 1) /* the Read RTR is sent in revision 1 too (notes §2.4) */
+        check(r->rev == 1 && r->conns == 1,
+              "revision 1 answered at revision 1, the Read RTR served");
+    else
+        check(r->rev == 2 && r->p2p && !r->tried_rev1, "revision 2, peer-to-peer, no retry");
     for (unsigned i = 0; i < count; i++) {
         int n = snprintf((char *)r->mem, size, "rdma-ping-%u: ", i);
 
@@ -288,9 +306,10 @@ int main(int argc, char **argv)
     while ((opt = getopt(argc, argv, "P:m:p:n:s:w:")) != -1) {
         switch (opt) {
         case 'P':
-            p = !strcmp(optarg, "irdma")   ? &RNIC_P_IRDMA
-                : !strcmp(optarg, "cxgb4") ? &RNIC_P_CXGB4
-                                           : NULL;
+            p = !strcmp(optarg, "irdma")        ? &RNIC_P_IRDMA
+                : !strcmp(optarg, "cxgb4")      ? &RNIC_P_CXGB4
+                : !strcmp(optarg, "cxgb4-rev1") ? &RNIC_P_CXGB4_REV1
+                                                : NULL;
             break;
         case 'm':
             mode = optarg;
@@ -313,8 +332,9 @@ int main(int argc, char **argv)
     }
     if (!p || !mode || !port || port > 65535 ||
         (strcmp(mode, "server") && strcmp(mode, "client"))) {
-        fprintf(stderr, "usage: krnic_peer -P irdma|cxgb4 -m server|client -p PORT [-n COUNT] "
-                        "[-s SIZE] [-w MS]\n");
+        fprintf(stderr,
+                "usage: krnic_peer -P irdma|cxgb4|cxgb4-rev1 -m server|client -p PORT [-n COUNT] "
+                "[-s SIZE] [-w MS]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
