@@ -27,6 +27,11 @@
  *       Then our Terminate (0x23 / 0x02, an MPA CRC error as both RNICs
  *       code it): the module must close.
  *
+ * With -e (server only), the module is expected to send FPDUs over the MSS
+ * (kernel.sh sets its max_fpdu to 8192): the Read Response of the first
+ * round breaks the rule, we Terminate (irdma: 0x23 / 0x02) and the module
+ * must close.
+ *
  * cxgb4-rev1 (cxgb4 with mpa_rev=1): as responder it resets the module's
  * revision 2 Request and takes its retry at revision 1 (client-server);
  * as initiator it sends a revision 1 Request and its Read RTR anyway.
@@ -134,6 +139,26 @@ static int listen_on(const struct rnic_pers *p, uint16_t port)
 }
 
 /* The module's rping client against our server. */
+/* -e: the module runs with max_fpdu above the MSS (kernel.sh sets it):
+ * our Read's Response comes in FPDUs over the MSS, and irdma terminates
+ * (0x23 / 0x02, its IEQ's "bad fpdu len", notes §1.7): the rule is shown to
+ * fire on the module's path. */
+static void expect_fpdu_term(struct rnic *r, int rc)
+{
+    uiw_hdr h;
+
+    check(rc == -2 && r->v.fpdu_mss > 0,
+          "the module's FPDUs over the MSS: %u of them, the longest %u bytes (rc %d)",
+          r->v.fpdu_mss, r->max_fpdu, rc);
+    check(r->term_sent && r->sent_cause.layer == UIW_LAYER_LLP &&
+              r->sent_cause.etype == UIW_LLP_ET_RNIC && r->sent_cause.ecode == UIW_MPA_EC_CRC,
+          "our Terminate 0x23 / 0x02 for them");
+    rc = rnic_serve(r, -2, 20000, &h);
+    check(rc == -1, "the module closes after our Terminate (rc %d)", rc);
+}
+
+static bool expect_big;
+
 static void run_server(struct rnic *r, uint16_t port, unsigned count, int wait_ms)
 {
     int lfd = listen_on(r->p, port), rc;
@@ -184,6 +209,10 @@ static void run_server(struct rnic *r, uint16_t port, unsigned count, int wait_m
                 memset(r->mem, 0, len);
                 rc = rnic_read(r, ci.rkey, ci.buf, len, 0);
                 rc = rc < 0 ? rc : rnic_serve(r, UIW_OP_READ_RESP, 20000, &h);
+                if (expect_big) {
+                    expect_fpdu_term(r, rc);
+                    return;
+                }
                 bool same = rc == 1 && r->mem[len - 1] == 0;
 
                 for (uint32_t j = 0; same && j < len - 1; j++)
@@ -303,7 +332,7 @@ int main(int argc, char **argv)
     int opt, wait_ms = 250000;
     struct rnic *r;
 
-    while ((opt = getopt(argc, argv, "P:m:p:n:s:w:")) != -1) {
+    while ((opt = getopt(argc, argv, "P:m:p:n:s:w:e")) != -1) {
         switch (opt) {
         case 'P':
             p = !strcmp(optarg, "irdma")        ? &RNIC_P_IRDMA
@@ -323,6 +352,9 @@ int main(int argc, char **argv)
         case 's':
             size = (unsigned)atoi(optarg);
             break;
+        case 'e':
+            expect_big = true;
+            break;
         case 'w':
             wait_ms = atoi(optarg);
             break;
@@ -334,7 +366,7 @@ int main(int argc, char **argv)
         (strcmp(mode, "server") && strcmp(mode, "client"))) {
         fprintf(stderr,
                 "usage: krnic_peer -P irdma|cxgb4|cxgb4-rev1 -m server|client -p PORT [-n COUNT] "
-                "[-s SIZE] [-w MS]\n");
+                "[-s SIZE] [-w MS] [-e]\n");
         return 2;
     }
     setvbuf(stdout, NULL, _IOLBF, 0);
