@@ -264,6 +264,11 @@ riostream_cases() { # DIR
     # async (rpoll before each call): two sizes
     riostream_case "$1" REQUIRED 64 10 10 a
     riostream_case "$1" REQUIRED 65536 4 3 a
+    # SIW_RIO_REPEAT=N: the async 64 KiB case N more times (a rare failure)
+    local k
+    for ((k = 1; k <= ${SIW_RIO_REPEAT:-0}; k++)); do
+        riostream_case "$1" REQUIRED 65536 4 3 a "-r$k"
+    done
 }
 # rcopy of a random file (@R/rcopy.src, made by run_boot), compared byte
 # for byte by the server's side (rcopy-server.sh: rcopy's server never
