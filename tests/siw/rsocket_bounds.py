@@ -72,7 +72,7 @@ def check(path, dump):
             if len(pd) < 40 or pd[0] != 1:
                 st['rs'] = False
                 continue
-            ver, flags, credits, iomap = struct.unpack_from('>BBH3xB', pd, 0)
+            iomap = pd[7]  # version, flags, credits, reserved, then this
             ta, tk, tl, da, dk, dl = struct.unpack_from('>QII QII', pd, 8)
             st['pd'][d] = (ta, tk, tl, unscale(iomap))
             # what side d advertised: regions the other side may write
@@ -99,10 +99,7 @@ def check(path, dump):
                 print(f'OUTSIDE {path} frame {HDR.match(line).group(1) if HDR.match(line) else "?"}'
                       f' {c} {d} Write STag 0x{stag:08x} TO 0x{to:x} len {n}; advertised with'
                       f' that key: {"; ".join(near) or "none"}')
-    n = 0
-    for c, st in conns.items():
-        if st['rs'] and len(st['pd']) == 2:
-            n += 1
+    n = sum(1 for st in conns.values() if st['rs'] and len(st['pd']) == 2)
     print(f'{path}: {n} rsocket connections, '
           f'{sum(st["writes"] for st in conns.values() if st["rs"])} Write segments checked, '
           f'{bad} outside')
