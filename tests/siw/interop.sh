@@ -15,7 +15,9 @@
 # which use tests/siw/rping_fault.c (an rping peer that hands out or uses an
 # invalid rkey), and rcopy's server, run by tests/siw/rcopy-server.sh.
 # Every boot's host-side capture of the guest NIC (siw-vm-run -c) must pass
-# `uiwarp dump` with zero violations.
+# `uiwarp dump` with zero violations, and every RDMA Write of an rsocket
+# connection in it must lie inside what its receiver advertised
+# (rsocket_bounds.py).
 #
 # usage: interop.sh [--ci | --full] [--variants "default crc ..."]
 #                   [--dirs "h2v v2h"] [--out DIR]
@@ -25,6 +27,7 @@
 #   --full  every variant (default crc p2p p2p-crc p2p-readrtr rev1), both
 #           directions, all sizes and policies
 # Environment: SIW_ONLY (regex: only the cases whose name matches),
+# SIW_RIO_REPEAT (N more riostream-a-65536 cases per default boot),
 # UIWARP_BUILD (default ../../build), SIW_PEER (default
 # ../shared/siw-peer beside the repository), SIW_RIG_OUT (the VM images).
 # Results: a table on stdout and in OUT/results.md; per case the outputs of
@@ -264,6 +267,11 @@ riostream_cases() { # DIR
     # async (rpoll before each call): two sizes
     riostream_case "$1" REQUIRED 64 10 10 a
     riostream_case "$1" REQUIRED 65536 4 3 a
+    # SIW_RIO_REPEAT=N: the async 64 KiB case N more times (a rare failure)
+    local k
+    for ((k = 1; k <= ${SIW_RIO_REPEAT:-0}; k++)); do
+        riostream_case "$1" REQUIRED 65536 4 3 a "-r$k"
+    done
 }
 # rcopy of a random file (@R/rcopy.src, made by run_boot), compared byte
 # for byte by the server's side (rcopy-server.sh: rcopy's server never
@@ -593,6 +601,15 @@ run_boot() { # VARIANT DIR
                 record "$v" "$dir" "capture: ${C_NAME[i]}" CHECK FAIL 0 "expected keepalives each way on ${kc:-its connection}: zero-length RDMA Writes a>b $ka_ab, b>a $ka_ba"
             fi
         done
+        # rsockets: every RDMA Write inside what its receiver advertised
+        # (private data, SGL grants, iomap entries; rsocket_bounds.py)
+        local rb
+        if rb=$(python3 "$here/rsocket_bounds.py" --dump "$UIWARP" "$bdir/capture.pcap" 2>&1); then
+            grep -q ': 0 rsocket connections' <<<"$rb" ||
+                record "$v" "$dir" "capture: rsocket bounds" CHECK PASS 0 "$(tail -1 <<<"$rb" | sed 's/^.*pcap: //')"
+        else
+            record "$v" "$dir" "capture: rsocket bounds" CHECK FAIL 0 "$(grep -m2 -E 'OUTSIDE|rror' <<<"$rb" | sed 's/^OUTSIDE [^ ]* //' | paste -sd';')"
+        fi
         if [ -z "$want" ]; then
             record "$v" "$dir" "capture: negotiated" CHECK PASS 0 "$(echo "$crc_line" | sed 's/^ *//'); RTR FPDUs $nrtr"
         else
