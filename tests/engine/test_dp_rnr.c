@@ -417,11 +417,17 @@ static void t_writes_behind(bool crc)
 
 /* A receiver that never posts: A's large Send stays outstanding (the socket
  * is full) until B's Terminate fails it. Returns the ms it took, or 0. B's
- * limit comes from (retry, timer) unless retry < 0. */
+ * limit comes from (retry, timer) unless retry < 0. After its Terminate B
+ * reads and discards what follows, and loopback TCP buffers megabytes, so a
+ * 4 MiB Send could be handed to TCP whole before the Terminate reached A
+ * and complete with success (a sender's completion means its buffer may be
+ * used again; seen in CI, with rnr_retry 0 and with a 300 ms hold): the
+ * Send is 64 MiB, about 15 ms of loopback TCP after the Terminate, far
+ * longer than the Terminate takes to arrive. */
 static uint64_t never_posts(int retry, unsigned timer, uint64_t min_ms, uint64_t max_ms)
 {
     struct dp_ep A, B;
-    const size_t len = 4u << 20;
+    const size_t len = 64u << 20;
     uint8_t *src;
     struct ibv_mr *smr;
     struct ibv_wc wc;
