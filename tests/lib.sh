@@ -107,13 +107,15 @@ veth_del() {
 # veth_link NA NB VA VB NET MTU TIMESTAMPS: (re)make the network namespaces
 # NA and NB joined by the veth pair VA (NET.1, in NA) and VB (NET.2, in NB)
 # with that MTU and net.ipv4.tcp_timestamps (as RNICs run: 0) in both.
+# The pair is made inside the namespaces, never in the host's for a
+# moment: tests running beside this one list the host's interfaces
+# (uiwarp's devices, libfabric's verbs provider).
 veth_link() {
     local na=$1 nb=$2 va=$3 vb=$4 net=$5 mtu=$6 ts=$7
     ip netns del "$na" 2>/dev/null
     ip netns del "$nb" 2>/dev/null
     ip netns add "$na" && ip netns add "$nb" &&
-        ip link add "$va" type veth peer name "$vb" &&
-        ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" &&
+        ip -n "$na" link add "$va" type veth peer name "$vb" netns "$nb" &&
         ip -n "$na" addr add "$net.1/24" dev "$va" && ip -n "$nb" addr add "$net.2/24" dev "$vb" &&
         ip -n "$na" link set "$va" mtu "$mtu" up && ip -n "$nb" link set "$vb" mtu "$mtu" up &&
         ip -n "$na" link set lo up && ip -n "$nb" link set lo up &&

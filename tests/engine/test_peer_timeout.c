@@ -84,9 +84,9 @@ static bool net_up(void)
 {
     net_down();
     return sh("ip netns add %s", nsA) == 0 && sh("ip netns add %s", nsB) == 0 &&
-           sh("ip link add %s type veth peer name %s", ifA, ifB) == 0 &&
-           sh("ip link set %s netns %s", ifA, nsA) == 0 &&
-           sh("ip link set %s netns %s", ifB, nsB) == 0 &&
+           /* made inside the namespaces: never in the host's for a moment,
+            * where programs of tests running beside this one list devices */
+           sh("ip -n %s link add %s type veth peer name %s netns %s", nsA, ifA, ifB, nsB) == 0 &&
            sh("ip -n %s addr add 10.%d.0.1/24 dev %s", nsA, subnet, ifA) == 0 &&
            sh("ip -n %s addr add 10.%d.0.2/24 dev %s", nsB, subnet, ifB) == 0 &&
            sh("ip -n %s link set %s up", nsA, ifA) == 0 &&
