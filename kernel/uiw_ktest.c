@@ -1810,6 +1810,13 @@ static unsigned int rping_port = 7174, rping_size = 100000, rping_count = 3;
 module_param(rping_port, uint, 0444);
 module_param(rping_size, uint, 0444);
 module_param(rping_count, uint, 0444);
+/* rping_term=1: the server breaks a rule after the last round (the RNIC
+ * personalities' Write to a bad STag): wait for our Terminate, the posted
+ * receive flushed, before the disconnect, which could otherwise close the
+ * connection before the peer's Write arrives */
+static bool rping_term;
+module_param(rping_term, bool, 0444);
+MODULE_PARM_DESC(rping_term, "after the rping rounds, wait for the QP's error (the peer's violation)");
 
 struct rping_info {
     __be64 buf;
@@ -1920,6 +1927,14 @@ static void test_rping(struct ib_device *ib)
         }
         CHECK(!memcmp(buf, buf + rlen, rping_size), "rping %d: the data siw Read and Wrote back",
               i);
+    }
+    if (rping_term && i == rping_count) {
+        /* the receive posted after the last answer completes flushed
+         * once the QP is in ERR: the peer's violation, our Terminate */
+        n = poll_n(c.cq, wc, 1);
+        CHECK(n == 1 && wc[0].status == IB_WC_WR_FLUSH_ERR,
+              "rping: the receive flushed after the peer's violation: n %d status %d", n,
+              n ? wc[0].status : -1);
     }
 disc:
     rdma_disconnect(c.id);

@@ -575,7 +575,8 @@ if [ -f /rig/libcases ]; then
   # cxgb4-rev1 personalities of tests/rnic/rnic_peer.h, docs/PEERS.md §11): /rig/krnic
   # lists NAME:PORT:GPORT; the host's krnic_peer -m server listens on PORT
   # (the module's rping client, initiator, then a Write of the peer's to a
-  # bad STag: the module's Terminate), the host's krnic_peer -m client
+  # bad STag: the module's Terminate, which the client waits for before its
+  # disconnect, rping_term=1), the host's krnic_peer -m client
   # connects to GPORT through qemu's forwarding (the module's rping server,
   # responder, then the peer's Terminate). The peer checks the data and its
   # personality's rules; here: the test's PASS, CRC, the RTR, the Terminates
@@ -592,7 +593,7 @@ if [ -f /rig/libcases ]; then
       case \$pn in cxgb4) ws=read;; cxgb4-rev1) wc=none ws=none;; esac
       kclr
       kload 1 1
-      insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$pt rping_size=60000 rping_count=3
+      insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$pt rping_size=60000 rping_count=3 rping_term=1
       line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
       echo "dmesg: \$line"
       dmesg | grep -E 'in RTS|Terminate' | tail -3
