@@ -166,10 +166,15 @@ kernel_stage() {
     bash scripts/kernel.sh "$2" >"$klog" 2>&1
     rc=$?
     tail -4 "$klog"
+    # every failed check by name, so that CI's own output says what failed
+    grep -E '^KTEST FAIL|^kernel.sh: error' "$klog" | head -40 | sed 's/^/  /'
     read -r kp kf < <(sed -n 's/^KTEST: \([0-9]*\) passed, \([0-9]*\) failed.*/\1 \2/p' "$klog" | tail -1)
     passed=$((passed + ${kp:-0}))
     if [ $rc != 0 ]; then
         fail "$3: exit $rc, ${kf:-?} checks failed (log: $klog)"
+        while read -r row; do
+            recap+=("$3: $row")
+        done < <(grep -E '^KTEST FAIL' "$klog" | head -20)
         [ "${kf:-0}" -gt 1 ] && failed=$((failed + kf - 1)) # fail counted one
     fi
 }
