@@ -146,8 +146,13 @@ static void ping_pong(bool spin)
     unsigned long hits = atomic_load(&uiw_event_spin_hits) - hits0;
     printf("%u round trips, %lu of %u waits ended while the waiter spun\n", ROUNDS, hits,
            2 * ROUNDS);
+    /* typically nearly all; but how many is the scheduler's (a waiter
+     * preempted during its spin on a loaded 2-CPU machine sleeps instead,
+     * and CI saw fewer than a quarter): the test asks that the spin path
+     * runs at all, which a broken one does not; how much it gains is
+     * bench_wake's and docs/PERFORMANCE.md's */
     if (spin)
-        CHECK(hits >= ROUNDS / 4); /* typically nearly all */
+        CHECK(hits > 0);
     else
         CHECK_EQ(hits, 0);
     /* every event taken, none left behind: a waiter that takes its own
