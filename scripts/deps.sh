@@ -28,6 +28,9 @@ elif [ "$want" != build ]; then
     pkgs+=(libfabric1 libfabric-bin libfabric-dev openmpi-bin libopenmpi-dev iproute2)
     # the fault suites (tests/faults): network namespaces, veth, nftables.
     pkgs+=(nftables)
+    # gdb: the backtrace of a program that crashed in an application test
+    # (tests/rdmacm/apps_common.sh prints it from the core).
+    pkgs+=(gdb)
 fi
 
 missing=()

@@ -24,23 +24,55 @@ have_ipv6() {
     python3 -c 'import socket; s=socket.socket(socket.AF_INET6); s.bind(("::1",0))' 2>/dev/null
 }
 
+# Crashes leave evidence: every program runs with core dumps on, in a
+# directory of its own under $tmp (the kernel's default core_pattern,
+# "core", writes the core there), and a failed case prints the backtrace of
+# each core its programs left (gdb; a crash that happens once in CI is
+# otherwise a bare "rc=139"). run_dir NAME: that directory, made.
+run_dir() {
+    mkdir -p "$tmp/run.$1" && echo "$tmp/run.$1"
+}
+in_dir() { # DIR CMD...: the shell line that runs CMD in DIR with cores on
+    echo "cd '$1' && { ulimit -c unlimited 2>/dev/null || true; } && $2"
+}
+backtraces() { # DIR...: every core in the DIRs, with all threads' stacks
+    local d c exe
+    for d in "$@"; do
+        for c in "$d"/core*; do
+            [ -f "$c" ] || continue
+            if ! have gdb; then
+                echo "    --- core $c (no gdb installed for its backtrace)"
+                continue
+            fi
+            exe=$(gdb -batch -c "$c" -ex 'info auxv' 2>/dev/null |
+                awk '/AT_EXECFN/ { gsub(/"/, "", $NF); print $NF; exit }')
+            echo "    --- backtrace of $c (${exe:-program unknown})"
+            gdb -batch -ex 'set pagination off' -ex 'thread apply all bt 24' \
+                ${exe:+"$exe"} -c "$c" 2>/dev/null |
+                grep -E '^(#|Thread |Program terminated)' | head -n 120 | sed 's/^/    | /'
+        done
+    done
+}
+
 # run_case NAME KIND REASON TIMEOUT SERVER_CMD CLIENT_CMD [CHECK_REGEX_BAD]
 # The case passes when both programs exit 0 and neither output matches the
 # (optional) regular expression of failure messages.
 run_case() {
     local name=$1 kind=$2 reason=$3 t=$4 scmd=$5 ccmd=$6 bad=${7:-}
     local sout=$tmp/$name.server cout=$tmp/$name.client spid cpid src=0 crc=0 ok=1
+    local sdir cdir
+    sdir=$(run_dir "$name.server") && cdir=$(run_dir "$name.client") || return
     # Each program runs in its own session (setsid in place: the process
     # keeps its pid, which is then its process group), so whatever it
     # forked is killed with it afterwards.
-    setsid bash -c "exec timeout -k 3 $t $scmd" >"$sout" 2>&1 &
+    setsid bash -c "$(in_dir "$sdir" "exec timeout -k 3 $t $scmd")" >"$sout" 2>&1 &
     spid=$!
     procs+=("$spid")
     if ! wait_listen "$port" 10; then
         echo "server did not listen on port $port" >>"$sout"
         ok=0
     else
-        setsid bash -c "exec timeout -k 3 $t $ccmd" >"$cout" 2>&1 &
+        setsid bash -c "$(in_dir "$cdir" "exec timeout -k 3 $t $ccmd")" >"$cout" 2>&1 &
         cpid=$!
         procs+=("$cpid")
         wait "$cpid" 2>/dev/null || crc=$?
@@ -66,6 +98,7 @@ report() { # NAME KIND REASON OK DETAIL SERVER_OUT CLIENT_OUT
             failed_names+=("$name")
             echo "FAIL   $name ($detail)"
             show "$6" "$7"
+            backtraces "$tmp/run.$name".*
         fi
     else
         if [ "$ok" = 1 ]; then
@@ -98,8 +131,9 @@ skip_case() {
 # the (optional) regular expression of failure messages.
 run_one() {
     local name=$1 kind=$2 reason=$3 t=$4 cmd=$5 bad=${6:-}
-    local out=$tmp/$name.out pid rc=0 ok=1
-    setsid bash -c "exec timeout -k 3 $t $cmd" >"$out" 2>&1 &
+    local out=$tmp/$name.out pid rc=0 ok=1 dir
+    dir=$(run_dir "$name.one") || return
+    setsid bash -c "$(in_dir "$dir" "exec timeout -k 3 $t $cmd")" >"$out" 2>&1 &
     pid=$!
     procs+=("$pid")
     wait "$pid" 2>/dev/null || rc=$?
