@@ -504,6 +504,10 @@ struct uiw_qp {
     struct uiw_context *ctx;
     struct uiw_pd *pd;
     struct uiw_cq *scq, *rcq;
+    /* this QP's index in scq->qps ([0]) and rcq->qps ([1], when rcq is not
+     * scq), each under that CQ's lock: destroying a QP of a CQ shared by
+     * N QPs is O(1), not a search (N destroys were O(N^2)) */
+    unsigned cq_slot[2];
     struct uiw_srq *srq;
     pthread_mutex_t lock; /* protects everything below */
     atomic_int refs;      /* 1 = the application's; uiw_qp_get() for any other

@@ -407,7 +407,9 @@ static unsigned roundup_pow2(unsigned v)
     return p;
 }
 
-static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp)
+/* which: 0 for qp->scq, 1 for qp->rcq (a QP whose two CQs are one is on
+ * that CQ's list once, as 0) */
+static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp, unsigned which)
 {
     pthread_mutex_lock(&cq->lock);
     struct uiw_qp **qps = uiw_room(cq->qps, cq->nqps, &cq->qps_cap, 4, sizeof(*qps));
@@ -416,21 +418,30 @@ static int cq_add_qp(struct uiw_cq *cq, struct uiw_qp *qp)
         return -ENOMEM;
     }
     cq->qps = qps;
+    qp->cq_slot[which] = cq->nqps;
     cq->qps[cq->nqps++] = qp;
     pthread_mutex_unlock(&cq->lock);
     return 0;
 }
 
-static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp)
+/* cq->lock held: take qp off cq->qps, moving the last entry into its slot */
+static void cq_unlist_locked(struct uiw_cq *cq, struct uiw_qp *qp, unsigned which)
+{
+    unsigned i = qp->cq_slot[which];
+
+    if (i >= cq->nqps || cq->qps[i] != qp)
+        return; /* not on the list (a failed add) */
+    struct uiw_qp *last = cq->qps[--cq->nqps];
+
+    cq->qps[i] = last;
+    last->cq_slot[last->scq == cq ? 0 : 1] = i;
+}
+
+static void cq_del_qp(struct uiw_cq *cq, struct uiw_qp *qp, unsigned which)
 {
     pthread_mutex_lock(&qp->lock); /* qp->fd; order qp -> cq */
     pthread_mutex_lock(&cq->lock);
-    for (unsigned i = 0; i < cq->nqps; i++) {
-        if (cq->qps[i] == qp) {
-            cq->qps[i] = cq->qps[--cq->nqps];
-            break;
-        }
-    }
+    cq_unlist_locked(cq, qp, which);
     /* out of the CQ's readiness set; a poll that took the QP from it
      * before is done with it when drivers is 0 (progress.c) */
     if (cq->drive_ep >= 0) {
@@ -558,10 +569,10 @@ UIW_EXPORT struct ibv_qp *ibv_create_qp(struct ibv_pd *ibpd, struct ibv_qp_init_
     snprintf(qp->st->dev, sizeof(qp->st->dev), "%s", ibpd->context->device->name);
     uiw_stat_publish(qp->st);
 
-    if (cq_add_qp(qp->scq, qp))
+    if (cq_add_qp(qp->scq, qp, 0))
         goto fail_locks;
-    if (qp->rcq != qp->scq && cq_add_qp(qp->rcq, qp)) {
-        cq_del_qp(qp->scq, qp);
+    if (qp->rcq != qp->scq && cq_add_qp(qp->rcq, qp, 1)) {
+        cq_del_qp(qp->scq, qp, 0);
         goto fail_locks;
     }
     atomic_fetch_add(&qp->pd->refs, 1);
@@ -636,9 +647,9 @@ UIW_EXPORT int ibv_destroy_qp(struct ibv_qp *ibqp)
     /* 0. the connection, if any, lets go of the QP (and its reference) */
     uiw_cm_qp_destroyed(qp);
     /* 1. no new poll-driven progress */
-    cq_del_qp(qp->scq, qp);
+    cq_del_qp(qp->scq, qp, 0);
     if (qp->rcq != qp->scq)
-        cq_del_qp(qp->rcq, qp);
+        cq_del_qp(qp->rcq, qp, 1);
     /* 2. no progress-thread callbacks */
     pthread_mutex_lock(&qp->lock);
     fd = qp->fd;

@@ -736,6 +736,58 @@ static void test_qp_create(void)
     for (int i = 0; i < 8; i++)
         CHECK_EQ(ibv_destroy_qp(more[i]), 0);
 
+    /* Many QPs on two CQs, in every arrangement (send and receive CQ
+     * apart, swapped, one CQ for both), destroyed in a scrambled order: a
+     * destroy takes its QP off each CQ's list by its slot, moving the last
+     * entry there (O(1)); after each one every remaining QP is listed once
+     * per CQ, where its slot says */
+    {
+        enum { NQ = 40 };
+        struct ibv_qp *q[NQ];
+        struct ibv_cq *pairs[3][2] = {{scq, rcq}, {rcq, scq}, {scq, scq}};
+        bool gone[NQ] = {false};
+        unsigned want_s, want_r;
+
+        for (int i = 0; i < NQ; i++) {
+            q[i] = make_qp(pd, pairs[i % 3][0], pairs[i % 3][1], NULL);
+            CHECK(q[i] != NULL);
+        }
+        /* (scq, rcq) and (rcq, scq): on both lists; (scq, scq): on scq's
+         * once; qp, made above, is on both */
+        want_s = 1 + NQ;
+        want_r = 1 + (NQ / 3) * 2 + (NQ % 3 > 0) + (NQ % 3 > 1);
+        CHECK_EQ(to_ucq(scq)->nqps, want_s);
+        CHECK_EQ(to_ucq(rcq)->nqps, want_r);
+        for (int k = 0; k < NQ; k++) {
+            int i = (k * 17 + 5) % NQ; /* 17 is prime to 40: each once */
+
+            CHECK(!gone[i]);
+            CHECK_EQ(ibv_destroy_qp(q[i]), 0);
+            gone[i] = true;
+            if (i % 3 != 2)
+                want_r--;
+            want_s--;
+            CHECK_EQ(to_ucq(scq)->nqps, want_s);
+            CHECK_EQ(to_ucq(rcq)->nqps, want_r);
+            for (int j = 0; j < NQ; j++) {
+                if (gone[j])
+                    continue;
+                struct uiw_qp *u = to_uqp(q[j]);
+                struct uiw_cq *sc = to_ucq(pairs[j % 3][0]), *rc = to_ucq(pairs[j % 3][1]);
+                unsigned n = 0;
+
+                CHECK(u->cq_slot[0] < sc->nqps && sc->qps[u->cq_slot[0]] == u);
+                if (rc != sc)
+                    CHECK(u->cq_slot[1] < rc->nqps && rc->qps[u->cq_slot[1]] == u);
+                for (unsigned m = 0; m < sc->nqps; m++)
+                    n += sc->qps[m] == u;
+                CHECK_EQ(n, 1);
+            }
+        }
+        CHECK_EQ(to_ucq(scq)->nqps, 1);
+        CHECK_EQ(to_ucq(rcq)->nqps, 1);
+    }
+
     /* extended create, basic form */
     struct ibv_qp_init_attr_ex iax;
     memset(&iax, 0, sizeof(iax));
