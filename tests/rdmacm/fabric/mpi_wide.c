@@ -1,29 +1,30 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * What a demanding MPI program does, over uiwarp (run by
- * tests/rdmacm/test_libfabric_apps.sh with 4 ranks, --mca pml cm --mca mtl
- * ofi and the verbs;ofi_rxm provider). Any number of ranks >= 2; every pair
- * of ranks talks. Every byte received is compared with a pattern keyed by
- * section, origin, target and iteration; each buffer that differs counts as
- * one mismatch (the first 20 are described on stderr).
+ * tests/rdmacm/test_libfabric_apps.sh with 4 and 2 ranks, --mca pml cm
+ * --mca mtl ofi, the verbs;ofi_rxm provider and --mca osc pt2pt). Any
+ * number of ranks >= 2; every pair of ranks talks. Every byte received is
+ * compared with a pattern keyed by section, origin, target, iteration and
+ * round; each buffer that differs counts as one mismatch (the first 20 of a
+ * rank are described on stderr).
  *
- *   p2p      out of order: 64 messages to each peer (1 B .. 100 KiB, eager
- *            and rendezvous), received by tag in the reverse order;
- *            MPI_ANY_SOURCE + MPI_ANY_TAG: 150 messages to each peer, all
- *            receives posted first, non-overtaking checked per source;
- *            MPI_Probe, MPI_Iprobe, MPI_Mprobe/MPI_Mrecv of messages of
- *            unknown size; MPI_Issend that must not complete before its
- *            receive is posted, MPI_Ssend pairs; MPI_Sendrecv to every
- *            other rank (every pair, both ways) 0 B .. 1 MiB,
- *            MPI_Sendrecv_replace; a 16 MiB message around the ring.
+ *   p2p      out of order: 64 messages to each peer (1 B .. 100 KiB: eager,
+ *            rxm's segmented SAR and rendezvous), received by tag in the
+ *            reverse order, half of them unexpected; MPI_ANY_SOURCE +
+ *            MPI_ANY_TAG: 150 messages to each peer, all receives posted
+ *            first, non-overtaking checked per source; MPI_Probe,
+ *            MPI_Iprobe, MPI_Mprobe/MPI_Mrecv, MPI_Improbe of messages of
+ *            unknown size; MPI_Sendrecv to every other rank (every pair,
+ *            both ways) 0 B .. 1 MiB, MPI_Sendrecv_replace; a 16 MiB
+ *            message around the ring.
  *   coll     MPI_Bcast (1 B .. 4 MiB, every root), MPI_Reduce,
- *            MPI_Allreduce (uint32 SUM 1 .. 1 Mi elements, double MAX,
- *            int64 BXOR, MAXLOC), MPI_Scan, MPI_Alltoall (1 .. 256 Ki
+ *            MPI_Allreduce (uint32 SUM 1 .. 1 Mi elements, in place, double
+ *            MAX, uint64 BXOR, MAXLOC), MPI_Scan, MPI_Alltoall (1 .. 256 Ki
  *            uint32 per pair), MPI_Alltoallv (counts that differ per pair,
  *            zeros included, gaps left untouched), MPI_Allgather(v),
- *            MPI_Reduce_scatter(_block), MPI_Iallreduce and MPI_Ibcast
- *            outstanding together while point-to-point traffic runs, a
- *            split and a duplicated communicator.
+ *            MPI_Reduce_scatter(_block), two MPI_Iallreduce, MPI_Ibcast and
+ *            MPI_Ibarrier outstanding together while point-to-point traffic
+ *            runs, a split and a duplicated communicator.
  *   osc      for MPI_Win_allocate and MPI_Win_create: MPI_Put (8 B .. 256
  *            KiB), MPI_Get, MPI_Accumulate (MPI_SUM) between MPI_Win_fence;
  *            passive target: MPI_Win_lock/unlock (exclusive Put, shared
@@ -31,8 +32,13 @@
  *            MPI_Win_flush (Put then Get of the same bytes),
  *            MPI_Fetch_and_op (the values fetched from a counter are each
  *            value once), MPI_Compare_and_swap (one winner per slot).
+ *   ssend    (only when asked) MPI_Issend that must not complete before its
+ *            receive is posted, MPI_Ssend pairs: Open MPI 4.1's ofi MTL
+ *            hangs in them on iWARP (docs/APPS.md "Open MPI beyond
+ *            ping-pong"), as over tcp;ofi_rxm in the same tag layout.
  *
- * Usage: mpi_wide [p2p] [coll] [osc] (default: all three).
+ * Usage: mpi_wide [-r ROUNDS] [p2p] [coll] [osc] [ssend] (default: p2p,
+ * coll and osc, once; each round uses other patterns).
  * Exit 0 when every byte matched on every rank, 1 otherwise.
  */
 #include <mpi.h>
