@@ -384,12 +384,32 @@ static void deadman_fired(void)
         cb();
 }
 
+/* The thread's first malloc or free maps its glibc arena (mmap, munmap).
+ * libfabric's memory monitor (memhooks) rewrites mmap, munmap, madvise, brk
+ * and others in place in libc's text when a program opens its first domain;
+ * a thread inside one of those calls then returns into half-written
+ * instructions (fi_pingpong -e rdm: SIGSEGV in munmap under the progress
+ * thread's first free, a one-shot timer's, docs/APPS.md). So the thread
+ * takes its arena before progress_start returns, while no program code runs
+ * beside it; afterwards its small allocations use it without system calls. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool ready;
+} pg_start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+
 static void *progress_main(void *arg)
 {
     struct epoll_event evs[PG_MAX_EVENTS];
     bool spinning;
+    void *volatile warm = malloc(64);
 
     (void)arg;
+    free(warm);
+    pthread_mutex_lock(&pg_start.lock);
+    pg_start.ready = true;
+    pthread_cond_broadcast(&pg_start.cond);
+    pthread_mutex_unlock(&pg_start.lock);
     on_progress_thread = true;
     set_nice();
     spin_ns = (uint64_t)uiw_config()->progress_spin_us * 1000u;
@@ -482,6 +502,10 @@ static void progress_init(void)
         goto fail;
     }
     pthread_setname_np(pg.thread, "uiw-progress");
+    pthread_mutex_lock(&pg_start.lock);
+    while (!pg_start.ready)
+        pthread_cond_wait(&pg_start.cond, &pg_start.lock);
+    pthread_mutex_unlock(&pg_start.lock);
     return;
 fail:
     close(pg.wakefd);

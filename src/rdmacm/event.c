@@ -600,9 +600,26 @@ out:
     return took;
 }
 
+/* The router takes its glibc arena (mapped with mmap and munmap at a
+ * thread's first malloc) before rcm_init returns, as the engine's progress
+ * thread does (src/engine/progress.c, progress_main): libfabric rewrites
+ * munmap and its kin in place when the program opens its first domain, and
+ * a thread inside them meanwhile crashes. */
+static struct {
+    pthread_mutex_t lock;
+    pthread_cond_t cond;
+    bool ready;
+} router_start = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false};
+
 static void *router_main(void *arg)
 {
     (void)arg;
+    void *volatile warm = malloc(64);
+    free(warm);
+    pthread_mutex_lock(&router_start.lock);
+    router_start.ready = true;
+    pthread_cond_broadcast(&router_start.cond);
+    pthread_mutex_unlock(&router_start.lock);
     int fd = uiw_cm_channel_fd(rcm_uch);
     int timeout = -1;
     for (;;) {
@@ -662,6 +679,10 @@ static void init_once_fn(void)
         init_err = -rc;
         return;
     }
+    pthread_mutex_lock(&router_start.lock);
+    while (!router_start.ready)
+        pthread_cond_wait(&router_start.cond, &router_start.lock);
+    pthread_mutex_unlock(&router_start.lock);
     /* Start the engine's progress thread now rather than in the first
      * rdma_listen / rdma_connect: servers that publish their port before
      * rdma_listen (qperf) otherwise leave a wide window in which the
