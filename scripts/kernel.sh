@@ -580,47 +580,61 @@ if [ -f /rig/libcases ]; then
   # connects to GPORT through qemu's forwarding (the module's rping server,
   # responder, then the peer's Terminate). The peer checks the data and its
   # personality's rules; here: the test's PASS, CRC, the RTR, the Terminates
+  # krnic_role NAME ROLE RTR PORT: the module's rping ROLE (client:
+  # initiator against the host's krnic_peer -m server on PORT, which ends
+  # with a Write to a bad STag; server: responder on PORT, forwarded from
+  # the host, whose krnic_peer -m client ends with its own Terminate), then
+  # the checks both roles make: the test's PASS, CRC and the RTR, the MPA
+  # revision 1 path (cxgb4-rev1), the Terminate, the host peer's verdict
+  krnic_role() {
+    local pn=\$1 role=\$2 rtr=\$3 port=\$4 what rev1 rev1_ok term term_ok rc line kt i
+    case \$role in
+    client)
+      what="rping client (initiator) against the \$pn personality, 3 x 60000 B Read and Written back, compared"
+      rev1='reset the MPA revision 2 Request: trying revision 1' rev1_ok="fell back to MPA revision 1"
+      term='Terminate DDP/tagged buffer/invalid STag' term_ok="the module's Terminate for the peer's Write to a bad STag"
+      rc=/rig/krnic.srv.\$pn.rc
+      insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$port rping_size=60000 rping_count=3 rping_term=1
+      ;;
+    server)
+      what="rping server (responder) against the \$pn personality"
+      rev1='MPA Request revision 1, answered at revision 1' rev1_ok="answered MPA revision 1"
+      term='Terminate received: LLP/' term_ok="the module took the peer's Terminate"
+      rc=/rig/krnic.cli.\$pn.rc
+      insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=\$port rping_count=3 &
+      kt=\$!
+      i=0
+      while ! ss -ltn 2>/dev/null | grep -q ":\$port " && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
+      echo ready >/rig/krready.\$pn
+      wait \$kt
+      ;;
+    esac
+    line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+    echo "dmesg: \$line"
+    dmesg | grep -E 'in RTS|Terminate' | tail -3
+    case "\$line" in *"verbs test: PASS"*) ok "rnic \$pn: the module's \$what";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "rnic \$pn: the module's rping \$role: \${line:-no summary line}";; esac
+    dmesg | grep 'in RTS' | tail -1 | grep -q "CRC 1, .*RTR \$rtr," && ok "rnic \$pn: the module's \$role: CRC on, RTR \$rtr" || bad "rnic \$pn (\$role): not CRC 1 / RTR \$rtr: \$(dmesg | grep 'in RTS' | tail -1)"
+    [ \$pn != cxgb4-rev1 ] || { dmesg | grep -q "\$rev1" && ok "rnic \$pn: the module's \$role \$rev1_ok" || bad "rnic \$pn: the module's \$role: no '\$rev1': \$(dmesg | grep 'revision' | tail -1)"; }
+    dmesg | grep -q "\$term" && ok "rnic \$pn: \$term_ok" || bad "rnic \$pn: no '\$term' from the module: \$(dmesg | grep Terminate | tail -1)"
+    rmmod uiwarp_ktest
+    waitf \$rc 30 && [ "\$(cat \$rc)" = 0 ] && ok "rnic \$pn: the host's krnic_peer (against the module's \$role) checks pass" ||
+      bad "rnic \$pn: the host's krnic_peer against the module's \$role: rc '\$(cat \$rc 2>/dev/null)'"
+  }
   if [ -f /rig/krnic ]; then
     for pp in \$(cat /rig/krnic); do
       pn=\${pp%%:*} pt=\${pp#*:} gp=\${pp##*:}
       pt=\${pt%%:*}
       # the RTR each side picks: irdma's responder Read whenever offered,
       # cxgb4's Replies name Read; the module's responder prefers Write,
-      # cxgb4's initiator offers only Read
       # cxgb4's initiator offers only Read; cxgb4-rev1 (mpa_rev=1) resets
       # the module's revision 2 Request and sends revision 1: client-server
       wc=read ws=write
       case \$pn in cxgb4) ws=read;; cxgb4-rev1) wc=none ws=none;; esac
       kclr
       kload 1 1
-      insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.2.2 rping_port=\$pt rping_size=60000 rping_count=3 rping_term=1
-      line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
-      echo "dmesg: \$line"
-      dmesg | grep -E 'in RTS|Terminate' | tail -3
-      case "\$line" in *"verbs test: PASS"*) ok "rnic \$pn: the module's rping client (initiator) against the \$pn personality, 3 x 60000 B Read and Written back, compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "rnic \$pn: the module's rping client: \${line:-no summary line}";; esac
-      dmesg | grep 'in RTS' | tail -1 | grep -q "CRC 1, .*RTR \$wc," && ok "rnic \$pn: the module's client: CRC on, RTR \$wc" || bad "rnic \$pn (client): not CRC 1 / RTR \$wc: \$(dmesg | grep 'in RTS' | tail -1)"
-      [ \$pn != cxgb4-rev1 ] || { dmesg | grep -q 'reset the MPA revision 2 Request: trying revision 1' && ok "rnic \$pn: the module's client fell back to MPA revision 1" || bad "rnic \$pn: no revision 1 fallback"; }
-      dmesg | grep -q 'Terminate DDP/tagged buffer/invalid STag' && ok "rnic \$pn: the module's Terminate for the peer's Write to a bad STag" || bad "rnic \$pn: no Terminate DDP/tagged/invalid STag from the module: \$(dmesg | grep Terminate | tail -1)"
-      rmmod uiwarp_ktest
-      waitf /rig/krnic.srv.\$pn.rc 20 && [ "\$(cat /rig/krnic.srv.\$pn.rc)" = 0 ] && ok "rnic \$pn: the host's krnic_peer server checks pass" ||
-        bad "rnic \$pn: the host's krnic_peer -m server: rc '\$(cat /rig/krnic.srv.\$pn.rc 2>/dev/null)'"
+      krnic_role \$pn client \$wc \$pt
       kclr
-      insmod /x/uiwarp_ktest.ko dev=uiw0 rping_listen=10.0.2.15 rping_port=\$gp rping_count=3 &
-      kt=\$!
-      i=0
-      while ! ss -ltn 2>/dev/null | grep -q ":\$gp " && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
-      echo ready >/rig/krready.\$pn
-      wait \$kt
-      line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
-      echo "dmesg: \$line"
-      dmesg | grep -E 'in RTS|Terminate' | tail -3
-      case "\$line" in *"verbs test: PASS"*) ok "rnic \$pn: the module's rping server (responder) against the \$pn personality";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "rnic \$pn: the module's rping server: \${line:-no summary line}";; esac
-      dmesg | grep 'in RTS' | tail -1 | grep -q "CRC 1, .*RTR \$ws," && ok "rnic \$pn: the module's server: CRC on, RTR \$ws" || bad "rnic \$pn (server): not CRC 1 / RTR \$ws: \$(dmesg | grep 'in RTS' | tail -1)"
-      [ \$pn != cxgb4-rev1 ] || { dmesg | grep -q 'MPA Request revision 1, answered at revision 1' && ok "rnic \$pn: the module's server answered MPA revision 1" || bad "rnic \$pn: not revision 1: \$(dmesg | grep 'MPA Request revision' | tail -1)"; }
-      dmesg | grep -q 'Terminate received: LLP/' && ok "rnic \$pn: the module took the peer's Terminate" || bad "rnic \$pn: no Terminate received: \$(dmesg | grep Terminate | tail -1)"
-      rmmod uiwarp_ktest
-      waitf /rig/krnic.cli.\$pn.rc 30 && [ "\$(cat /rig/krnic.cli.\$pn.rc)" = 0 ] && ok "rnic \$pn: the host's krnic_peer client checks pass" ||
-        bad "rnic \$pn: the host's krnic_peer -m client: rc '\$(cat /rig/krnic.cli.\$pn.rc 2>/dev/null)'"
+      krnic_role \$pn server \$ws \$gp
     done
   fi
   # the rule's proof: the module at max_fpdu=8192 (above the 1460-byte
