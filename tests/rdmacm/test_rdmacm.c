@@ -1692,6 +1692,99 @@ static void test_sync_unreachable(void)
     CHECK_EQ(rdma_destroy_id(id), 0);
 }
 
+/* rdma_resolve_addr with a source address (libfabric's verbs provider and
+ * rdma_create_ep pass the local one): with port 0 the address is the
+ * connection's and no port is reserved before rdma_connect, so that no
+ * bind() port search runs (docs/ENGINE.md "Source ports"); a port asked
+ * for is reserved at once; an address that is not ours fails as a bind
+ * would. */
+static void test_resolve_src(void)
+{
+    struct rdma_event_channel *lch = rdma_create_event_channel(),
+                              *cch = rdma_create_event_channel();
+    struct rdma_cm_id *lid = NULL, *c = NULL, *d = NULL, *f = NULL;
+    CHECK(lch && cch);
+    if (!lch || !cch)
+        return;
+    CHECK_EQ(rdma_create_id(lch, &lid, NULL, RDMA_PS_TCP), 0);
+    CHECK_EQ(rdma_create_id(cch, &c, NULL, RDMA_PS_TCP), 0);
+    CHECK_EQ(rdma_create_id(cch, &d, NULL, RDMA_PS_TCP), 0);
+    CHECK_EQ(rdma_create_id(cch, &f, NULL, RDMA_PS_TCP), 0);
+    if (!lid || !c || !d || !f)
+        return;
+    struct sockaddr_storage ss, src, dst;
+    mkaddr(&ss, AF_INET, "0.0.0.0", 0);
+    CHECK_EQ(rdma_bind_addr(lid, (struct sockaddr *)&ss), 0);
+    CHECK_EQ(rdma_listen(lid, 8), 0);
+    uint16_t port = ntohs(rdma_get_src_port(lid));
+    mkaddr(&dst, AF_INET, "127.0.0.1", port);
+
+    /* port 0: the address, no port until the connect */
+    mkaddr(&src, AF_INET, "127.0.0.3", 0);
+    CHECK_EQ(rdma_resolve_addr(c, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000), 0);
+    ack(get_ev(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+    CHECK_EQ(rdma_get_src_port(c), 0);
+    const struct sockaddr_in *la = (const struct sockaddr_in *)rdma_get_local_addr(c);
+    CHECK_EQ(la->sin_family, AF_INET);
+    CHECK_EQ(ntohl(la->sin_addr.s_addr), 0x7f000003u);
+    CHECK_EQ(rdma_resolve_route(c, 2000), 0);
+    ack(get_ev(cch, RDMA_CM_EVENT_ROUTE_RESOLVED));
+    struct ibv_qp_init_attr qa;
+    qp_caps(&qa);
+    CHECK_EQ(rdma_create_qp(c, NULL, &qa), 0);
+    CHECK_EQ(rdma_connect(c, NULL), 0);
+    uint16_t cport = ntohs(rdma_get_src_port(c));
+    CHECK(cport != 0); /* connect() picked it */
+    struct rdma_cm_event *e = get_ev(lch, RDMA_CM_EVENT_CONNECT_REQUEST);
+    struct rdma_cm_id *s = e ? e->id : NULL;
+    if (s) {
+        const struct sockaddr_in *pa = (const struct sockaddr_in *)rdma_get_peer_addr(s);
+        CHECK_EQ(ntohl(pa->sin_addr.s_addr), 0x7f000003u); /* from the address asked for */
+        CHECK_EQ(ntohs(rdma_get_dst_port(s)), cport);
+    }
+    ack(e);
+    if (s) {
+        qp_caps(&qa);
+        CHECK_EQ(rdma_create_qp(s, NULL, &qa), 0);
+        CHECK_EQ(rdma_accept(s, NULL), 0);
+        ack(get_ev(lch, RDMA_CM_EVENT_ESTABLISHED));
+    }
+    ack(get_ev(cch, RDMA_CM_EVENT_ESTABLISHED));
+
+    /* a port asked for: reserved by the resolution, as a bind */
+    uint16_t want = dead_port(AF_INET, "127.0.0.3");
+    mkaddr(&src, AF_INET, "127.0.0.3", want);
+    CHECK_EQ(rdma_resolve_addr(d, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000), 0);
+    ack(get_ev(cch, RDMA_CM_EVENT_ADDR_RESOLVED));
+    CHECK_EQ(ntohs(rdma_get_src_port(d)), want);
+    int probe = socket(AF_INET, SOCK_STREAM, 0);
+    errno = 0;
+    CHECK_EQ(bind(probe, (struct sockaddr *)&src, sizeof(struct sockaddr_in)), -1);
+    CHECK_EQ(errno, EADDRINUSE);
+    close(probe);
+
+    /* not our address: refused at once, as a bind */
+    mkaddr(&src, AF_INET, "192.0.2.1", 0); /* TEST-NET-1 */
+    errno = 0;
+    CHECK_EQ(rdma_resolve_addr(f, (struct sockaddr *)&src, (struct sockaddr *)&dst, 2000), -1);
+    CHECK_EQ(errno, EADDRNOTAVAIL);
+
+    CHECK_EQ(rdma_disconnect(c), 0);
+    ack(get_ev(cch, RDMA_CM_EVENT_DISCONNECTED));
+    if (s) {
+        ack(get_ev(lch, RDMA_CM_EVENT_DISCONNECTED));
+        rdma_destroy_qp(s);
+        CHECK_EQ(rdma_destroy_id(s), 0);
+    }
+    rdma_destroy_qp(c);
+    CHECK_EQ(rdma_destroy_id(c), 0);
+    CHECK_EQ(rdma_destroy_id(d), 0);
+    CHECK_EQ(rdma_destroy_id(f), 0);
+    CHECK_EQ(rdma_destroy_id(lid), 0);
+    rdma_destroy_event_channel(cch);
+    rdma_destroy_event_channel(lch);
+}
+
 /* An IPv4 client reaches an IPv6 wildcard listener (dual stack): the new
  * id's addresses are plain IPv4. */
 static void test_dual_stack(void)
@@ -1931,6 +2024,8 @@ int main(void)
     test_ep_sync(true);
     printf("synchronous unreachable\n");
     test_sync_unreachable();
+    printf("rdma_resolve_addr with a source address\n");
+    test_resolve_src();
     if (v6) {
         printf("connect ::1 (address listener), data\n");
         test_connect(AF_INET6, "::1", false, false);
