@@ -1540,12 +1540,44 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
         *out = c;
         return 0;
     }
+    /* On loopback connect() has run the whole handshake: the Request goes
+     * from this thread and the progress thread waits for the Reply only,
+     * instead of being woken for EPOLLOUT first (a wake-up less per
+     * connection, docs/PERFORMANCE.md 2026-11-28 "stop 32"). Elsewhere the
+     * socket has no peer yet and EPOLLOUT brings active_connected. */
+    bool sent = false;
+    socklen_t pl = sizeof(c->peer);
+    if (getpeername(c->fd, (struct sockaddr *)&c->peer, &pl) == 0) {
+        if (!c->local.ss_family) {
+            socklen_t ll = sizeof(c->local);
+            (void)getsockname(c->fd, (struct sockaddr *)&c->local, &ll);
+        }
+        rc = conn_send(c, c->m->txframe, c->txframe_len);
+        if (rc < 0) {
+            c->state = UIW_CS_CLOSED;
+            close_abort(c->fd);
+            c->fd = -1;
+            post(c, UIW_CM_CONNECT_ERROR, rc);
+            pthread_mutex_unlock(&c->lock);
+            *out = c;
+            return 0;
+        }
+        c->state = UIW_CS_WAIT_REP;
+        sent = true;
+    }
     c->fd_reg = true; /* before the first callback can run */
     pthread_mutex_unlock(&c->lock);
-    rc = uiw_progress_add(c->fd, EPOLLOUT, conn_io_cb, c);
+    /* level-triggered: a Reply already there is reported at once */
+    rc = uiw_progress_add(c->fd, sent ? EPOLLIN : EPOLLOUT, conn_io_cb, c);
     if (rc < 0) {
         c->fd_reg = false; /* nothing can have run */
         goto fail;
+    }
+    if (sent) {
+        pthread_mutex_lock(&c->lock);
+        if (c->state == UIW_CS_WAIT_REP) /* no Reply yet */
+            timer_arm(c, c->timeout_ms); /* RFC 5044 §7.1.2 rule 10 */
+        pthread_mutex_unlock(&c->lock);
     }
     *out = c;
     return 0;
