@@ -28,7 +28,8 @@
  * References on an endpoint (ep->ref): its socket's callbacks (until they
  * are restored), each queued work item, the QP it is attached to
  * (qp->ep), iw_cm's CONNECT_REQUEST (provider_data) until accept or
- * reject, and the listener a child was accepted from.
+ * reject, the waiters list of the QP's SRQ while a Send waits there for a
+ * receive, and the listener a child was accepted from.
  *
  * Locks: ep->mu (a mutex: the work item, accept, reject, destroy_listen,
  * destroy_qp), then qp->lock, then cq->lock / the device's mr_lock.
@@ -93,6 +94,25 @@ MODULE_PARM_DESC(mpa_timeout_ms,
                  "ms an initiator waits for the MPA Reply and a responder for the Request "
                  "before closing (default 10000, as the library's UIWARP_MPA_TIMEOUT_MS)");
 
+/* How many times a Send found its QP's SRQ empty and its connection began
+ * to wait for a post (read-only; the VM test checks that a wait costs one,
+ * not one a jiffy as when the wait polled) */
+static atomic_t srq_waits = ATOMIC_INIT(0);
+
+static int srq_waits_get(char *buf, const struct kernel_param *kp)
+{
+    return scnprintf(buf, PAGE_SIZE, "%d\n", atomic_read(&srq_waits));
+}
+
+static int srq_waits_set(const char *val, const struct kernel_param *kp)
+{
+    return -EPERM;
+}
+
+static const struct kernel_param_ops srq_waits_ops = {.set = srq_waits_set, .get = srq_waits_get};
+module_param_cb(srq_waits, &srq_waits_ops, NULL, 0444);
+MODULE_PARM_DESC(srq_waits, "read-only: Sends that found their SRQ empty and waited for a post");
+
 static struct workqueue_struct *uiw_wq;
 static atomic_t uiw_neps = ATOMIC_INIT(0); /* endpoints alive, checked at unload */
 
@@ -114,7 +134,7 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_ABORT, EPF_MPA_TIMEOUT, EPF_SRQ_POLL };
+enum { EPF_ABORT, EPF_MPA_TIMEOUT };
 
 /* what the current received segment is for */
 enum seg_kind {
@@ -139,8 +159,9 @@ struct uiw_ep {
     bool hold_armed, first_sent;
     struct delayed_work mpa_timer; /* the MPA Request or Reply must come in time */
     bool mpa_armed;
-    struct delayed_work srq_poll; /* a Send waits for a receive on the QP's SRQ
-                                   * (EPF_SRQ_POLL while armed) */
+    /* on the QP's SRQ's waiters (srq->lock) while a Send waits for a
+     * receive there, with a reference; empty (self-linked) otherwise */
+    struct list_head srq_node;
     unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
@@ -232,6 +253,7 @@ static void ep_free(struct kref *k)
 {
     struct uiw_ep *ep = container_of(k, struct uiw_ep, ref);
 
+    WARN_ON_ONCE(!list_empty(&ep->srq_node)); /* the list holds a reference */
     if (ep->listener)
         ep_put(ep->listener);
     kvfree(ep->rxb);
@@ -262,15 +284,6 @@ static void ep_hold_fn(struct work_struct *w)
  * Request, or an initiator whose peer never replies, would hold the socket
  * for ever. Both give up after mpa_timeout_ms, as the library does.
  */
-static void ep_srq_poll_fn(struct work_struct *w)
-{
-    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, srq_poll);
-
-    clear_bit(EPF_SRQ_POLL, &ep->flags);
-    ep_queue(ep);
-    ep_put(ep);
-}
-
 static void ep_mpa_timer_fn(struct work_struct *w)
 {
     struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, mpa_timer);
@@ -310,7 +323,7 @@ static struct uiw_ep *ep_new(struct uiw_dev *d)
     INIT_WORK(&ep->work, ep_work);
     INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
     INIT_DELAYED_WORK(&ep->mpa_timer, ep_mpa_timer_fn);
-    INIT_DELAYED_WORK(&ep->srq_poll, ep_srq_poll_fn);
+    INIT_LIST_HEAD(&ep->srq_node);
     ep->dev = d;
     return ep;
 }
@@ -566,6 +579,19 @@ static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
 
     if (!qp)
         return;
+    if (qp->base.srq) {
+        /* off the SRQ's waiters while the QP (so the SRQ, which the core
+         * keeps while a QP uses it) is certainly there */
+        struct uiw_srq *srq = container_of(qp->base.srq, struct uiw_srq, base);
+        bool listed;
+
+        spin_lock_irqsave(&srq->lock, fl);
+        listed = !list_empty(&ep->srq_node);
+        list_del_init(&ep->srq_node);
+        spin_unlock_irqrestore(&srq->lock, fl);
+        if (listed)
+            ep_put(ep); /* the caller holds another: never the last */
+    }
     spin_lock_irqsave(&qp->lock, fl);
     if (qp->ep == ep) {
         qp->ep = NULL;
@@ -599,11 +625,6 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
         ep_put(ep);
     ep->hold_armed = false;
     ep_mpa_disarm(ep);
-    if (test_bit(EPF_SRQ_POLL, &ep->flags) && cancel_delayed_work(&ep->srq_poll)) {
-        clear_bit(EPF_SRQ_POLL, &ep->flags);
-        ep_put(ep);
-    }
-
     sock_close(ep);
     qp_unlink(ep, qp_ev);
     ep->state = EP_CLOSED;
@@ -1252,14 +1273,19 @@ static bool rqe_pop(struct uiw_ep *ep)
     u32 i;
 
     if (qp->base.srq) {
-        got = uiw_srq_pop(container_of(qp->base.srq, struct uiw_srq, base), &ep->seg.rqe);
-        if (!got && !test_and_set_bit(EPF_SRQ_POLL, &ep->flags)) {
-            /* the SRQ is shared: no post on it kicks this QP, so look
-             * again in a jiffy while a Send waits ("Receiver not ready") */
-            kref_get(&ep->ref);
-            if (!queue_delayed_work(uiw_wq, &ep->srq_poll, 1))
-                ep_put(ep);
-        }
+        bool queued = false;
+
+        /* "Receiver not ready" on a shared queue: no post names this QP,
+         * so the connection joins the SRQ's waiters (with a reference,
+         * taken first: a post may wake it before uiw_srq_pop returns) and
+         * the post wakes it; nothing runs meanwhile */
+        kref_get(&ep->ref);
+        got = uiw_srq_pop(container_of(qp->base.srq, struct uiw_srq, base), &ep->seg.rqe,
+                          &ep->srq_node, &queued);
+        if (queued)
+            atomic_inc(&srq_waits);
+        else
+            ep_put(ep); /* the work item holds another */
         goto out;
     }
     spin_lock_irqsave(&qp->lock, fl);
@@ -2529,6 +2555,19 @@ static int uiw_iw_destroy_listen(struct iw_cm_id *id)
     id->rem_ref(id);
     ep_put(ep);
     return 0;
+}
+
+void uiw_cm_srq_wake_locked(struct uiw_srq *srq)
+{
+    struct uiw_ep *ep, *n;
+
+    list_for_each_entry_safe(ep, n, &srq->waiters, srq_node) {
+        list_del_init(&ep->srq_node);
+        /* the list's reference becomes the work's; when the work is
+         * pending already it has one, so this is never the last */
+        if (!queue_work(uiw_wq, &ep->work))
+            kref_put(&ep->ref, ep_free);
+    }
 }
 
 /* qp->lock held (any context). */

@@ -18,6 +18,7 @@
 #include <linux/completion.h>
 #include <linux/crc32c.h>
 #include <linux/delay.h>
+#include <linux/fs.h>
 #include <linux/kthread.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
@@ -1500,6 +1501,27 @@ static void conn_data_free(struct end *c, struct end *s)
  * SRQ empty waits until a receive is posted. */
 static atomic_t srq_limit_events = ATOMIC_INIT(0);
 
+/* A parameter of the driver (uiwarp.ko) as sysfs shows it; -1 if unread. */
+static int drv_param(const char *name)
+{
+    char path[96], buf[24];
+    struct file *f;
+    loff_t pos = 0;
+    ssize_t n;
+    int v;
+
+    snprintf(path, sizeof(path), "/sys/module/uiwarp/parameters/%s", name);
+    f = filp_open(path, O_RDONLY, 0);
+    if (IS_ERR(f))
+        return -1;
+    n = kernel_read(f, buf, sizeof(buf) - 1, &pos);
+    filp_close(f, NULL);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return kstrtoint(buf, 10, &v) ? -1 : v;
+}
+
 static void srq_event(struct ib_event *ev, void *ctx)
 {
     if (ev->event == IB_EVENT_SRQ_LIMIT_REACHED)
@@ -1532,7 +1554,8 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
     u8 *sb = (u8 *)__get_free_pages(GFP_KERNEL, 3), *cb = (u8 *)__get_free_pages(GFP_KERNEL, 3);
     static const u32 len[5] = {1000, 3000, 1, 4096, 77};
     struct ib_wc wc[8];
-    int i, k, n, rc;
+    int i, k, n, rc, waits0, waits;
+    unsigned long t0;
 
     atomic_set(&srq_limit_events, 0);
     if (!sb || !cb)
@@ -1575,7 +1598,13 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
         evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "srq: client") < 0)
         goto fail;
     /* 5 Sends for 4 receives: the fifth waits for the receive posted
-     * 100 ms later */
+     * 300 ms later, without a completion, a Terminate or a QP event, and
+     * its connection does nothing meanwhile: it waits once (the driver's
+     * srq_waits counter: one wait, where a look every jiffy counted about
+     * 75 in 300 ms), and the post wakes it */
+    waits0 = drv_param("srq_waits");
+    CHECK(waits0 >= 0, "srq: the driver's srq_waits not readable");
+    atomic_set(&qp_events, 0);
     for (k = 0; k < 5; k++) {
         struct ib_sge sge = {.addr = (u64)(uintptr_t)(cb + k * 4096),
                              .length = len[k],
@@ -1586,11 +1615,24 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
     }
     n = poll_n(s.cq, wc, 4);
     CHECK(n == 4, "srq: %d receives completed, want 4", n);
-    msleep(100);
+    msleep(300);
     CHECK(ib_poll_cq(s.cq, 1, &wc[4]) == 0, "srq: a fifth completion without a receive");
+    CHECK(qp_state(s.id->qp) == IB_QPS_RTS && qp_state(c.id->qp) == IB_QPS_RTS &&
+              atomic_read(&qp_events) == 0,
+          "srq: while the Send waits: QP states %d %d, %d QP events", qp_state(s.id->qp),
+          qp_state(c.id->qp), atomic_read(&qp_events));
+    waits = drv_param("srq_waits");
+    CHECK(waits == waits0 + 1, "srq: the driver counted %d waits in 300 ms, want 1 (no polling)",
+          waits - waits0);
+    t0 = jiffies;
     CHECK(srq_post(srq, &s, sb, 4) == 0, "srq: post receive 4");
     n += poll_n(s.cq, wc + n, 1);
     CHECK(n == 5, "srq: %d receives completed, want 5", n);
+    pr_info("srq: the waiting Send completed %u ms after the post\n",
+            jiffies_to_msecs(jiffies - t0));
+    CHECK(time_before(jiffies, t0 + HZ / 5), "srq: the waiting Send completed %u ms after the post",
+          jiffies_to_msecs(jiffies - t0));
+    CHECK(drv_param("srq_waits") == waits, "srq: more waits after the post");
     for (k = 0; k < n; k++) {
         CHECK(wc[k].status == IB_WC_SUCCESS && wc[k].opcode == IB_WC_RECV &&
                   wc[k].wr_id == 800 + k && wc[k].byte_len == len[k] && wc[k].qp == s.id->qp,
@@ -1605,10 +1647,23 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
           a.srq_limit);
     n = poll_n(c.cq, wc, 5);
     CHECK(n == 5, "srq: %d Send completions, want 5", n);
-    rc = rdma_disconnect(c.id);
-    CHECK(rc == 0, "srq: rdma_disconnect: %d", rc);
-    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "srq: client");
-    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "srq: server");
+    /* a sixth Send finds the SRQ empty; the server's QP is destroyed while
+     * it waits: the connection leaves the SRQ's waiters (no endpoint
+     * left at unload, the SRQ destroyed after it), both ends hear of it */
+    {
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)cb, .length = 100, .lkey = c.pd->local_dma_lkey};
+
+        CHECK(post_one(c.id->qp, IB_WR_SEND, 860, &sge, 1, 0, 0) == 0, "srq: Send 6");
+    }
+    for (k = 0; k < 200 && drv_param("srq_waits") != waits + 1; k++)
+        msleep(10);
+    CHECK(drv_param("srq_waits") == waits + 1, "srq: the sixth Send did not wait (%d)",
+          drv_param("srq_waits") - waits);
+    rdma_destroy_qp(s.id);
+    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "srq: server, its QP destroyed while waiting");
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "srq: client, the server's QP destroyed");
+    CHECK(ib_poll_cq(s.cq, 8, wc) == 0, "srq: a completion for the waiting Send");
     goto out;
 fail:
     CHECK(0, "srq connection: setup");

@@ -309,6 +309,14 @@ if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 
   case "\$line" in *"verbs test: PASS"*) ok "kernel verbs consumer";; *) dmesg | grep uiwarp_ktest; bad "kernel verbs consumer: \${line:-no summary line}";; esac
   dmesg | grep -q 'Terminate DDP/tagged buffer/invalid STag' && dmesg | grep -q 'Terminate received: DDP/tagged buffer/invalid STag' &&
     ok "the bad Write: Terminate sent and received" || bad "the bad Write: no Terminate in dmesg"
+  # the SRQ connection's two Sends that found the SRQ empty: one wait
+  # each (no polling), the first woken by the post, the second ended by
+  # its QP's destruction (the driver's read-only srq_waits counter)
+  sw=\$(cat /sys/module/uiwarp/parameters/srq_waits 2>/dev/null)
+  dmesg | grep 'srq: the waiting Send completed'
+  [ "\$sw" = 2 ] && dmesg | grep -q 'srq: the waiting Send completed' &&
+    ok "SRQ: 2 Sends waited on an empty SRQ, one wait each (srq_waits \$sw), the post woke the first" ||
+    bad "SRQ: srq_waits \$sw, want 2"
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
