@@ -1130,8 +1130,8 @@ test_vm() {
         touch "$share/vm.done"
         wait "$libpid" || true
         lib_dump "$share" | tee -a "$log"
-        hp=$(grep -c '^KTEST ok   host' "$log" || true)
-        hf=$(grep -c '^KTEST FAIL host' "$log" || true)
+        hp=$(grep -c '^KTEST ok   host:' "$log" || true)
+        hf=$(grep -c '^KTEST FAIL host:' "$log" || true)
         rm -rf "$B/lib-interop" && mkdir -p "$B/lib-interop"
         cp "$share"/*.pcap "$share"/*.dump.txt "$share"/*.log "$B/lib-interop/" 2>/dev/null || true
     fi
@@ -1396,8 +1396,8 @@ test_pair() {
                 echo "KTEST FAIL host: $(basename "$f"): MPA exchanges' initiator IRD / responder ORD: $(echo "$ords" | tr '\n' ' ')"
             fi
         done | tee -a "$log"
-        hp=$(grep -c '^KTEST ok   host' "$log" || true)
-        hf=$(grep -c '^KTEST FAIL host' "$log" || true)
+        hp=$(grep -c '^KTEST ok   host:' "$log" || true)
+        hf=$(grep -c '^KTEST FAIL host:' "$log" || true)
     else
         echo "KTEST skip host: no $UIWARP_BIN, the captures are not checked" | tee -a "$log"
     fi
