@@ -3181,6 +3181,199 @@ out:
     return cases;
 }
 
+/* ------------------------------------------------------------------------
+ * Bounds on connection setup (hostile=1): the driver loaded with
+ * connect_timeout_ms and accept_timeout_ms (the same values given to
+ * this module).
+ * ---------------------------------------------------------------------- */
+
+static unsigned int connect_timeout_ms = 2000, accept_timeout_ms = 1000;
+module_param(connect_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(connect_timeout_ms, "hostile=1: the driver's connect_timeout_ms (default 2000)");
+module_param(accept_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(accept_timeout_ms, "hostile=1: the driver's accept_timeout_ms (default 1000, below mpa_timeout_ms)");
+
+static struct evq q_ta; /* the listener of the unanswered connect requests */
+
+/* elapsed since t0 within [0.9, 1] x ms plus 3 s */
+static bool took(unsigned long t0, unsigned int ms)
+{
+    unsigned long b = msecs_to_jiffies(ms);
+
+    return time_after_eq(jiffies, t0 + b * 9 / 10) && time_before(jiffies, t0 + b + 3 * HZ);
+}
+
+/* A TCP connect whose SYNs are dropped: a raw listener with a backlog of
+ * 0 whose one accept queue slot a raw connection fills (Linux drops a
+ * SYN to a listener whose accept queue is full). The driver's connect
+ * ends after connect_timeout_ms: UNREACHABLE, -ETIMEDOUT, the QP neither
+ * in RTS nor in ERR; destroying the id then returns (no endpoint holds
+ * it). Then the slot is freed and the same port connects at once. */
+static void t_connect(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static const char what[] = "connect to a port that drops SYNs";
+    struct sockaddr_in lin = *hin;
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    struct socket *ls = NULL, *fill = NULL;
+    struct end c = {};
+    unsigned long t0;
+    int i, rc;
+
+    lin.sin_port = htons(port + 6);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    if (rc) {
+        CHECK(0, "%s: listener socket: %d", what, rc);
+        return;
+    }
+    sock_set_reuseaddr(ls->sk);
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 0);
+    rc = rc ?: sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &fill);
+    if (!rc) {
+        sock_set_reuseaddr(fill->sk);
+        rc = kernel_connect(fill, (struct sockaddr *)&lin, sizeof(lin), 0);
+    } else {
+        fill = NULL;
+    }
+    CHECK(rc == 0, "%s: the raw listener and its one connection: %d", what, rc);
+    if (rc)
+        goto out;
+    c.id = rdma_create_id(&init_net, cm_handler, &q_hc, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "%s: rdma_create_id", what);
+        goto out;
+    }
+    if (rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&lin, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ADDR_RESOLVED, what) < 0 || rdma_resolve_route(c.id, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ROUTE_RESOLVED, what) < 0 || !end_init(ib, &c) ||
+        conn_qp(&c)) {
+        CHECK(0, "%s: client setup", what);
+        goto out;
+    }
+    t0 = jiffies;
+    rc = rdma_connect(c.id, &p);
+    CHECK(rc == 0, "%s: rdma_connect: %d", what, rc);
+    if (rc)
+        goto out;
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_UNREACHABLE, what);
+    CHECK(i >= 0 && q_hc.e[i].status == -ETIMEDOUT, "%s: status %d, want %d", what,
+          i >= 0 ? q_hc.e[i].status : 0, -ETIMEDOUT);
+    CHECK(took(t0, connect_timeout_ms), "%s: failed after %u ms, want %u", what,
+          jiffies_to_msecs(jiffies - t0), connect_timeout_ms);
+    pr_info("timers: the connect failed after %u ms (connect_timeout_ms %u)\n",
+            jiffies_to_msecs(jiffies - t0), connect_timeout_ms);
+    CHECK(qp_state(c.id->qp) != IB_QPS_RTS && qp_state(c.id->qp) != IB_QPS_ERR, "%s: QP state %d",
+          what, qp_state(c.id->qp));
+    end_fini(&c);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event", what);
+    /* the listener takes connections again: TCP through at once */
+    {
+        struct socket *ns = NULL;
+
+        ls->sk->sk_rcvtimeo = 5 * HZ;
+        rc = kernel_accept(ls, &ns, 0);
+        if (!rc)
+            sock_release(ns);
+        CHECK(rc == 0, "%s: raw accept of the filler: %d", what, rc);
+    }
+out:
+    end_fini(&c);
+    if (fill)
+        sock_release(fill);
+    if (ls)
+        sock_release(ls);
+}
+
+/* A connect request the ULP never answers: after accept_timeout_ms the
+ * driver rejects it (the client: REJECTED, -ECONNREFUSED, no private
+ * data), then the ULP's late answer fails with -ETIMEDOUT: rdma_accept
+ * (late == 0) or rdma_reject (late == 1); its id is destroyed cleanly
+ * (the endpoint is let go of: none left at unload). */
+static void t_accept(struct ib_device *ib, struct sockaddr_in *tin, int late)
+{
+    const char *what = late ? "an unanswered connect request, rejected late"
+                            : "an unanswered connect request, accepted late";
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    struct end c = {}, s = {};
+    unsigned long t0;
+    int i, rc;
+
+    c.id = rdma_create_id(&init_net, cm_handler, &q_hc, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "%s: rdma_create_id", what);
+        return;
+    }
+    if (rdma_resolve_addr(c.id, NULL, (struct sockaddr *)tin, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ADDR_RESOLVED, what) < 0 || rdma_resolve_route(c.id, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ROUTE_RESOLVED, what) < 0 || !end_init(ib, &c) ||
+        conn_qp(&c) || rdma_connect(c.id, &p)) {
+        CHECK(0, "%s: client setup", what);
+        goto out;
+    }
+    i = evq_wait(&q_ta, RDMA_CM_EVENT_CONNECT_REQUEST, what);
+    if (i < 0)
+        goto out;
+    t0 = jiffies;
+    s.id = q_ta.e[i].id;
+    if (!end_init(ib, &s) || conn_qp(&s)) {
+        CHECK(0, "%s: server setup", what);
+        goto out;
+    }
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_REJECTED, what);
+    CHECK(i >= 0 && q_hc.e[i].status == -ECONNREFUSED && q_hc.e[i].pd_len == 0,
+          "%s: the client: status %d, %u bytes of private data", what,
+          i >= 0 ? q_hc.e[i].status : 0, i >= 0 ? q_hc.e[i].pd_len : 0);
+    CHECK(took(t0, accept_timeout_ms), "%s: rejected after %u ms, want %u", what,
+          jiffies_to_msecs(jiffies - t0), accept_timeout_ms);
+    pr_info("timers: the connect request was rejected after %u ms (accept_timeout_ms %u)\n",
+            jiffies_to_msecs(jiffies - t0), accept_timeout_ms);
+    msleep(100);
+    rdma_lock_handler(s.id);
+    if (late) {
+        rc = rdma_reject(s.id, "late", 4, 0);
+    } else {
+        p.qp_num = s.id->qp->qp_num;
+        rc = rdma_accept(s.id, &p);
+    }
+    rdma_unlock_handler(s.id);
+    CHECK(rc == -ETIMEDOUT, "%s: the late answer: %d, want %d", what, rc, -ETIMEDOUT);
+    CHECK(qp_state(s.id->qp) != IB_QPS_RTS, "%s: the server's QP in RTS", what);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_ta.in) == q_ta.out && READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event",
+          what);
+out:
+    end_fini(&s);
+    end_fini(&c);
+}
+
+/* connect_timeout_ms, accept_timeout_ms (accepted and rejected late) */
+static void t_timers(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    struct sockaddr_in tin = *hin;
+    struct rdma_cm_id *lid;
+    int rc;
+
+    evq_init(&q_hc);
+    evq_init(&q_ta);
+    t_connect(ib, hin);
+    tin.sin_port = htons(port + 5);
+    lid = rdma_create_id(&init_net, cm_handler, &q_ta, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(lid)) {
+        CHECK(0, "timers: rdma_create_id (listener): %ld", PTR_ERR(lid));
+    } else {
+        rc = rdma_bind_addr(lid, (struct sockaddr *)&tin) ?: rdma_listen(lid, 4);
+        CHECK(rc == 0, "timers: listener: %d", rc);
+        if (!rc) {
+            t_accept(ib, &tin, 0);
+            t_accept(ib, &tin, 1);
+        }
+        rdma_destroy_id(lid);
+    }
+    pr_info("timers: done\n");
+}
+
 /* RFC 7306 §5.2.1 Figure 4: an Atomic Request (untagged header, opcode
  * 0xA on QN 1, and its 52-byte RDMA header: 28 reserved bits and the
  * AOpCode, Request Identifier, Remote STag, Remote Tagged Offset, Add or
@@ -3854,6 +4047,8 @@ static void test_hostile(struct ib_device *ib)
     h_alive(&c, &s, "after the atomic and immediate data classes");
     cases += h_lib_classes(ib, &hin);
     h_alive(&c, &s, "after the library's Terminate classes");
+    t_timers(ib, &hin);
+    h_alive(&c, &s, "after the connection timers");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
     h_alive(&c, &s, "after the damaged streams");

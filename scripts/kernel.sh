@@ -346,7 +346,8 @@ fi
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
 kclr
-if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1 mpa_timeout_ms=2000; then
+ktimers="connect_timeout_ms=2000 accept_timeout_ms=1000"
+if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 \$ktimers && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1 mpa_timeout_ms=2000 \$ktimers; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
@@ -358,6 +359,17 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type
     ok "hostile peer: the driver's Terminates for 2 bad Replies, its MPA timers, the revision 1 retry"
   else
     dmesg | grep -E 'MPA|revision' | tail; bad "hostile peer: the driver's lines for the MPA classes (\$nt Terminates)"
+  fi
+  # the connection bounds (uiwarp_ktest.ko t_timers): a TCP connect whose
+  # SYNs are dropped fails after connect_timeout_ms, two connect requests
+  # the ULP never answers are rejected after accept_timeout_ms (the late
+  # accept and reject fail)
+  dmesg | grep -E 'uiwarp_ktest: timers:|no TCP connection|not answered in'
+  na=\$(dmesg | grep -c 'connect request from .* not answered in 1000 ms: rejected\$')
+  if dmesg | grep -q 'uiwarp_ktest: timers: done' && dmesg | grep -q 'no TCP connection to .* in 2000 ms: connect failed' && [ "\$na" = 2 ]; then
+    ok "connection bounds: a connect whose SYNs are dropped fails in 2000 ms, 2 unanswered connect requests rejected in 1000 ms, the late answers fail"
+  else
+    bad "connection bounds: the driver's lines (\$na requests rejected)"
   fi
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
