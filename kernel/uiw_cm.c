@@ -107,6 +107,12 @@ MODULE_PARM_DESC(accept_timeout_ms,
                  "rejected and closed (default 8000: below the initiator's MPA Reply timer, "
                  "10000 here and in the library, so that it hears the Reject)");
 
+static unsigned int close_timeout_ms = 10000;
+module_param(close_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(close_timeout_ms,
+                 "ms an orderly close waits for the peer's FIN after ours before the "
+                 "connection is closed (default 10000, the library's orderly-close timer)");
+
 /* How many times a Send found its QP's SRQ empty and its connection began
  * to wait for a post (read-only; the VM test checks that a wait costs one,
  * not one a jiffy as when the wait polled) */
@@ -312,7 +318,7 @@ static void ep_mpa_timer_fn(struct work_struct *w)
  * One timer per endpoint, for whichever bound its state has (RFC 5044 and
  * RFC 793 set none): the TCP connect (connect_timeout_ms), the MPA Request
  * or Reply (mpa_timeout_ms), the ULP's answer to a connect request
- * (accept_timeout_ms). Its
+ * (accept_timeout_ms), the peer's FIN after ours (close_timeout_ms). Its
  * expiry sets EPF_MPA_TIMEOUT and runs the work item, which acts on it in
  * the state it armed it for. ep->mu held (or the ep not yet shared).
  */
@@ -1945,6 +1951,16 @@ static void ep_stream(struct uiw_ep *ep)
             ep_teardown(ep, false, -1);
             return;
         }
+        if (ep->fin_sent && test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+            /* the close timer: no FIN came back (a peer that never
+             * closes, or a Send held for a receive, so the FIN is not
+             * read): CLOSE to iw_cm, the QP to ERR, the socket released */
+            ep->mpa_armed = false;
+            pr_info("%s: no FIN from %pISpc in %u ms after ours: connection closed\n", ep_name(ep),
+                    &ep->raddr, close_timeout_ms);
+            ep_teardown(ep, false, -1);
+            return;
+        }
         if (!ep->term_sent) {
             rx = stream_rx(ep);
             if (rx == -EPIPE) {
@@ -1991,6 +2007,10 @@ static void ep_stream(struct uiw_ep *ep)
         if (closing && !ep->fin_sent) {
             ep->fin_sent = true;
             kernel_sock_shutdown(ep->sock, SHUT_WR);
+            /* RFC 793 bounds no wait for the peer's FIN (FIN-WAIT-2): the
+             * close timer does, as the library's orderly close */
+            if (close_timeout_ms)
+                ep_timer_arm(ep, close_timeout_ms);
         }
         if (!rx && !tx)
             return;

@@ -3182,16 +3182,18 @@ out:
 }
 
 /* ------------------------------------------------------------------------
- * Bounds on connection setup (hostile=1): the driver loaded with
- * connect_timeout_ms and accept_timeout_ms (the same values given to
- * this module).
+ * Bounds on connection setup and on the close (hostile=1): the driver
+ * loaded with connect_timeout_ms, accept_timeout_ms and close_timeout_ms
+ * (the same values given to this module).
  * ---------------------------------------------------------------------- */
 
-static unsigned int connect_timeout_ms = 2000, accept_timeout_ms = 1000;
+static unsigned int connect_timeout_ms = 2000, accept_timeout_ms = 1000, close_timeout_ms = 2000;
 module_param(connect_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(connect_timeout_ms, "hostile=1: the driver's connect_timeout_ms (default 2000)");
 module_param(accept_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(accept_timeout_ms, "hostile=1: the driver's accept_timeout_ms (default 1000, below mpa_timeout_ms)");
+module_param(close_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(close_timeout_ms, "hostile=1: the driver's close_timeout_ms (default 2000)");
 
 static struct evq q_ta; /* the listener of the unanswered connect requests */
 
@@ -3348,7 +3350,93 @@ out:
     end_fini(&c);
 }
 
-/* connect_timeout_ms, accept_timeout_ms (accepted and rejected late) */
+/* An orderly close toward a peer that never closes: the driver's
+ * initiator connects to a raw responder (a revision 2 Reply by hand, P2P
+ * with the Write RTR), rdma_disconnect sends the FIN (EOF at the raw end
+ * at once), the raw end never closes: after close_timeout_ms the client
+ * hears DISCONNECTED, its QP in ERR, the socket released (bytes the raw
+ * end sends then are answered with a reset). */
+static void t_close(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static const char what[] = "a peer that never closes";
+    struct sockaddr_in lin = *hin;
+    u8 rep[24] = "MPA ID Rep Frame", b[64];
+    struct socket *ls = NULL, *ns = NULL;
+    unsigned long t0;
+    struct end c = {};
+    int i, rc;
+
+    lin.sin_port = htons(port + 7);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    if (rc) {
+        CHECK(0, "%s: listener socket: %d", what, rc);
+        return;
+    }
+    sock_set_reuseaddr(ls->sk);
+    ls->sk->sk_rcvtimeo = 5 * HZ;
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 4);
+    CHECK(rc == 0, "%s: raw listener: %d", what, rc);
+    if (rc)
+        goto out;
+    ns = hr_up(ib, ls, &lin, &c, what);
+    if (!ns)
+        goto out;
+    rep[16] = 0x10; /* S (RFC 6581), no CRC */
+    rep[17] = 2;
+    be16(rep + 18, 4);
+    be16(rep + 20, 0x8000 | 4); /* A, IRD 4 */
+    be16(rep + 22, 0x8000 | 4); /* C (Write RTR), ORD 4 */
+    CHECK(raw_send(ns, rep, sizeof(rep)) == 0, "%s: the Reply", what);
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what);
+    if (i < 0)
+        goto out;
+    msleep(100); /* the RTR out (first_hold_ms) */
+    t0 = jiffies;
+    rc = rdma_disconnect(c.id);
+    CHECK(rc == 0, "%s: rdma_disconnect: %d", what, rc);
+    /* the RTR, then our FIN */
+    ns->sk->sk_rcvtimeo = 3 * HZ;
+    do {
+        struct kvec v = {.iov_base = b, .iov_len = sizeof(b)};
+        struct msghdr m = {};
+
+        rc = kernel_recvmsg(ns, &m, &v, 1, sizeof(b), 0);
+    } while (rc > 0);
+    CHECK(rc == 0 && time_before(jiffies, t0 + 2 * HZ), "%s: no FIN at the raw end (%d, %u ms)",
+          what, rc, jiffies_to_msecs(jiffies - t0));
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_DISCONNECTED, what);
+    CHECK(i >= 0 && took(t0, close_timeout_ms), "%s: DISCONNECTED after %u ms, want %u", what,
+          jiffies_to_msecs(jiffies - t0), close_timeout_ms);
+    pr_info("timers: closed %u ms after our FIN (close_timeout_ms %u)\n",
+            jiffies_to_msecs(jiffies - t0), close_timeout_ms);
+    CHECK(qp_state(c.id->qp) == IB_QPS_ERR, "%s: QP state %d", what, qp_state(c.id->qp));
+    /* the driver's socket is released: bytes the raw end sends now are
+     * answered with a reset (the kernel's, for data after a close), so
+     * its next send fails (no SIGPIPE: it would go to insmod) */
+    for (i = 0; i < 2; i++) {
+        struct kvec v = {.iov_base = (void *)"late", .iov_len = 4};
+        struct msghdr m = {.msg_flags = MSG_NOSIGNAL};
+
+        rc = kernel_sendmsg(ns, &m, &v, 1, 4);
+        if (rc < 0)
+            break;
+        msleep(200);
+    }
+    CHECK(rc == -EPIPE || rc == -ECONNRESET, "%s: bytes after the close: %d, want a reset", what,
+          rc);
+    end_fini(&c);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event", what);
+out:
+    end_fini(&c);
+    if (ns)
+        sock_release(ns);
+    if (ls)
+        sock_release(ls);
+}
+
+/* connect_timeout_ms, accept_timeout_ms (accepted and rejected late),
+ * close_timeout_ms */
 static void t_timers(struct ib_device *ib, struct sockaddr_in *hin)
 {
     struct sockaddr_in tin = *hin;
@@ -3371,6 +3459,7 @@ static void t_timers(struct ib_device *ib, struct sockaddr_in *hin)
         }
         rdma_destroy_id(lid);
     }
+    t_close(ib, hin);
     pr_info("timers: done\n");
 }
 

@@ -346,7 +346,7 @@ fi
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
 kclr
-ktimers="connect_timeout_ms=2000 accept_timeout_ms=1000"
+ktimers="connect_timeout_ms=2000 accept_timeout_ms=1000 close_timeout_ms=2000"
 if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 \$ktimers && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1 mpa_timeout_ms=2000 \$ktimers; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
@@ -363,14 +363,17 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 \$ktimers && rdma link add
   # the connection bounds (uiwarp_ktest.ko t_timers): a TCP connect whose
   # SYNs are dropped fails after connect_timeout_ms, two connect requests
   # the ULP never answers are rejected after accept_timeout_ms (the late
-  # accept and reject fail)
-  dmesg | grep -E 'uiwarp_ktest: timers:|no TCP connection|not answered in'
+  # accept and reject fail), an orderly close toward a peer that never
+  # closes ends after close_timeout_ms
+  dmesg | grep -E 'uiwarp_ktest: timers:|no TCP connection|not answered in|no FIN from'
   na=\$(dmesg | grep -c 'connect request from .* not answered in 1000 ms: rejected\$')
   if dmesg | grep -q 'uiwarp_ktest: timers: done' && dmesg | grep -q 'no TCP connection to .* in 2000 ms: connect failed' && [ "\$na" = 2 ]; then
     ok "connection bounds: a connect whose SYNs are dropped fails in 2000 ms, 2 unanswered connect requests rejected in 1000 ms, the late answers fail"
   else
     bad "connection bounds: the driver's lines (\$na requests rejected)"
   fi
+  dmesg | grep -q 'uiwarp_ktest: timers: done' && dmesg | grep -q 'no FIN from .* in 2000 ms after ours: connection closed' &&
+    ok "close timer: a peer that never answers our FIN, closed after 2000 ms" || bad "close timer: no driver line"
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
