@@ -10,8 +10,9 @@
  * workqueue, under ep->mu: the socket callbacks (sk_data_ready,
  * sk_write_space, sk_state_change) and the verbs (post_send, post_recv,
  * modify_qp to SQD or ERR) only queue it, so nothing runs while a
- * connection is idle. Sockets are non-blocking, except the active side's
- * connect() and the MPA frames, which the work item sends whole.
+ * connection is idle. Sockets are non-blocking (the active side's
+ * connect() too, bounded by connect_timeout_ms), except for the MPA
+ * frames, which the work item sends whole.
  *
  * Wire choices as the userspace engine's (docs/ENGINE.md "Connections",
  * "Operations and their wire mapping"): MPA revision 2 with the RFC 6581

@@ -340,8 +340,9 @@ fi
 # reset Request, a silent responder and a silent initiator (the MPA
 # timer, mpa_timeout_ms=2000), 5 RFC 7306 classes (an Atomic Request
 # without remote atomic rights, misaligned, to an unregistered STag, with
-# the reserved AOpCode; Immediate Data of 12 bytes), then 500 randomly
-# damaged streams;
+# the reserved AOpCode; Immediate Data of 12 bytes), the connection
+# bounds and the close timer (short connect_timeout_ms, accept_timeout_ms
+# and close_timeout_ms: ktimers), then 500 randomly damaged streams;
 # each checked in the module: the Terminate's bytes, EOF, that QP in ERR
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
