@@ -10,8 +10,9 @@
  * workqueue, under ep->mu: the socket callbacks (sk_data_ready,
  * sk_write_space, sk_state_change) and the verbs (post_send, post_recv,
  * modify_qp to SQD or ERR) only queue it, so nothing runs while a
- * connection is idle. Sockets are non-blocking, except the active side's
- * connect() and the MPA frames, which the work item sends whole.
+ * connection is idle. Sockets are non-blocking (the active side's
+ * connect() too, bounded by connect_timeout_ms), except for the MPA
+ * frames, which the work item sends whole.
  *
  * Wire choices as the userspace engine's (docs/ENGINE.md "Connections",
  * "Operations and their wire mapping"): MPA revision 2 with the RFC 6581
@@ -28,7 +29,8 @@
  * References on an endpoint (ep->ref): its socket's callbacks (until they
  * are restored), each queued work item, the QP it is attached to
  * (qp->ep), iw_cm's CONNECT_REQUEST (provider_data) until accept or
- * reject, and the listener a child was accepted from.
+ * reject, the waiters list of the QP's SRQ while a Send waits there for a
+ * receive, and the listener a child was accepted from.
  *
  * Locks: ep->mu (a mutex: the work item, accept, reject, destroy_listen,
  * destroy_qp), then qp->lock, then cq->lock / the device's mr_lock.
@@ -93,6 +95,44 @@ MODULE_PARM_DESC(mpa_timeout_ms,
                  "ms an initiator waits for the MPA Reply and a responder for the Request "
                  "before closing (default 10000, as the library's UIWARP_MPA_TIMEOUT_MS)");
 
+static unsigned int connect_timeout_ms = 30000;
+module_param(connect_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(connect_timeout_ms,
+                 "ms an initiator waits for its TCP connection before the connect fails with "
+                 "-ETIMEDOUT (default 30000, the library's dead-peer timeout UIWARP_PEER_TIMEOUT)");
+
+static unsigned int accept_timeout_ms = 8000;
+module_param(accept_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(accept_timeout_ms,
+                 "ms a connect request waits for the ULP's accept or reject before it is "
+                 "rejected and closed (default 8000: below the initiator's MPA Reply timer, "
+                 "10000 here and in the library, so that it hears the Reject)");
+
+static unsigned int close_timeout_ms = 10000;
+module_param(close_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(close_timeout_ms,
+                 "ms an orderly close waits for the peer's FIN after ours before the "
+                 "connection is closed (default 10000, the library's orderly-close timer)");
+
+/* How many times a Send found its QP's SRQ empty and its connection began
+ * to wait for a post (read-only; the VM test checks that a wait costs one,
+ * not one a jiffy as when the wait polled) */
+static atomic_t srq_waits = ATOMIC_INIT(0);
+
+static int srq_waits_get(char *buf, const struct kernel_param *kp)
+{
+    return scnprintf(buf, PAGE_SIZE, "%d\n", atomic_read(&srq_waits));
+}
+
+static int srq_waits_set(const char *val, const struct kernel_param *kp)
+{
+    return -EPERM;
+}
+
+static const struct kernel_param_ops srq_waits_ops = {.set = srq_waits_set, .get = srq_waits_get};
+module_param_cb(srq_waits, &srq_waits_ops, NULL, 0444);
+MODULE_PARM_DESC(srq_waits, "read-only: Sends that found their SRQ empty and waited for a post");
+
 static struct workqueue_struct *uiw_wq;
 static atomic_t uiw_neps = ATOMIC_INIT(0); /* endpoints alive, checked at unload */
 
@@ -114,7 +154,7 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_ABORT, EPF_MPA_TIMEOUT, EPF_SRQ_POLL };
+enum { EPF_ABORT, EPF_MPA_TIMEOUT };
 
 /* what the current received segment is for */
 enum seg_kind {
@@ -139,8 +179,9 @@ struct uiw_ep {
     bool hold_armed, first_sent;
     struct delayed_work mpa_timer; /* the MPA Request or Reply must come in time */
     bool mpa_armed;
-    struct delayed_work srq_poll; /* a Send waits for a receive on the QP's SRQ
-                                   * (EPF_SRQ_POLL while armed) */
+    /* on the QP's SRQ's waiters (srq->lock) while a Send waits for a
+     * receive there, with a reference; empty (self-linked) otherwise */
+    struct list_head srq_node;
     unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
@@ -151,6 +192,8 @@ struct uiw_ep {
     enum ep_state state;
     bool active;
     bool rev1;              /* initiator: the revision 1 retry (mpa_rev1_fallback) */
+    bool tcp_started;       /* initiator: connect() under way (EP_CONNECTING) */
+    bool ulp_late;          /* passive: the ULP did not answer in accept_timeout_ms */
     struct iw_cm_id *cm_id; /* a reference (cm_id->add_ref) while set */
     struct uiw_ep *listener;
     struct uiw_qp *qp;
@@ -232,6 +275,7 @@ static void ep_free(struct kref *k)
 {
     struct uiw_ep *ep = container_of(k, struct uiw_ep, ref);
 
+    WARN_ON_ONCE(!list_empty(&ep->srq_node)); /* the list holds a reference */
     if (ep->listener)
         ep_put(ep->listener);
     kvfree(ep->rxb);
@@ -262,15 +306,6 @@ static void ep_hold_fn(struct work_struct *w)
  * Request, or an initiator whose peer never replies, would hold the socket
  * for ever. Both give up after mpa_timeout_ms, as the library does.
  */
-static void ep_srq_poll_fn(struct work_struct *w)
-{
-    struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, srq_poll);
-
-    clear_bit(EPF_SRQ_POLL, &ep->flags);
-    ep_queue(ep);
-    ep_put(ep);
-}
-
 static void ep_mpa_timer_fn(struct work_struct *w)
 {
     struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, mpa_timer);
@@ -280,22 +315,37 @@ static void ep_mpa_timer_fn(struct work_struct *w)
     ep_put(ep); /* the reference taken when it was armed */
 }
 
-/* ep->mu held (or the ep not yet shared). */
-static void ep_mpa_arm(struct uiw_ep *ep)
+/*
+ * One timer per endpoint, for whichever bound its state has (RFC 5044 and
+ * RFC 793 set none): the TCP connect (connect_timeout_ms), the MPA Request
+ * or Reply (mpa_timeout_ms), the ULP's answer to a connect request
+ * (accept_timeout_ms), the peer's FIN after ours (close_timeout_ms). Its
+ * expiry sets EPF_MPA_TIMEOUT and runs the work item, which acts on it in
+ * the state it armed it for. ep->mu held (or the ep not yet shared).
+ */
+static void ep_timer_arm(struct uiw_ep *ep, unsigned int ms)
 {
     clear_bit(EPF_MPA_TIMEOUT, &ep->flags);
     kref_get(&ep->ref);
     ep->mpa_armed = true;
-    if (!queue_delayed_work(uiw_wq, &ep->mpa_timer,
-                            msecs_to_jiffies(max_t(unsigned int, mpa_timeout_ms, 1))))
+    if (!queue_delayed_work(uiw_wq, &ep->mpa_timer, msecs_to_jiffies(max_t(unsigned int, ms, 1))))
         ep_put(ep); /* already pending: it has its reference */
 }
 
+static void ep_mpa_arm(struct uiw_ep *ep)
+{
+    ep_timer_arm(ep, mpa_timeout_ms);
+}
+
+/* Process context, ep->mu held. Waits for an expiry under way, so that no
+ * stale EPF_MPA_TIMEOUT can be set after it (the timer's function takes
+ * no lock of ours). */
 static void ep_mpa_disarm(struct uiw_ep *ep)
 {
-    if (ep->mpa_armed && cancel_delayed_work(&ep->mpa_timer))
+    if (ep->mpa_armed && cancel_delayed_work_sync(&ep->mpa_timer))
         ep_put(ep);
     ep->mpa_armed = false;
+    clear_bit(EPF_MPA_TIMEOUT, &ep->flags);
 }
 
 static struct uiw_ep *ep_new(struct uiw_dev *d)
@@ -310,7 +360,7 @@ static struct uiw_ep *ep_new(struct uiw_dev *d)
     INIT_WORK(&ep->work, ep_work);
     INIT_DELAYED_WORK(&ep->hold, ep_hold_fn);
     INIT_DELAYED_WORK(&ep->mpa_timer, ep_mpa_timer_fn);
-    INIT_DELAYED_WORK(&ep->srq_poll, ep_srq_poll_fn);
+    INIT_LIST_HEAD(&ep->srq_node);
     ep->dev = d;
     return ep;
 }
@@ -566,6 +616,19 @@ static void qp_unlink(struct uiw_ep *ep, enum ib_event_type ev)
 
     if (!qp)
         return;
+    if (qp->base.srq) {
+        /* off the SRQ's waiters while the QP (so the SRQ, which the core
+         * keeps while a QP uses it) is certainly there */
+        struct uiw_srq *srq = container_of(qp->base.srq, struct uiw_srq, base);
+        bool listed;
+
+        spin_lock_irqsave(&srq->lock, fl);
+        listed = !list_empty(&ep->srq_node);
+        list_del_init(&ep->srq_node);
+        spin_unlock_irqrestore(&srq->lock, fl);
+        if (listed)
+            ep_put(ep); /* the caller holds another: never the last */
+    }
     spin_lock_irqsave(&qp->lock, fl);
     if (qp->ep == ep) {
         qp->ep = NULL;
@@ -599,11 +662,6 @@ static void ep_teardown(struct uiw_ep *ep, bool peer_closed, enum ib_event_type 
         ep_put(ep);
     ep->hold_armed = false;
     ep_mpa_disarm(ep);
-    if (test_bit(EPF_SRQ_POLL, &ep->flags) && cancel_delayed_work(&ep->srq_poll)) {
-        clear_bit(EPF_SRQ_POLL, &ep->flags);
-        ep_put(ep);
-    }
-
     sock_close(ep);
     qp_unlink(ep, qp_ev);
     ep->state = EP_CLOSED;
@@ -1252,14 +1310,19 @@ static bool rqe_pop(struct uiw_ep *ep)
     u32 i;
 
     if (qp->base.srq) {
-        got = uiw_srq_pop(container_of(qp->base.srq, struct uiw_srq, base), &ep->seg.rqe);
-        if (!got && !test_and_set_bit(EPF_SRQ_POLL, &ep->flags)) {
-            /* the SRQ is shared: no post on it kicks this QP, so look
-             * again in a jiffy while a Send waits ("Receiver not ready") */
-            kref_get(&ep->ref);
-            if (!queue_delayed_work(uiw_wq, &ep->srq_poll, 1))
-                ep_put(ep);
-        }
+        bool queued = false;
+
+        /* "Receiver not ready" on a shared queue: no post names this QP,
+         * so the connection joins the SRQ's waiters (with a reference,
+         * taken first: a post may wake it before uiw_srq_pop returns) and
+         * the post wakes it; nothing runs meanwhile */
+        kref_get(&ep->ref);
+        got = uiw_srq_pop(container_of(qp->base.srq, struct uiw_srq, base), &ep->seg.rqe,
+                          &ep->srq_node, &queued);
+        if (queued)
+            atomic_inc(&srq_waits);
+        else
+            ep_put(ep); /* the work item holds another */
         goto out;
     }
     spin_lock_irqsave(&qp->lock, fl);
@@ -1889,6 +1952,16 @@ static void ep_stream(struct uiw_ep *ep)
             ep_teardown(ep, false, -1);
             return;
         }
+        if (ep->fin_sent && test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+            /* the close timer: no FIN came back (a peer that never
+             * closes, or a Send held for a receive, so the FIN is not
+             * read): CLOSE to iw_cm, the QP to ERR, the socket released */
+            ep->mpa_armed = false;
+            pr_info("%s: no FIN from %pISpc in %u ms after ours: connection closed\n", ep_name(ep),
+                    &ep->raddr, close_timeout_ms);
+            ep_teardown(ep, false, -1);
+            return;
+        }
         if (!ep->term_sent) {
             rx = stream_rx(ep);
             if (rx == -EPIPE) {
@@ -1935,6 +2008,10 @@ static void ep_stream(struct uiw_ep *ep)
         if (closing && !ep->fin_sent) {
             ep->fin_sent = true;
             kernel_sock_shutdown(ep->sock, SHUT_WR);
+            /* RFC 793 bounds no wait for the peer's FIN (FIN-WAIT-2): the
+             * close timer does, as the library's orderly close */
+            if (close_timeout_ms)
+                ep_timer_arm(ep, close_timeout_ms);
         }
         if (!rx && !tx)
             return;
@@ -1975,7 +2052,17 @@ static int mpa_read(struct uiw_ep *ep, unsigned int kind)
     }
 }
 
-/* Active side: connect, send the Request. */
+/*
+ * Active side: connect, send the Request. The TCP connect is non-blocking:
+ * the socket's callbacks are installed first, so its state change (the
+ * handshake done, a reset, the kernel's own SYN retries given up) runs the
+ * work item, which asks connect() again for the outcome (0 connected,
+ * -EALREADY still under way, else the error). A connection still not up
+ * after connect_timeout_ms ends the connect with -ETIMEDOUT (rdma_cm:
+ * RDMA_CM_EVENT_UNREACHABLE), as the MPA timer does; a SYN that is never
+ * answered would otherwise hold it for the kernel's SYN retries (about
+ * 127 s by default), and destroy_qp with it.
+ */
 static void active_connect(struct uiw_ep *ep)
 {
     uiw_mpa_policy pol;
@@ -1984,9 +2071,24 @@ static void active_connect(struct uiw_ep *ep)
 
     len =
         ep->raddr.ss_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
-    rc = kernel_connect(ep->sock, (struct sockaddr *)&ep->raddr, len, 0);
+    if (!ep->tcp_started) {
+        ep->tcp_started = true;
+        sock_attach(ep);
+        if (connect_timeout_ms)
+            ep_timer_arm(ep, connect_timeout_ms);
+    } else if (test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
+        ep->mpa_armed = false;
+        pr_info("%s: no TCP connection to %pISpc in %u ms: connect failed\n", ep_name(ep),
+                &ep->raddr, connect_timeout_ms);
+        rc = -ETIMEDOUT;
+        goto fail;
+    }
+    rc = kernel_connect(ep->sock, (struct sockaddr *)&ep->raddr, len, O_NONBLOCK);
+    if (rc == -EINPROGRESS || rc == -EALREADY)
+        return; /* the socket's state change or the timer comes back */
     if (rc)
         goto fail;
+    ep_mpa_disarm(ep);
     {
         struct sockaddr_storage a;
 
@@ -2005,7 +2107,6 @@ static void active_connect(struct uiw_ep *ep)
         goto fail;
     ep->state = EP_WAIT_REP;
     ep_mpa_arm(ep);
-    sock_attach(ep);
     rc = sock_send_all(ep->sock, out, rc);
     if (rc)
         goto fail;
@@ -2013,8 +2114,10 @@ static void active_connect(struct uiw_ep *ep)
     return;
 fail:
     pr_debug("%s: connect: %d\n", ep_name(ep), rc);
-    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY, rc == -ECONNREFUSED ? rc : -ECONNRESET, NULL,
-           0, NULL);
+    /* rdma_cm: -ECONNREFUSED REJECTED, -ETIMEDOUT UNREACHABLE, else
+     * CONNECT_ERROR */
+    upcall(ep, ep->cm_id, IW_CM_EVENT_CONNECT_REPLY,
+           rc == -ECONNREFUSED || rc == -ETIMEDOUT ? rc : -ECONNRESET, NULL, 0, NULL);
     ep->state = EP_IDLE;
     ep_teardown(ep, false, -1);
 }
@@ -2090,6 +2193,7 @@ static bool active_rev1_retry(struct uiw_ep *ep, int rc)
         return false;
     }
     ep->state = EP_CONNECTING;
+    ep->tcp_started = false;
     ep_queue(ep);
     return true;
 }
@@ -2208,6 +2312,9 @@ static void passive_request(struct uiw_ep *ep)
     }
     ep_mpa_disarm(ep);
     ep->state = EP_REQ_PENDING;
+    /* the ULP's answer is bounded (passive_pending) */
+    if (accept_timeout_ms)
+        ep_timer_arm(ep, accept_timeout_ms);
     kref_get(&ep->ref); /* iw_cm's provider_data, until accept or reject */
     upcall(ep, l->cm_id, IW_CM_EVENT_CONNECT_REQUEST, 0, ep->neg.result.peer_pd,
            ep->neg.result.peer_pd_len, ep);
@@ -2216,6 +2323,46 @@ static void passive_request(struct uiw_ep *ep)
 drop:
     pr_debug("%s: incoming connection dropped: %d (%s)\n", ep_name(ep), rc,
              ep->neg.why ? ep->neg.why : "");
+    ep_teardown(ep, false, -1);
+}
+
+/* An MPA Reject (RFC 5044 §7.1.3: the Reply with R) with the ULP's
+ * private data, for the Request in mpabuf. */
+static void mpa_send_reject(struct uiw_ep *ep, const void *pd, u8 len)
+{
+    uiw_mpa_policy pol;
+    u8 out[UIW_MPA_MAX_FRAME];
+    size_t olen = 0;
+
+    if (len)
+        memcpy(ep->pd, pd, len);
+    make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, ep->pd, len);
+    pol.responder_rejects = true;
+    uiw_mpa_neg_start_responder(&ep->neg, &pol);
+    (void)uiw_mpa_neg_feed(&ep->neg, ep->mpabuf, ep->mpa_have, out, sizeof(out), &olen);
+    if (olen)
+        (void)sock_send_all(ep->sock, out, olen);
+}
+
+/*
+ * Passive side, the ULP holds the connect request (EP_REQ_PENDING). A ULP
+ * that neither accepts nor rejects it within accept_timeout_ms would hold
+ * the socket and the initiator for ever (iw_cm and rdma_cm set no bound
+ * on iWARP): it is rejected (an MPA Reject without private data, so the
+ * initiator hears a refusal rather than a close or a reset, which an
+ * initiator may retry at revision 1) and closed. iw_cm still holds the
+ * request and its reference on the endpoint: the late accept or reject
+ * fails with -ETIMEDOUT and lets go of it.
+ */
+static void passive_pending(struct uiw_ep *ep)
+{
+    if (!test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags))
+        return;
+    ep->mpa_armed = false;
+    pr_info("%s: connect request from %pISpc not answered in %u ms: rejected\n", ep_name(ep),
+            &ep->raddr, accept_timeout_ms);
+    mpa_send_reject(ep, NULL, 0);
+    ep->ulp_late = true;
     ep_teardown(ep, false, -1);
 }
 
@@ -2264,6 +2411,9 @@ static void ep_work(struct work_struct *w)
         break;
     case EP_WAIT_REQ:
         passive_request(ep);
+        break;
+    case EP_REQ_PENDING:
+        passive_pending(ep);
         break;
     case EP_RDMA:
         ep_stream(ep);
@@ -2400,19 +2550,24 @@ static int uiw_iw_accept(struct iw_cm_id *id, struct iw_cm_conn_param *p)
     if (!ep)
         return -EINVAL;
     mutex_lock(&ep->mu);
+    /* iw_cm calls nothing more for a connect request whose accept failed
+     * (iw_cm_accept: the id goes back to IDLE), so every failure below
+     * ends the connection and lets go of provider_data */
     if (ep->state != EP_REQ_PENDING) {
-        rc = -ECONNRESET;
-        goto out_unlock;
+        /* rejected by accept_timeout_ms (passive_pending) */
+        rc = ep->ulp_late ? -ETIMEDOUT : -ECONNRESET;
+        goto fail;
     }
+    ep_mpa_disarm(ep); /* accept_timeout_ms */
     qp = qp_get_ref(id->device, p->qpn);
     if (!qp) {
         rc = -EINVAL;
-        goto out_unlock;
+        goto fail;
     }
     if (p->private_data_len > UIW_MPA_MAX_PD - UIW_MPA_RFC6581_LEN) {
         uiw_qp_put(qp);
         rc = -EINVAL;
-        goto out_unlock;
+        goto fail;
     }
     memcpy(ep->pd, p->private_data, p->private_data_len);
     make_policy(&pol, p->ird, p->ord, ep->pd, p->private_data_len);
@@ -2445,37 +2600,29 @@ fail:
         ep->state = EP_IDLE;
     ep_teardown(ep, false, -1);
     mutex_unlock(&ep->mu);
+    id->provider_data = NULL;
     ep_put(ep);
-    return rc;
-out_unlock:
-    mutex_unlock(&ep->mu);
     return rc;
 }
 
 static int uiw_iw_reject(struct iw_cm_id *id, const void *pdata, u8 len)
 {
     struct uiw_ep *ep = id->provider_data;
-    uiw_mpa_policy pol;
-    u8 out[UIW_MPA_MAX_FRAME];
-    size_t olen = 0;
+    int rc = 0;
 
     if (!ep)
         return -EINVAL;
     mutex_lock(&ep->mu);
     if (ep->state == EP_REQ_PENDING) {
-        memcpy(ep->pd, pdata, len);
-        make_policy(&pol, UIW_MPA_DEFAULT_IRD, UIW_MPA_DEFAULT_ORD, ep->pd, len);
-        pol.responder_rejects = true;
-        uiw_mpa_neg_start_responder(&ep->neg, &pol);
-        (void)uiw_mpa_neg_feed(&ep->neg, ep->mpabuf, ep->mpa_have, out, sizeof(out), &olen);
-        if (olen)
-            (void)sock_send_all(ep->sock, out, olen);
+        mpa_send_reject(ep, pdata, len);
         ep_teardown(ep, false, -1);
+    } else if (ep->ulp_late) {
+        rc = -ETIMEDOUT; /* rejected already by accept_timeout_ms */
     }
     mutex_unlock(&ep->mu);
     id->provider_data = NULL;
     ep_put(ep); /* iw_cm's provider_data */
-    return 0;
+    return rc;
 }
 
 static int uiw_iw_create_listen(struct iw_cm_id *id, int backlog)
@@ -2529,6 +2676,19 @@ static int uiw_iw_destroy_listen(struct iw_cm_id *id)
     id->rem_ref(id);
     ep_put(ep);
     return 0;
+}
+
+void uiw_cm_srq_wake_locked(struct uiw_srq *srq)
+{
+    struct uiw_ep *ep, *n;
+
+    list_for_each_entry_safe(ep, n, &srq->waiters, srq_node) {
+        list_del_init(&ep->srq_node);
+        /* the list's reference becomes the work's; when the work is
+         * pending already it has one, so this is never the last */
+        if (!queue_work(uiw_wq, &ep->work))
+            kref_put(&ep->ref, ep_free);
+    }
 }
 
 /* qp->lock held (any context). */

@@ -61,8 +61,7 @@ struct uiw_cq {
     bool overflow;
 };
 
-/* A shared receive queue: a ring of posted receives (wr_id only until the
- * data path). */
+/* A shared receive queue: a ring of posted receives with their SGEs. */
 struct uiw_rqe;
 
 struct uiw_srq {
@@ -71,12 +70,19 @@ struct uiw_srq {
     struct uiw_rqe *ring; /* posted receives, taken by the Sends of any QP on it */
     u32 cap, head, count, max_sge;
     u32 limit; /* armed IB_SRQ_LIMIT (0: off); the data path raises the event */
+    /* connections (uiw_cm.c's endpoints, by their srq_node) whose Send found
+     * the ring empty; post_srq_recv wakes them (uiw_cm_srq_wake_locked).
+     * Each holds a reference on its endpoint while listed. */
+    struct list_head waiters;
 };
 
 /* The data path (uiw_cm.c): the oldest receive of the SRQ into *out;
  * false when it is empty. Raises IB_EVENT_SRQ_LIMIT_REACHED (and disarms
- * the limit) when fewer than the limit remain. Process context. */
-bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out);
+ * the limit) when fewer than the limit remain. When it is empty and wait
+ * is not NULL and on no list, wait joins srq->waiters (under the lock that
+ * found the ring empty, so no post can be missed) and *queued is set.
+ * Process context. */
+bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out, struct list_head *wait, bool *queued);
 
 /* A send WR as the data path keeps it (uiw_cm.c) */
 struct uiw_sqe {
@@ -186,6 +192,9 @@ extern const struct ib_device_ops uiw_cm_ops;
 void uiw_cm_qp_kick(struct uiw_qp *qp);
 /* destroy_qp: the connection lets go of the QP (process context) */
 void uiw_cm_qp_detach(struct uiw_qp *qp);
+/* srq->lock held (any context): every connection waiting on the SRQ runs
+ * its work item again and leaves the list (its reference goes with it) */
+void uiw_cm_srq_wake_locked(struct uiw_srq *srq);
 
 int uiw_verbs_dev_init(struct uiw_dev *d);
 void uiw_verbs_dev_fini(struct uiw_dev *d);

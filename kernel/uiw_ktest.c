@@ -18,6 +18,7 @@
 #include <linux/completion.h>
 #include <linux/crc32c.h>
 #include <linux/delay.h>
+#include <linux/fs.h>
 #include <linux/kthread.h>
 #include <linux/module.h>
 #include <linux/moduleparam.h>
@@ -1500,6 +1501,27 @@ static void conn_data_free(struct end *c, struct end *s)
  * SRQ empty waits until a receive is posted. */
 static atomic_t srq_limit_events = ATOMIC_INIT(0);
 
+/* A parameter of the driver (uiwarp.ko) as sysfs shows it; -1 if unread. */
+static int drv_param(const char *name)
+{
+    char path[96], buf[24];
+    struct file *f;
+    loff_t pos = 0;
+    ssize_t n;
+    int v;
+
+    snprintf(path, sizeof(path), "/sys/module/uiwarp/parameters/%s", name);
+    f = filp_open(path, O_RDONLY, 0);
+    if (IS_ERR(f))
+        return -1;
+    n = kernel_read(f, buf, sizeof(buf) - 1, &pos);
+    filp_close(f, NULL);
+    if (n <= 0)
+        return -1;
+    buf[n] = 0;
+    return kstrtoint(buf, 10, &v) ? -1 : v;
+}
+
 static void srq_event(struct ib_event *ev, void *ctx)
 {
     if (ev->event == IB_EVENT_SRQ_LIMIT_REACHED)
@@ -1532,7 +1554,8 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
     u8 *sb = (u8 *)__get_free_pages(GFP_KERNEL, 3), *cb = (u8 *)__get_free_pages(GFP_KERNEL, 3);
     static const u32 len[5] = {1000, 3000, 1, 4096, 77};
     struct ib_wc wc[8];
-    int i, k, n, rc;
+    int i, k, n, rc, waits0, waits;
+    unsigned long t0;
 
     atomic_set(&srq_limit_events, 0);
     if (!sb || !cb)
@@ -1575,7 +1598,13 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
         evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "srq: client") < 0)
         goto fail;
     /* 5 Sends for 4 receives: the fifth waits for the receive posted
-     * 100 ms later */
+     * 300 ms later, without a completion, a Terminate or a QP event, and
+     * its connection does nothing meanwhile: it waits once (the driver's
+     * srq_waits counter: one wait, where a look every jiffy counted about
+     * 75 in 300 ms), and the post wakes it */
+    waits0 = drv_param("srq_waits");
+    CHECK(waits0 >= 0, "srq: the driver's srq_waits not readable");
+    atomic_set(&qp_events, 0);
     for (k = 0; k < 5; k++) {
         struct ib_sge sge = {.addr = (u64)(uintptr_t)(cb + k * 4096),
                              .length = len[k],
@@ -1586,11 +1615,24 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
     }
     n = poll_n(s.cq, wc, 4);
     CHECK(n == 4, "srq: %d receives completed, want 4", n);
-    msleep(100);
+    msleep(300);
     CHECK(ib_poll_cq(s.cq, 1, &wc[4]) == 0, "srq: a fifth completion without a receive");
+    CHECK(qp_state(s.id->qp) == IB_QPS_RTS && qp_state(c.id->qp) == IB_QPS_RTS &&
+              atomic_read(&qp_events) == 0,
+          "srq: while the Send waits: QP states %d %d, %d QP events", qp_state(s.id->qp),
+          qp_state(c.id->qp), atomic_read(&qp_events));
+    waits = drv_param("srq_waits");
+    CHECK(waits == waits0 + 1, "srq: the driver counted %d waits in 300 ms, want 1 (no polling)",
+          waits - waits0);
+    t0 = jiffies;
     CHECK(srq_post(srq, &s, sb, 4) == 0, "srq: post receive 4");
     n += poll_n(s.cq, wc + n, 1);
     CHECK(n == 5, "srq: %d receives completed, want 5", n);
+    pr_info("srq: the waiting Send completed %u ms after the post\n",
+            jiffies_to_msecs(jiffies - t0));
+    CHECK(time_before(jiffies, t0 + HZ / 5), "srq: the waiting Send completed %u ms after the post",
+          jiffies_to_msecs(jiffies - t0));
+    CHECK(drv_param("srq_waits") == waits, "srq: more waits after the post");
     for (k = 0; k < n; k++) {
         CHECK(wc[k].status == IB_WC_SUCCESS && wc[k].opcode == IB_WC_RECV &&
                   wc[k].wr_id == 800 + k && wc[k].byte_len == len[k] && wc[k].qp == s.id->qp,
@@ -1605,10 +1647,23 @@ static void test_srq_conn(struct ib_device *ib, struct sockaddr_in *sin)
           a.srq_limit);
     n = poll_n(c.cq, wc, 5);
     CHECK(n == 5, "srq: %d Send completions, want 5", n);
-    rc = rdma_disconnect(c.id);
-    CHECK(rc == 0, "srq: rdma_disconnect: %d", rc);
-    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "srq: client");
-    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "srq: server");
+    /* a sixth Send finds the SRQ empty; the server's QP is destroyed while
+     * it waits: the connection leaves the SRQ's waiters (no endpoint
+     * left at unload, the SRQ destroyed after it), both ends hear of it */
+    {
+        struct ib_sge sge = {
+            .addr = (u64)(uintptr_t)cb, .length = 100, .lkey = c.pd->local_dma_lkey};
+
+        CHECK(post_one(c.id->qp, IB_WR_SEND, 860, &sge, 1, 0, 0) == 0, "srq: Send 6");
+    }
+    for (k = 0; k < 200 && drv_param("srq_waits") != waits + 1; k++)
+        msleep(10);
+    CHECK(drv_param("srq_waits") == waits + 1, "srq: the sixth Send did not wait (%d)",
+          drv_param("srq_waits") - waits);
+    rdma_destroy_qp(s.id);
+    evq_wait(&q_srv, RDMA_CM_EVENT_DISCONNECTED, "srq: server, its QP destroyed while waiting");
+    evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "srq: client, the server's QP destroyed");
+    CHECK(ib_poll_cq(s.cq, 8, wc) == 0, "srq: a completion for the waiting Send");
     goto out;
 fail:
     CHECK(0, "srq connection: setup");
@@ -3126,6 +3181,288 @@ out:
     return cases;
 }
 
+/* ------------------------------------------------------------------------
+ * Bounds on connection setup and on the close (hostile=1): the driver
+ * loaded with connect_timeout_ms, accept_timeout_ms and close_timeout_ms
+ * (the same values given to this module).
+ * ---------------------------------------------------------------------- */
+
+static unsigned int connect_timeout_ms = 2000, accept_timeout_ms = 1000, close_timeout_ms = 2000;
+module_param(connect_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(connect_timeout_ms, "hostile=1: the driver's connect_timeout_ms (default 2000)");
+module_param(accept_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(accept_timeout_ms, "hostile=1: the driver's accept_timeout_ms (default 1000, below mpa_timeout_ms)");
+module_param(close_timeout_ms, uint, 0444);
+MODULE_PARM_DESC(close_timeout_ms, "hostile=1: the driver's close_timeout_ms (default 2000)");
+
+static struct evq q_ta; /* the listener of the unanswered connect requests */
+
+/* elapsed since t0 within [0.9, 1] x ms plus 3 s */
+static bool took(unsigned long t0, unsigned int ms)
+{
+    unsigned long b = msecs_to_jiffies(ms);
+
+    return time_after_eq(jiffies, t0 + b * 9 / 10) && time_before(jiffies, t0 + b + 3 * HZ);
+}
+
+/* A TCP connect whose SYNs are dropped: a raw listener with a backlog of
+ * 0 whose one accept queue slot a raw connection fills (Linux drops a
+ * SYN to a listener whose accept queue is full). The driver's connect
+ * ends after connect_timeout_ms: UNREACHABLE, -ETIMEDOUT, the QP neither
+ * in RTS nor in ERR; destroying the id then returns (no endpoint holds
+ * it). Then the slot is freed and the same port connects at once. */
+static void t_connect(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static const char what[] = "connect to a port that drops SYNs";
+    struct sockaddr_in lin = *hin;
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    struct socket *ls = NULL, *fill = NULL;
+    struct end c = {};
+    unsigned long t0;
+    int i, rc;
+
+    lin.sin_port = htons(port + 6);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    if (rc) {
+        CHECK(0, "%s: listener socket: %d", what, rc);
+        return;
+    }
+    sock_set_reuseaddr(ls->sk);
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 0);
+    rc = rc ?: sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &fill);
+    if (!rc) {
+        sock_set_reuseaddr(fill->sk);
+        rc = kernel_connect(fill, (struct sockaddr *)&lin, sizeof(lin), 0);
+    } else {
+        fill = NULL;
+    }
+    CHECK(rc == 0, "%s: the raw listener and its one connection: %d", what, rc);
+    if (rc)
+        goto out;
+    c.id = rdma_create_id(&init_net, cm_handler, &q_hc, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "%s: rdma_create_id", what);
+        goto out;
+    }
+    if (rdma_resolve_addr(c.id, NULL, (struct sockaddr *)&lin, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ADDR_RESOLVED, what) < 0 || rdma_resolve_route(c.id, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ROUTE_RESOLVED, what) < 0 || !end_init(ib, &c) ||
+        conn_qp(&c)) {
+        CHECK(0, "%s: client setup", what);
+        goto out;
+    }
+    t0 = jiffies;
+    rc = rdma_connect(c.id, &p);
+    CHECK(rc == 0, "%s: rdma_connect: %d", what, rc);
+    if (rc)
+        goto out;
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_UNREACHABLE, what);
+    CHECK(i >= 0 && q_hc.e[i].status == -ETIMEDOUT, "%s: status %d, want %d", what,
+          i >= 0 ? q_hc.e[i].status : 0, -ETIMEDOUT);
+    CHECK(took(t0, connect_timeout_ms), "%s: failed after %u ms, want %u", what,
+          jiffies_to_msecs(jiffies - t0), connect_timeout_ms);
+    pr_info("timers: the connect failed after %u ms (connect_timeout_ms %u)\n",
+            jiffies_to_msecs(jiffies - t0), connect_timeout_ms);
+    CHECK(qp_state(c.id->qp) != IB_QPS_RTS && qp_state(c.id->qp) != IB_QPS_ERR, "%s: QP state %d",
+          what, qp_state(c.id->qp));
+    end_fini(&c);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event", what);
+    /* the listener takes connections again: TCP through at once */
+    {
+        struct socket *ns = NULL;
+
+        ls->sk->sk_rcvtimeo = 5 * HZ;
+        rc = kernel_accept(ls, &ns, 0);
+        if (!rc)
+            sock_release(ns);
+        CHECK(rc == 0, "%s: raw accept of the filler: %d", what, rc);
+    }
+out:
+    end_fini(&c);
+    if (fill)
+        sock_release(fill);
+    if (ls)
+        sock_release(ls);
+}
+
+/* A connect request the ULP never answers: after accept_timeout_ms the
+ * driver rejects it (the client: REJECTED, -ECONNREFUSED, no private
+ * data), then the ULP's late answer fails with -ETIMEDOUT: rdma_accept
+ * (late == 0) or rdma_reject (late == 1); its id is destroyed cleanly
+ * (the endpoint is let go of: none left at unload). */
+static void t_accept(struct ib_device *ib, struct sockaddr_in *tin, int late)
+{
+    const char *what = late ? "an unanswered connect request, rejected late"
+                            : "an unanswered connect request, accepted late";
+    struct rdma_conn_param p = {.responder_resources = 1, .initiator_depth = 1};
+    struct end c = {}, s = {};
+    unsigned long t0;
+    int i, rc;
+
+    c.id = rdma_create_id(&init_net, cm_handler, &q_hc, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(c.id)) {
+        c.id = NULL;
+        CHECK(0, "%s: rdma_create_id", what);
+        return;
+    }
+    if (rdma_resolve_addr(c.id, NULL, (struct sockaddr *)tin, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ADDR_RESOLVED, what) < 0 || rdma_resolve_route(c.id, 2000) ||
+        evq_wait(&q_hc, RDMA_CM_EVENT_ROUTE_RESOLVED, what) < 0 || !end_init(ib, &c) ||
+        conn_qp(&c) || rdma_connect(c.id, &p)) {
+        CHECK(0, "%s: client setup", what);
+        goto out;
+    }
+    i = evq_wait(&q_ta, RDMA_CM_EVENT_CONNECT_REQUEST, what);
+    if (i < 0)
+        goto out;
+    t0 = jiffies;
+    s.id = q_ta.e[i].id;
+    if (!end_init(ib, &s) || conn_qp(&s)) {
+        CHECK(0, "%s: server setup", what);
+        goto out;
+    }
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_REJECTED, what);
+    CHECK(i >= 0 && q_hc.e[i].status == -ECONNREFUSED && q_hc.e[i].pd_len == 0,
+          "%s: the client: status %d, %u bytes of private data", what,
+          i >= 0 ? q_hc.e[i].status : 0, i >= 0 ? q_hc.e[i].pd_len : 0);
+    CHECK(took(t0, accept_timeout_ms), "%s: rejected after %u ms, want %u", what,
+          jiffies_to_msecs(jiffies - t0), accept_timeout_ms);
+    pr_info("timers: the connect request was rejected after %u ms (accept_timeout_ms %u)\n",
+            jiffies_to_msecs(jiffies - t0), accept_timeout_ms);
+    msleep(100);
+    rdma_lock_handler(s.id);
+    if (late) {
+        rc = rdma_reject(s.id, "late", 4, 0);
+    } else {
+        p.qp_num = s.id->qp->qp_num;
+        rc = rdma_accept(s.id, &p);
+    }
+    rdma_unlock_handler(s.id);
+    CHECK(rc == -ETIMEDOUT, "%s: the late answer: %d, want %d", what, rc, -ETIMEDOUT);
+    CHECK(qp_state(s.id->qp) != IB_QPS_RTS, "%s: the server's QP in RTS", what);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_ta.in) == q_ta.out && READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event",
+          what);
+out:
+    end_fini(&s);
+    end_fini(&c);
+}
+
+/* An orderly close toward a peer that never closes: the driver's
+ * initiator connects to a raw responder (a revision 2 Reply by hand, P2P
+ * with the Write RTR), rdma_disconnect sends the FIN (EOF at the raw end
+ * at once), the raw end never closes: after close_timeout_ms the client
+ * hears DISCONNECTED, its QP in ERR, the socket released (bytes the raw
+ * end sends then are answered with a reset). */
+static void t_close(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    static const char what[] = "a peer that never closes";
+    struct sockaddr_in lin = *hin;
+    u8 rep[24] = "MPA ID Rep Frame", b[64];
+    struct socket *ls = NULL, *ns = NULL;
+    unsigned long t0;
+    struct end c = {};
+    int i, rc;
+
+    lin.sin_port = htons(port + 7);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    if (rc) {
+        CHECK(0, "%s: listener socket: %d", what, rc);
+        return;
+    }
+    sock_set_reuseaddr(ls->sk);
+    ls->sk->sk_rcvtimeo = 5 * HZ;
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 4);
+    CHECK(rc == 0, "%s: raw listener: %d", what, rc);
+    if (rc)
+        goto out;
+    ns = hr_up(ib, ls, &lin, &c, what);
+    if (!ns)
+        goto out;
+    rep[16] = 0x10; /* S (RFC 6581), no CRC */
+    rep[17] = 2;
+    be16(rep + 18, 4);
+    be16(rep + 20, 0x8000 | 4); /* A, IRD 4 */
+    be16(rep + 22, 0x8000 | 4); /* C (Write RTR), ORD 4 */
+    CHECK(raw_send(ns, rep, sizeof(rep)) == 0, "%s: the Reply", what);
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what);
+    if (i < 0)
+        goto out;
+    msleep(100); /* the RTR out (first_hold_ms) */
+    t0 = jiffies;
+    rc = rdma_disconnect(c.id);
+    CHECK(rc == 0, "%s: rdma_disconnect: %d", what, rc);
+    /* the RTR, then our FIN */
+    ns->sk->sk_rcvtimeo = 3 * HZ;
+    do {
+        struct kvec v = {.iov_base = b, .iov_len = sizeof(b)};
+        struct msghdr m = {};
+
+        rc = kernel_recvmsg(ns, &m, &v, 1, sizeof(b), 0);
+    } while (rc > 0);
+    CHECK(rc == 0 && time_before(jiffies, t0 + 2 * HZ), "%s: no FIN at the raw end (%d, %u ms)",
+          what, rc, jiffies_to_msecs(jiffies - t0));
+    i = evq_wait(&q_hc, RDMA_CM_EVENT_DISCONNECTED, what);
+    CHECK(i >= 0 && took(t0, close_timeout_ms), "%s: DISCONNECTED after %u ms, want %u", what,
+          jiffies_to_msecs(jiffies - t0), close_timeout_ms);
+    pr_info("timers: closed %u ms after our FIN (close_timeout_ms %u)\n",
+            jiffies_to_msecs(jiffies - t0), close_timeout_ms);
+    CHECK(qp_state(c.id->qp) == IB_QPS_ERR, "%s: QP state %d", what, qp_state(c.id->qp));
+    /* the driver's socket is released: bytes the raw end sends now are
+     * answered with a reset (the kernel's, for data after a close), so
+     * its next send fails (no SIGPIPE: it would go to insmod) */
+    for (i = 0; i < 2; i++) {
+        struct kvec v = {.iov_base = (void *)"late", .iov_len = 4};
+        struct msghdr m = {.msg_flags = MSG_NOSIGNAL};
+
+        rc = kernel_sendmsg(ns, &m, &v, 1, 4);
+        if (rc < 0)
+            break;
+        msleep(200);
+    }
+    CHECK(rc == -EPIPE || rc == -ECONNRESET, "%s: bytes after the close: %d, want a reset", what,
+          rc);
+    end_fini(&c);
+    usleep_range(20000, 30000);
+    CHECK(READ_ONCE(q_hc.in) == q_hc.out, "%s: a second event", what);
+out:
+    end_fini(&c);
+    if (ns)
+        sock_release(ns);
+    if (ls)
+        sock_release(ls);
+}
+
+/* connect_timeout_ms, accept_timeout_ms (accepted and rejected late),
+ * close_timeout_ms */
+static void t_timers(struct ib_device *ib, struct sockaddr_in *hin)
+{
+    struct sockaddr_in tin = *hin;
+    struct rdma_cm_id *lid;
+    int rc;
+
+    evq_init(&q_hc);
+    evq_init(&q_ta);
+    t_connect(ib, hin);
+    tin.sin_port = htons(port + 5);
+    lid = rdma_create_id(&init_net, cm_handler, &q_ta, RDMA_PS_TCP, IB_QPT_RC);
+    if (IS_ERR(lid)) {
+        CHECK(0, "timers: rdma_create_id (listener): %ld", PTR_ERR(lid));
+    } else {
+        rc = rdma_bind_addr(lid, (struct sockaddr *)&tin) ?: rdma_listen(lid, 4);
+        CHECK(rc == 0, "timers: listener: %d", rc);
+        if (!rc) {
+            t_accept(ib, &tin, 0);
+            t_accept(ib, &tin, 1);
+        }
+        rdma_destroy_id(lid);
+    }
+    t_close(ib, hin);
+    pr_info("timers: done\n");
+}
+
 /* RFC 7306 §5.2.1 Figure 4: an Atomic Request (untagged header, opcode
  * 0xA on QN 1, and its 52-byte RDMA header: 28 reserved bits and the
  * AOpCode, Request Identifier, Remote STag, Remote Tagged Offset, Add or
@@ -3799,6 +4136,8 @@ static void test_hostile(struct ib_device *ib)
     h_alive(&c, &s, "after the atomic and immediate data classes");
     cases += h_lib_classes(ib, &hin);
     h_alive(&c, &s, "after the library's Terminate classes");
+    t_timers(ib, &hin);
+    h_alive(&c, &s, "after the connection timers");
     pr_info("hostile peer: %u classes\n", cases);
     h_mutations(ib, &hin);
     h_alive(&c, &s, "after the damaged streams");

@@ -17,7 +17,8 @@
  *     RTS.
  *   - post_recv queues receives with their SGEs; post_srq_recv queues them
  *     on a shared receive queue, which the Sends of every QP on it take in
- *     posting order (uiw_srq_pop: the limit event).
+ *     posting order (uiw_srq_pop: the limit event); a post wakes the
+ *     connections whose Send found it empty (srq->waiters).
  *
  * State machine: the IB verbs table for RC (the engine's, src/engine/qp.c)
  * plus iWARP's INIT -> RTS, with no required attributes (TCP provides the
@@ -1048,6 +1049,7 @@ static int uiw_create_srq(struct ib_srq *ibsrq, struct ib_srq_init_attr *init,
         return -ENOMEM;
     }
     spin_lock_init(&srq->lock);
+    INIT_LIST_HEAD(&srq->waiters);
     srq->cap = a->max_wr;
     srq->max_sge = max(a->max_sge, 1u);
     srq->limit = a->srq_limit;
@@ -1111,13 +1113,18 @@ static int uiw_query_srq(struct ib_srq *ibsrq, struct ib_srq_attr *attr)
     return 0;
 }
 
-bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out)
+bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out, struct list_head *wait, bool *queued)
 {
     bool got = false, limit = false;
     unsigned long fl;
 
     spin_lock_irqsave(&srq->lock, fl);
-    if (srq->ring && srq->count) {
+    if (!srq->ring || !srq->count) {
+        if (wait && list_empty(wait)) {
+            list_add_tail(wait, &srq->waiters);
+            *queued = true;
+        }
+    } else {
         *out = srq->ring[srq->head];
         srq->head = (srq->head + 1) % srq->cap;
         srq->count--;
@@ -1145,7 +1152,16 @@ bool uiw_srq_pop(struct uiw_srq *srq, struct uiw_rqe *out)
 static int uiw_destroy_srq(struct ib_srq *ibsrq, struct ib_udata *udata)
 {
     struct uiw_srq *srq = to_usrq(ibsrq);
+    unsigned long fl;
 
+    /* the core refuses to destroy an SRQ that QPs still use, and a QP's
+     * connection leaves the list when it lets go of the QP; anything
+     * listed all the same is woken (and so unlisted), never left pointing
+     * here */
+    spin_lock_irqsave(&srq->lock, fl);
+    WARN_ON_ONCE(!list_empty(&srq->waiters));
+    uiw_cm_srq_wake_locked(srq);
+    spin_unlock_irqrestore(&srq->lock, fl);
     kvfree(srq->ring);
     srq->ring = NULL;
     atomic_dec(&to_udev(ibsrq->device)->nsrq);
@@ -1179,6 +1195,10 @@ static int uiw_post_srq_recv(struct ib_srq *ibsrq, const struct ib_recv_wr *wr,
         }
         srq->count++;
     }
+    /* a Send waiting on an empty SRQ ("receiver not ready") names no QP
+     * of its own to kick: the connections that found it empty are listed */
+    if (srq->count)
+        uiw_cm_srq_wake_locked(srq);
     spin_unlock_irqrestore(&srq->lock, fl);
     if (rc)
         *bad = wr;

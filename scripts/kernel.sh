@@ -309,6 +309,14 @@ if insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 
   case "\$line" in *"verbs test: PASS"*) ok "kernel verbs consumer";; *) dmesg | grep uiwarp_ktest; bad "kernel verbs consumer: \${line:-no summary line}";; esac
   dmesg | grep -q 'Terminate DDP/tagged buffer/invalid STag' && dmesg | grep -q 'Terminate received: DDP/tagged buffer/invalid STag' &&
     ok "the bad Write: Terminate sent and received" || bad "the bad Write: no Terminate in dmesg"
+  # the SRQ connection's two Sends that found the SRQ empty: one wait
+  # each (no polling), the first woken by the post, the second ended by
+  # its QP's destruction (the driver's read-only srq_waits counter)
+  sw=\$(cat /sys/module/uiwarp/parameters/srq_waits 2>/dev/null)
+  dmesg | grep 'srq: the waiting Send completed'
+  [ "\$sw" = 2 ] && dmesg | grep -q 'srq: the waiting Send completed' &&
+    ok "SRQ: 2 Sends waited on an empty SRQ, one wait each (srq_waits \$sw), the post woke the first" ||
+    bad "SRQ: srq_waits \$sw, want 2"
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   echo "rdma res: \$res"
@@ -332,13 +340,15 @@ fi
 # reset Request, a silent responder and a silent initiator (the MPA
 # timer, mpa_timeout_ms=2000), 5 RFC 7306 classes (an Atomic Request
 # without remote atomic rights, misaligned, to an unregistered STag, with
-# the reserved AOpCode; Immediate Data of 12 bytes), then 500 randomly
-# damaged streams;
+# the reserved AOpCode; Immediate Data of 12 bytes), the connection
+# bounds and the close timer (short connect_timeout_ms, accept_timeout_ms
+# and close_timeout_ms: ktimers), then 500 randomly damaged streams;
 # each checked in the module: the Terminate's bytes, EOF, that QP in ERR
 # with its receives completed in error, guard pages intact, a second QP
 # still carrying Sends; then no object left
 kclr
-if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1 mpa_timeout_ms=2000; then
+ktimers="connect_timeout_ms=2000 accept_timeout_ms=1000 close_timeout_ms=2000"
+if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 \$ktimers && rdma link add uiw0 type uiwarp netdev eth0 && insmod /x/uiwarp_ktest.ko hostile=1 mpa_timeout_ms=2000 \$ktimers; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'hostile peer:'
@@ -351,6 +361,20 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 && rdma link add uiw0 type
   else
     dmesg | grep -E 'MPA|revision' | tail; bad "hostile peer: the driver's lines for the MPA classes (\$nt Terminates)"
   fi
+  # the connection bounds (uiwarp_ktest.ko t_timers): a TCP connect whose
+  # SYNs are dropped fails after connect_timeout_ms, two connect requests
+  # the ULP never answers are rejected after accept_timeout_ms (the late
+  # accept and reject fail), an orderly close toward a peer that never
+  # closes ends after close_timeout_ms
+  dmesg | grep -E 'uiwarp_ktest: timers:|no TCP connection|not answered in|no FIN from'
+  na=\$(dmesg | grep -c 'connect request from .* not answered in 1000 ms: rejected\$')
+  if dmesg | grep -q 'uiwarp_ktest: timers: done' && dmesg | grep -q 'no TCP connection to .* in 2000 ms: connect failed' && [ "\$na" = 2 ]; then
+    ok "connection bounds: a connect whose SYNs are dropped fails in 2000 ms, 2 unanswered connect requests rejected in 1000 ms, the late answers fail"
+  else
+    bad "connection bounds: the driver's lines (\$na requests rejected)"
+  fi
+  dmesg | grep -q 'uiwarp_ktest: timers: done' && dmesg | grep -q 'no FIN from .* in 2000 ms after ours: connection closed' &&
+    ok "close timer: a peer that never answers our FIN, closed after 2000 ms" || bad "close timer: no driver line"
   rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
   res=\$(rdma res show uiw0)
   case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
@@ -1122,8 +1146,8 @@ test_vm() {
         touch "$share/vm.done"
         wait "$libpid" || true
         lib_dump "$share" | tee -a "$log"
-        hp=$(grep -c '^KTEST ok   host' "$log" || true)
-        hf=$(grep -c '^KTEST FAIL host' "$log" || true)
+        hp=$(grep -c '^KTEST ok   host:' "$log" || true)
+        hf=$(grep -c '^KTEST FAIL host:' "$log" || true)
         rm -rf "$B/lib-interop" && mkdir -p "$B/lib-interop"
         cp "$share"/*.pcap "$share"/*.dump.txt "$share"/*.log "$B/lib-interop/" 2>/dev/null || true
     fi
@@ -1388,8 +1412,8 @@ test_pair() {
                 echo "KTEST FAIL host: $(basename "$f"): MPA exchanges' initiator IRD / responder ORD: $(echo "$ords" | tr '\n' ' ')"
             fi
         done | tee -a "$log"
-        hp=$(grep -c '^KTEST ok   host' "$log" || true)
-        hf=$(grep -c '^KTEST FAIL host' "$log" || true)
+        hp=$(grep -c '^KTEST ok   host:' "$log" || true)
+        hf=$(grep -c '^KTEST FAIL host:' "$log" || true)
     else
         echo "KTEST skip host: no $UIWARP_BIN, the captures are not checked" | tee -a "$log"
     fi
