@@ -284,6 +284,7 @@ static int rs_create_ep(struct rs_sock *rs)
     rs->sbuf_head = 0;
     rs->rbuf_free_offset = rs->rbuf_size / 2;
     rs->rbuf_bytes_avail = rs->rbuf_size / 2;
+    rs->rmsg_limit = (uint16_t)rs->rq_size; /* the credits rs_format_conn gives */
     rs->ctrl_seqno = 0;
     rs->ctrl_max_seqno = RS_CTRL_SLOTS;
     rs->sqe_avail = rs->sq_size - RS_CTRL_SLOTS;
@@ -406,6 +407,7 @@ static void rs_update_credits(struct rs_sock *rs)
     if (!(rs->rbuf_bytes_avail >= half || (int16_t)(rs->rseq_no - rs->rseq_comp) >= 0))
         return;
     uint32_t msg = rs_msg(RS_MSG_SGL, (uint32_t)rs->rseq_no + rs->rq_size);
+    rs->rmsg_limit = (uint16_t)(rs->rseq_no + rs->rq_size);
     rs->rseq_comp = (uint16_t)(rs->rseq_no + rs->rq_size / 2);
     int r;
     if (rs->rbuf_bytes_avail >= half) {
@@ -448,6 +450,21 @@ static void rs_peer_gone(struct rs_sock *rs)
     }
 }
 
+/* The peer broke the protocol (rs_poll_cq): the socket fails with
+ * EPROTO and the connection is closed; nothing it announced is read. */
+static void rs_violation(struct rs_sock *rs, uint32_t n)
+{
+    if (!rs_live(rs))
+        return;
+    uiw_log("rsocket: the peer sent more data messages than its credits or announced "
+            "more bytes (%u) than it was granted: connection closed",
+            n);
+    rs_set_error(rs, EPROTO);
+    rs->rerr = EPROTO;
+    rs->state |= RS_ST_DISCONNECTED;
+    rdma_disconnect(rs->id);
+}
+
 /* Take the completions; returns how many. */
 static int rs_poll_cq(struct rs_sock *rs)
 {
@@ -472,18 +489,47 @@ static int rs_poll_cq(struct rs_sock *rs)
                     msg = be32toh(w->imm_data);
                 switch (rs_msg_op(msg)) {
                 case RS_MSG_DATA:
-                    rs->rmsg[rs->rmsg_tail] = rs_msg_data(msg);
-                    if (++rs->rmsg_tail == rs->rq_size + 1)
-                        rs->rmsg_tail = 0;
+                case RS_MSG_IOMAP_SGL: {
+                    /* both take a credit: never more than we allowed */
+                    if ((int16_t)(rs->rmsg_in - rs->rmsg_limit) >= 0) {
+                        rs_violation(rs, rs_msg_data(msg));
+                        break;
+                    }
+                    rs->rmsg_in++;
+                    if (rs_msg_op(msg) == RS_MSG_IOMAP_SGL) {
+                        /* the peer wrote a mapping into target_iomap
+                         * (read when riowrite looks for one); its credit
+                         * comes back with the next grant */
+                        rs->rseq_no++;
+                        break;
+                    }
+                    uint32_t n = rs_msg_data(msg);
+                    int next = rs->rmsg_tail + 1 == rs->rq_size + 1 ? 0 : rs->rmsg_tail + 1;
+                    /* A peer announces only bytes it wrote into buffer
+                     * space we granted and have not read back, and no
+                     * more data messages than its credits: anything else
+                     * would make rrecv return stale bytes of the buffer
+                     * or overrun the queue. The socket fails (EPROTO) and
+                     * the connection is closed. */
+                    if (n == 0 && next != rs->rmsg_head) {
+                        /* an empty transfer (rsockets never send one):
+                         * its credit back at once; queued, it would end
+                         * an rrecv with 0, which reads as end of stream */
+                        rs->rseq_no++;
+                        break;
+                    }
+                    if (next == rs->rmsg_head ||
+                        rs->rdata_queued + n > (uint64_t)rs->rbuf_size - rs->rbuf_bytes_avail) {
+                        rs_violation(rs, n);
+                        break;
+                    }
+                    rs->rmsg[rs->rmsg_tail] = n;
+                    rs->rmsg_tail = next;
+                    rs->rdata_queued += n;
                     break;
+                }
                 case RS_MSG_SGL:
                     rs->sseq_comp = (uint16_t)rs_msg_data(msg);
-                    break;
-                case RS_MSG_IOMAP_SGL:
-                    /* the peer wrote a mapping into target_iomap (read when
-                     * riowrite looks for one); it was sent as a data
-                     * message: its credit comes back with the next grant */
-                    rs->rseq_no++;
                     break;
                 case RS_MSG_CTRL:
                     if (rs_msg_data(msg) == RS_CTRL_DISCONNECT) {
@@ -1210,6 +1256,7 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
             got += take;
             if (!peek) {
                 rs->rbuf_bytes_avail += (uint32_t)take;
+                rs->rdata_queued -= take;
                 if (take == m) {
                     rs->rseq_no++;
                     if (++head == rs->rq_size + 1)
@@ -1229,6 +1276,8 @@ static ssize_t rs_recvv(int socket, const struct iovec *iov, int iovcnt, int fla
         if (!(flags & MSG_WAITALL))
             break;
     }
+    if (!got && !r && len && rs->rerr && !rs_have_rdata(rs))
+        r = rcm_err(rs->rerr); /* not an end of stream */
     pthread_mutex_unlock(&rs->lock);
     /* End of stream: 0, and errno no longer the EAGAIN of an earlier call
      * (rstream, nonblocking, retries while errno is EAGAIN even on 0 and
