@@ -488,21 +488,22 @@ static int rs_poll_cq(struct rs_sock *rs)
                 if (w->wc_flags & IBV_WC_WITH_IMM)
                     msg = be32toh(w->imm_data);
                 switch (rs_msg_op(msg)) {
-                case RS_MSG_DATA:
-                case RS_MSG_IOMAP_SGL: {
-                    /* both take a credit: never more than we allowed */
+                case RS_MSG_IOMAP_SGL:
+                    /* the peer wrote a mapping into target_iomap (read when
+                     * riowrite looks for one); our sender counts it as a
+                     * data message, so its credit comes back with the next
+                     * grant (rdma-core's receiver gives none back: its
+                     * sender may not count it, so it is not counted
+                     * against the limit below) */
+                    rs->rseq_no++;
+                    break;
+                case RS_MSG_DATA: {
+                    /* never more data messages than we allowed */
                     if ((int16_t)(rs->rmsg_in - rs->rmsg_limit) >= 0) {
                         rs_violation(rs, rs_msg_data(msg));
                         break;
                     }
                     rs->rmsg_in++;
-                    if (rs_msg_op(msg) == RS_MSG_IOMAP_SGL) {
-                        /* the peer wrote a mapping into target_iomap
-                         * (read when riowrite looks for one); its credit
-                         * comes back with the next grant */
-                        rs->rseq_no++;
-                        break;
-                    }
                     uint32_t n = rs_msg_data(msg);
                     int next = rs->rmsg_tail + 1 == rs->rq_size + 1 ? 0 : rs->rmsg_tail + 1;
                     /* A peer announces only bytes it wrote into buffer

@@ -211,7 +211,7 @@ struct rs_sock {
     uint32_t *rmsg; /* queued data message lengths, rq_size + 1 ring */
     int rmsg_head, rmsg_tail;
     uint64_t rdata_queued; /* bytes the queued data messages announce */
-    uint16_t rmsg_in;      /* data messages received (IOMAP_SGL too) */
+    uint16_t rmsg_in;      /* data messages received */
     uint16_t rmsg_limit;   /* how many we allowed: the credits of the connect,
                             * then the last SGL message's limit */
     int rerr;              /* the peer broke the protocol (EPROTO): what rrecv
