@@ -101,10 +101,12 @@ static uint16_t min_u16(unsigned a, unsigned b)
 /* Every connection socket, active and passive. Dead peers (docs/ENGINE.md
  * "Dead peers"): with T = UIWARP_PEER_TIMEOUT seconds (default 30, 0 off),
  * TCP_USER_TIMEOUT T s bounds how long sent data may stay unacknowledged
- * (a sender), and keepalive (idle T/2 s, probes every max(1, T/10) s, 5 of
- * them; Linux also ends a probing connection once T s passed since the
- * last ACK, as TCP_USER_TIMEOUT is set) finds an idle receiver's peer gone
- * in about T s. The kernel then fails the socket with ETIMEDOUT. */
+ * (a sender), and keepalive (idle T/2 s, probes every max(1, T/10) s) finds
+ * an idle receiver's peer gone in about T s: with TCP_USER_TIMEOUT set,
+ * Linux ends a probing connection once T s passed since the last ACK and
+ * does not count probes (tcp_keepalive_timer), so TCP_KEEPCNT is not set
+ * (one system call less per connection). The kernel then fails the socket
+ * with ETIMEDOUT. */
 static void set_dead_peer(int fd, unsigned ms)
 {
     int one = 1, zero = 0;
@@ -118,11 +120,10 @@ static void set_dead_peer(int fd, unsigned ms)
     }
     unsigned ut = ms;
     unsigned t = ms / 1000u; /* seconds, for keepalive's 1 s granularity */
-    int idle = t / 2 ? (int)(t / 2) : 1, intvl = t / 10 ? (int)(t / 10) : 1, cnt = 5;
+    int idle = t / 2 ? (int)(t / 2) : 1, intvl = t / 10 ? (int)(t / 10) : 1;
     if (setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &one, sizeof(one)) < 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle)) < 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &intvl, sizeof(intvl)) < 0 ||
-        setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &cnt, sizeof(cnt)) < 0 ||
         setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &ut, sizeof(ut)) < 0)
         uiw_dbg(1, "cm: dead-peer socket options: %s", strerror(errno));
 }

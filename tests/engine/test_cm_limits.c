@@ -597,8 +597,8 @@ static void check_opts(struct ibv_qp *qp, unsigned ut, int idle, int intvl, cons
     CHECK_EQ(v, idle);
     getsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &v, &l);
     CHECK_EQ(v, intvl);
-    getsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &v, &l);
-    CHECK_EQ(v, 5);
+    /* TCP_KEEPCNT is not set: with TCP_USER_TIMEOUT Linux ends a probing
+     * connection by time, not by the number of probes */
 }
 
 static void t_dead_peer_opts(struct srv *s)
