@@ -1482,6 +1482,13 @@ static int rx_progress(struct uiw_qp *qp, size_t budget, bool short_ok)
     return 0;
 }
 
+bool dp_rx_got_first(struct uiw_qp *qp)
+{
+    struct dp_rx *r = RX(qp);
+
+    return r && r->got_first;
+}
+
 int uiw_qp_rx_progress(struct uiw_qp *qp)
 {
     return rx_progress(qp, RX_BUDGET, qp->rx_muted != 0);

@@ -165,6 +165,9 @@ struct dp_tx {
     bool await;           /* responder: nothing before the first FPDU arrived */
     bool hold;            /* initiator: the first FPDU's trailer is held
                            * until qp->first_hold fires (docs/INTEROP.md §1) */
+    uint8_t wakes;        /* initiator, Write RTR: wake-ups still to send
+                           * while the peer sends nothing (qp->first_hold) */
+    unsigned wake_ms;     /* the delay of the first one */
     uint8_t first_tail;   /* the first FPDU's pad + CRC bytes */
     bool term_queued;     /* a Terminate is in the batch: nothing else follows */
     bool term_out;        /* ... and was handed to TCP */
@@ -1475,6 +1478,7 @@ void dp_tx_error_cleanup(struct uiw_qp *qp)
     t->rtr = 0;
     t->await = false;
     t->hold = false;
+    t->wakes = 0;
 }
 
 void dp_tx_release_await(struct uiw_qp *qp)
@@ -1700,13 +1704,30 @@ void uiw_tx_flush_deferred(void)
  *
  * Linux siw's responder sends its MPA Reply before it installs the socket
  * callback that reads FPDUs; bytes arriving in between are not looked at
- * until more bytes arrive. So the first FPDU (the RTR, or without P2P the
- * ULP's first message) goes out at once but for its trailer (pad + CRC),
- * which goes hold_ms after the attach (about when the Reply arrived): its
- * arrival wakes the callback, which then reads the whole FPDU. Work posted
- * meanwhile queues behind it; ESTABLISHED is not delayed. A first FPDU
- * built after the deadline is not held at all.
+ * until more bytes arrive. Two guards, both armed hold_ms after the attach
+ * (about when the Reply arrived):
+ *  - With the Write RTR (RFC 6581 §9; what siw and uiwarp pick when it is
+ *    offered) nothing is held: the RTR and the ULP's messages go at once.
+ *    When the timer fires and no whole FPDU came from the peer yet (a P2P
+ *    responder sends nothing before it has taken the RTR), a wake-up goes:
+ *    one more zero-length RDMA Write, the RTR's form (STag 1, TO 0), which
+ *    RFC 5041 §7.1 leaves unvalidated and every responder already takes as
+ *    the RTR; its arrival wakes siw's callback, which then reads
+ *    everything. A second one goes 10 hold_ms later if the peer is still
+ *    silent (a slower siw), then none. A peer that is not siw loses
+ *    nothing: its first message is not delayed, and a silent one gets two
+ *    empty FPDUs.
+ *  - Otherwise (the Read RTR, whose zero-length Read Request a wake-up of
+ *    the same form would answer with a Read Response, and client-server
+ *    connections, whose first FPDU is the ULP's) the first FPDU goes out at
+ *    once but for its trailer (pad + CRC), which goes when the timer fires:
+ *    its arrival wakes the callback, which then reads the whole FPDU. Work
+ *    posted meanwhile queues behind it; ESTABLISHED is not delayed. A first
+ *    FPDU built after the deadline is not held at all.
  * ---------------------------------------------------------------------- */
+
+#define WAKE_COUNT  2  /* wake-ups at most */
+#define WAKE_FACTOR 10 /* the second one's delay, in hold_ms */
 
 void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
 {
@@ -1714,6 +1735,13 @@ void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
 
     if (!t || !hold_ms)
         return;
+    if (qp->mpa.p2p && (t->rtr & UIW_RTR_WRITE)) {
+        t->wakes = WAKE_COUNT;
+        t->wake_ms = hold_ms;
+        uiw_timer_arm(&qp->first_hold, hold_ms);
+        uiw_dbg(1, "qp %u: a wake-up in %u ms unless the peer sends", qp->ibqp.qp_num, hold_ms);
+        return;
+    }
     t->hold = true;
     uiw_timer_arm(&qp->first_hold, hold_ms);
     uiw_dbg(1, "qp %u: first FPDU held %u ms (its trailer)", qp->ibqp.qp_num, hold_ms);
@@ -1723,21 +1751,47 @@ static void release_hold(struct uiw_qp *qp, const char *why)
 {
     struct dp_tx *t = TX(qp);
 
-    if (!t || !t->hold)
+    if (!t || (!t->hold && !t->wakes))
         return;
     t->hold = false;
+    t->wakes = 0;
     uiw_timer_disarm(&qp->first_hold);
-    uiw_dbg(2, "qp %u: first-FPDU hold ends (%s)", qp->ibqp.qp_num, why);
+    uiw_dbg(2, "qp %u: first-FPDU guard ends (%s)", qp->ibqp.qp_num, why);
+    uiw_qp_tx_progress(qp);
+}
+
+/* The timer of a Write-RTR initiator: a wake-up while the peer is silent.
+ * qp->lock held. */
+static void wake_peer(struct uiw_qp *qp, struct dp_tx *t)
+{
+    if (!t->wakes)
+        return;
+    if (dp_rx_got_first(qp) || qp->state != IBV_QPS_RTS || t->term_queued || t->shut) {
+        t->wakes = 0; /* the peer took the RTR, or the QP is done */
+        return;
+    }
+    t->wakes--;
+    t->rtr = UIW_RTR_WRITE; /* the RTR's form, next between messages */
+    uiw_dbg(1, "qp %u: no FPDU from the peer yet: a wake-up (zero-length Write)",
+            qp->ibqp.qp_num);
+    if (t->wakes)
+        uiw_timer_arm(&qp->first_hold, t->wake_ms * WAKE_FACTOR);
     uiw_qp_tx_progress(qp);
 }
 
 void dp_hold_timer_cb(void *obj)
 {
     struct uiw_qp *qp = obj;
+    struct dp_tx *t;
 
     pthread_mutex_lock(&qp->lock);
-    if (qp->fd >= 0 && !uiw_timer_pending(&qp->first_hold))
-        release_hold(qp, "timer");
+    t = TX(qp);
+    if (qp->fd >= 0 && t && !uiw_timer_pending(&qp->first_hold)) {
+        if (t->wakes)
+            wake_peer(qp, t);
+        else
+            release_hold(qp, "timer");
+    }
     pthread_mutex_unlock(&qp->lock);
 }
 

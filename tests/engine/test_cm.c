@@ -1475,7 +1475,15 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
                 CHECK(ev.p2p);
                 CHECK_EQ(ev.rtr, pick);
             }
-            CHECK(quiet(fd, 50)); /* nothing but the RTR */
+            if (pick == UIW_RTR_WRITE) {
+                /* the responder stays silent: the wake-up (docs/INTEROP.md
+                 * §1), the RTR's form again, after the default 20 ms */
+                int pl2 = read_fpdu(fd, false, &h, NULL, EV_MS);
+                CHECK_EQ(pl2, 0);
+                CHECK_EQ(h.opcode, UIW_OP_WRITE);
+                CHECK_EQ(h.stag, 1);
+            }
+            CHECK(quiet(fd, 50)); /* nothing but the RTR (and a wake-up) */
             CHECK_EQ(eng_qp_state(a.qp), IBV_QPS_RTS);
         }
         close(fd);
@@ -1641,6 +1649,124 @@ static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
             CHECK_EQ(wc.wr_id, 5);
             CHECK_EQ(wc.status, IBV_WC_SUCCESS);
             CHECK(quiet(fd, 50)); /* nothing more */
+        }
+        close(fd);
+    }
+    eng_tqp_free(&a);
+    if (mr)
+        ibv_dereg_mr(mr);
+    uiw_cm_conn_destroy(c);
+    uiw_cm_channel_destroy(ch);
+}
+
+/* Read one whole FPDU (length field first); its length, 0 on timeout. */
+static size_t read_whole_fpdu(int fd, uint8_t *buf, size_t room, int ms)
+{
+    if (read_n(fd, buf, 2, ms, NULL) != 2)
+        return 0;
+    size_t n = fpdu_len(buf);
+    if (n < 2 || n > room || read_n(fd, buf + 2, n - 2, ms, NULL) != n - 2)
+        return 0;
+    return n;
+}
+
+/* Whether buf holds exactly one zero-length RDMA Write to STag 1, TO 0
+ * (the Write RTR's form, and the wake-up's). */
+static bool is_zero_write(const uint8_t *buf, size_t n)
+{
+    uiw_rx rx;
+    uiw_rx_cfg cfg = {.crc = false};
+    uiw_rx_init(&rx, &cfg);
+    size_t off = 0;
+    bool hdr = false, end = false;
+    while (off < n) {
+        uiw_rx_event e;
+        size_t used = uiw_rx_feed(&rx, buf + off, n - off, &e);
+        off += used;
+        if (e.kind == UIW_RX_HDR)
+            hdr = e.hdr->opcode == UIW_OP_WRITE && e.hdr->stag == 1 && e.hdr->to == 0 &&
+                  e.payload_len == 0;
+        else if (e.kind == UIW_RX_END)
+            end = e.crc_ok;
+        else if (e.kind == UIW_RX_PAYLOAD || e.kind == UIW_RX_ERROR || used == 0)
+            return false;
+    }
+    return hdr && end;
+}
+
+/* Our P2P initiator with the Write RTR (the default) against a raw
+ * responder (docs/INTEROP.md §1): nothing is held, the RTR and the Send
+ * posted right after ESTABLISHED arrive at once; while the responder sends
+ * nothing, a wake-up (a zero-length Write, the RTR's form) comes hold_ms
+ * after the Reply, and a second one 10 hold_ms later; an FPDU from the
+ * responder after the first stops the second (answer). hold_ms 0: none. */
+static void t_first_wake(unsigned hold_ms, bool answer)
+{
+    struct eng_tqp a;
+    static uint8_t sbuf[100];
+    uint8_t f[64], buf[512];
+    if (!tqp_make(&a)) {
+        CHECK(!"QP setup");
+        eng_tqp_free(&a);
+        return;
+    }
+    eng_fill(sbuf, sizeof(sbuf), 78);
+    struct ibv_mr *mr = ibv_reg_mr(a.pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
+    struct uiw_cm_channel *ch = eng_cm_chan();
+    struct uiw_conn *c = NULL;
+    uiw_mpa_frame rq;
+    struct uiw_cm_event ev;
+    struct uiw_conn_param p = {.ird = 2, .ord = 2};
+    int fd = mr ? raw_responder(AF_INET, &p, a.qp, ch, &c, &rq) : -1;
+    CHECK(fd >= 0);
+    if (fd >= 0) {
+        CHECK(rq.p2p);
+        size_t n = mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0);
+        uint64_t t0 = eng_now_ms();
+        eng_send_all(fd, f, n);
+        bool est = expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "wake: est");
+        CHECK_EQ(eng_post(a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), mr->lkey, 0, 0, 6, true), 0);
+        /* the RTR, then the Send, whole, not held */
+        size_t r1 = est ? read_whole_fpdu(fd, buf, sizeof(buf), EV_MS) : 0;
+        CHECK(r1 && is_zero_write(buf, r1));
+        size_t r2 = r1 ? read_whole_fpdu(fd, buf, sizeof(buf), EV_MS) : 0;
+        uint64_t t_send = eng_now_ms();
+        CHECK(r2 == 2 + 18 + sizeof(sbuf) + 4); /* len, hdr, payload, CRC (no pad) */
+        CHECK(r2 > 24 && memcmp(buf + 20, sbuf, sizeof(sbuf)) == 0);
+        if (hold_ms >= 100)
+            CHECK(t_send - t0 < hold_ms / 2); /* nothing waited for the timer */
+        struct ibv_wc wc;
+        CHECK_EQ(eng_poll_one(a.cq, &wc, EV_MS), 1);
+        CHECK_EQ(wc.wr_id, 6);
+        CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+        if (!hold_ms) {
+            CHECK(quiet(fd, 200)); /* no wake-up when off */
+        } else {
+            /* the first wake-up, hold_ms after the Reply at the earliest */
+            size_t w = read_whole_fpdu(fd, buf, sizeof(buf), (int)hold_ms + EV_MS);
+            uint64_t t_w = eng_now_ms();
+            CHECK(w && is_zero_write(buf, w));
+            CHECK(t_w - t0 >= hold_ms);
+            if (answer) {
+                /* the peer speaks (a zero-length Write of its own): no
+                 * second wake-up */
+                uiw_hdr h;
+                uiw_hdr_init(&h, true, UIW_OP_WRITE);
+                h.stag = 1;
+                h.to = 0;
+                size_t m = mk_fpdu(&h, false, buf);
+                CHECK(m > 0);
+                eng_send_all(fd, buf, m);
+                CHECK(quiet(fd, (int)(hold_ms * 11 + 300)));
+            } else {
+                /* still silent: the second, 10 hold_ms later, then none */
+                w = read_whole_fpdu(fd, buf, sizeof(buf), (int)(hold_ms * 10) + EV_MS);
+                uint64_t t_w2 = eng_now_ms();
+                CHECK(w && is_zero_write(buf, w));
+                CHECK(t_w2 - t_w >= hold_ms * 10 - hold_ms / 2);
+                CHECK(quiet(fd, (int)(hold_ms * 10 + 300)));
+            }
+            CHECK_EQ(ibv_poll_cq(a.cq, 1, &wc), 0); /* wake-ups complete nothing */
         }
         close(fd);
     }
@@ -1943,27 +2069,41 @@ static void c_p2p_read(void)
     t_qp_pair(AF_INET6, true);
 }
 
-/* No UIWARP_FIRST_FPDU_HOLD_MS: the default hold, P2P (the RTR is held)
- * and client-server (the ULP's first Send is held). */
+/* No UIWARP_FIRST_FPDU_HOLD_MS: the default, 20 ms (docs/INTEROP.md §1).
+ * P2P with the Write RTR: wake-ups while the peer is silent; client-server:
+ * the ULP's first Send's trailer is held. */
 static void c_first_hold_default(void)
 {
-    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20); /* docs/INTEROP.md §1 */
-    bool p2p = uiw_config()->p2p;
-    t_first_hold(p2p, uiw_config()->first_fpdu_hold_ms, false);
+    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20);
+    if (uiw_config()->p2p) {
+        t_first_wake(20, false);
+        t_first_wake(20, true);
+    } else {
+        t_first_hold(false, 20, false);
+    }
 }
 
-/* A long hold: the timing checked from both sides. */
+/* A long hold (P2P: the wake-up's delay): the timing checked from both
+ * sides. */
 static void c_first_hold_long(void)
 {
-    CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 400);
-    t_first_hold(uiw_config()->p2p, 400, true);
+    if (uiw_config()->p2p) {
+        CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 100);
+        t_first_wake(100, true);
+    } else {
+        CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 400);
+        t_first_hold(false, 400, true);
+    }
 }
 
-/* UIWARP_FIRST_FPDU_HOLD_MS=0: nothing held. */
+/* UIWARP_FIRST_FPDU_HOLD_MS=0: nothing held, no wake-up. */
 static void c_first_hold_off(void)
 {
     CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 0);
-    t_first_hold(uiw_config()->p2p, 0, false);
+    if (uiw_config()->p2p)
+        t_first_wake(0, false);
+    else
+        t_first_hold(false, 0, false);
 }
 
 struct child_case {
@@ -2067,7 +2207,7 @@ static void rev1_fallback(struct ibv_qp *qp)
             CHECK_MEM(ev.private_data, rpd, 2);
             if (qp) {
                 CHECK_EQ(eng_qp_state(qp), IBV_QPS_RTS);
-                CHECK(quiet(fd, 100)); /* no RTR (the first-FPDU hold is 20 ms) */
+                CHECK(quiet(fd, 100)); /* no RTR, no wake-up (client-server) */
             }
         }
         close(fd);
@@ -2139,7 +2279,7 @@ static const struct child_case cases[] = {
     {"p2p_read", c_p2p_read, {"UIWARP_P2P=1", "UIWARP_RTR=read"}},
     {"first_hold_p2p", c_first_hold_default, {"UIWARP_P2P=1"}},
     {"first_hold_cs", c_first_hold_default, {NULL}},
-    {"first_hold_long_p2p", c_first_hold_long, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=400"}},
+    {"first_hold_long_p2p", c_first_hold_long, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=100"}},
     {"first_hold_long_cs", c_first_hold_long, {"UIWARP_FIRST_FPDU_HOLD_MS=400"}},
     {"first_hold_off", c_first_hold_off, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=0"}},
 };
