@@ -473,6 +473,9 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   siw_cli 7175 "interop (mpa_crc=\$crc)"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
   dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant," && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
+  # the dead-peer options on the passive side's accepted socket, read
+  # back at RTS: the default T = 30000 ms (T/2 = 15 s, T/10 = 3 s)
+  dmesg | grep 'dead peer: keepalive' | tail -1 | grep -q 'keepalive 1, idle 15 s, interval 3 s, 5 probes, user timeout 30000 ms' && ok "interop (mpa_crc=\$crc): the uiw0 server's socket: keepalive 15 s/3 s/5, user timeout 30000 ms" || bad "interop (mpa_crc=\$crc): the uiw0 server's socket options: \$(dmesg | grep 'dead peer: keepalive' | tail -1)"
   rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
   kclr
