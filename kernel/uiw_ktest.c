@@ -1943,7 +1943,8 @@ static void rping_dead(struct end *c, struct ib_sge *ts)
      * abort comes T after it, give or take the 1 s probe interval */
     CHECK(k >= 0 && ms >= (unsigned int)t / 2 && ms <= (unsigned int)t + 3000,
           "dead peer: DISCONNECTED after %u ms (want %d..%d)", ms, t / 2, t + 3000);
-    pr_info("rping: dead peer: DISCONNECTED %u ms after the cut (peer_timeout_ms %d)\n", ms, t);
+    if (k >= 0)
+        pr_info("rping: dead peer: DISCONNECTED %u ms after the cut (peer_timeout_ms %d)\n", ms, t);
     CHECK(qp_state(c->id->qp) == IB_QPS_ERR, "dead peer: the QP in %d, not ERR",
           qp_state(c->id->qp));
     CHECK(atomic_read(&qp_events) == ev0 + 1 && last_qp_event == IB_EVENT_QP_FATAL,
