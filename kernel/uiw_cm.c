@@ -12,7 +12,9 @@
  * modify_qp to SQD or ERR) only queue it, so nothing runs while a
  * connection is idle. Sockets are non-blocking (the active side's
  * connect() too, bounded by connect_timeout_ms), except for the MPA
- * frames, which the work item sends whole.
+ * frames, which the work item sends whole. Every connection socket has TCP
+ * keepalive and a user timeout (peer_timeout_ms, sock_dead_peer): a peer
+ * gone silent fails it with ETIMEDOUT, which ends the connection.
  *
  * Wire choices as the userspace engine's (docs/ENGINE.md "Connections",
  * "Operations and their wire mapping"): MPA revision 2 with the RFC 6581
@@ -113,6 +115,14 @@ module_param(close_timeout_ms, uint, 0644);
 MODULE_PARM_DESC(close_timeout_ms,
                  "ms an orderly close waits for the peer's FIN after ours before the "
                  "connection is closed (default 10000, the library's orderly-close timer)");
+
+static unsigned int peer_timeout_ms = 30000;
+module_param(peer_timeout_ms, uint, 0644);
+MODULE_PARM_DESC(peer_timeout_ms,
+                 "dead-peer bound T on every connection socket, as the library's "
+                 "UIWARP_PEER_TIMEOUT: TCP_USER_TIMEOUT T, keepalive after T/2 s (at least 1) "
+                 "every T/10 s (at least 1), 5 probes; a silent peer ends the connection "
+                 "after about T ms (default 30000, 0 off; for sockets made after a change)");
 
 /* How many times a Send found its QP's SRQ empty and its connection began
  * to wait for a post (read-only; the VM test checks that a wait costs one,
@@ -433,6 +443,31 @@ static void sock_close(struct uiw_ep *ep)
         ep_put(ep);
 }
 
+/*
+ * Dead peers (docs/ENGINE.md "Dead peers", the library's set_dead_peer): a
+ * peer that vanished without FIN or RST (host gone, link cut, a drop
+ * rule) is found by TCP itself. TCP_USER_TIMEOUT bounds sent data left
+ * unacknowledged (a sender); keepalive probes an idle connection (a
+ * receiver), and with TCP_USER_TIMEOUT set Linux ends a probing connection
+ * once T passed since the last ACK, so either way the socket fails with
+ * ETIMEDOUT after about T (RFC 1122 §4.2.3.6 allows keepalive, off by
+ * default, an application's choice; RFC 5482 the user timeout). Set on
+ * every connection socket, both sides, and on the listener (its accepted
+ * sockets inherit it; they are set again, for a value changed since).
+ */
+static void sock_dead_peer(struct sock *sk)
+{
+    unsigned int t = READ_ONCE(peer_timeout_ms), s = t / 1000;
+
+    if (!t)
+        return; /* a new socket has neither */
+    sock_set_keepalive(sk);
+    tcp_sock_set_keepidle(sk, max(1u, s / 2));
+    tcp_sock_set_keepintvl(sk, max(1u, s / 10));
+    tcp_sock_set_keepcnt(sk, 5);
+    tcp_sock_set_user_timeout(sk, t);
+}
+
 static int sock_send_all(struct socket *s, const void *buf, size_t len)
 {
     struct kvec v = {.iov_base = (void *)buf, .iov_len = len};
@@ -583,6 +618,17 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
              : r->rtr == UIW_RTR_READ ? "read"
                                       : "none",
              r->markers_rx, r->markers_tx);
+    {
+        /* read back from the socket: what TCP will do with a dead peer */
+        struct sock *sk = ep->sock->sk;
+        const struct tcp_sock *tp = tcp_sk(sk);
+
+        pr_debug("%s: QP %u dead peer: keepalive %d, idle %d s, interval %d s, %d probes, user "
+                 "timeout %u ms\n",
+                 ep_name(ep), qp->base.qp_num, sock_flag(sk, SOCK_KEEPOPEN) ? 1 : 0,
+                 keepalive_time_when(tp) / HZ, keepalive_intvl_when(tp) / HZ, keepalive_probes(tp),
+                 READ_ONCE(inet_csk(sk)->icsk_user_timeout));
+    }
     return 0;
 }
 
@@ -1939,6 +1985,19 @@ static int stream_rx(struct uiw_ep *ep)
     return progress;
 }
 
+/* ep->mu held: the socket failed (a reset, or ETIMEDOUT: a dead peer,
+ * sock_dead_peer, or TCP's own retransmission limit). The connection
+ * ends as on a reset: the QP to ERR with IB_EVENT_QP_FATAL, its work
+ * requests flushed, CLOSE to iw_cm (rdma_cm: DISCONNECTED). */
+static void ep_sock_failed(struct uiw_ep *ep, int rc)
+{
+    if (rc == -ETIMEDOUT)
+        pr_info("%s: peer %pISpc not answering (TCP timed out, peer_timeout_ms %u): connection "
+                "closed\n",
+                ep_name(ep), &ep->raddr, READ_ONCE(peer_timeout_ms));
+    ep_teardown(ep, false, IB_EVENT_QP_FATAL);
+}
+
 /* ep->mu held: FPDU mode. */
 static void ep_stream(struct uiw_ep *ep)
 {
@@ -1950,6 +2009,13 @@ static void ep_stream(struct uiw_ep *ep)
 
         if (test_and_clear_bit(EPF_ABORT, &ep->flags) || !ep->qp) {
             ep_teardown(ep, false, -1);
+            return;
+        }
+        /* a dead peer on an idle connection, or one whose receive side
+         * is not read (a Send waits for a receive, a Terminate sent):
+         * looked at without taking the error, which a read may take */
+        if (READ_ONCE(ep->sock->sk->sk_err) == ETIMEDOUT) {
+            ep_sock_failed(ep, -ETIMEDOUT);
             return;
         }
         if (ep->fin_sent && test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
@@ -1971,7 +2037,7 @@ static void ep_stream(struct uiw_ep *ep)
                 return;
             }
             if (rx < 0) {
-                ep_teardown(ep, false, IB_EVENT_QP_FATAL);
+                ep_sock_failed(ep, rx);
                 return;
             }
         }
@@ -1979,7 +2045,7 @@ static void ep_stream(struct uiw_ep *ep)
             return;
         tx = stream_tx(ep);
         if (tx < 0) {
-            ep_teardown(ep, false, IB_EVENT_QP_FATAL);
+            ep_sock_failed(ep, READ_ONCE(ep->sock->sk->sk_err) == ETIMEDOUT ? -ETIMEDOUT : tx);
             return;
         }
         if (ep->state != EP_RDMA)
@@ -2382,6 +2448,7 @@ static void listen_accept(struct uiw_ep *l)
             continue;
         }
         ep->sock = ns;
+        sock_dead_peer(ns->sk);
         ep->state = EP_WAIT_REQ;
         kref_get(&l->ref);
         ep->listener = l;
@@ -2466,6 +2533,7 @@ static int sock_new(struct uiw_dev *d, int family, struct socket **s)
     if (rc)
         return rc;
     sock_set_reuseaddr((*s)->sk);
+    sock_dead_peer((*s)->sk); /* the active side's and the listener's */
     return 0;
 }
 

@@ -1873,11 +1873,100 @@ static bool rping_term;
 module_param(rping_term, bool, 0444);
 MODULE_PARM_DESC(rping_term, "after the rping rounds, wait for the QP's error (the peer's violation)");
 
+/* rping_deadpeer=1 or 2: no rounds. The connection stays idle for 1.5
+ * times the module's peer_timeout_ms with the peer alive (its TCP answers
+ * the keepalive probes: nothing may end), then the ktest logs "silence
+ * the peer now", kernel.sh makes the peer's TCP silent (a blackhole route
+ * in its namespace: nothing of it comes back, no reset, no ICMP) and
+ * creates DEADPEER_CUT, from which the ktest counts. 1: the connection
+ * stays idle (keepalive finds the peer dead); 2: a Send goes out first,
+ * never acknowledged (TCP_USER_TIMEOUT ends its retransmissions). The
+ * module must find the peer dead within peer_timeout_ms plus a margin:
+ * DISCONNECTED, the QP in ERR with IB_EVENT_QP_FATAL, the posted receive
+ * flushed. */
+static unsigned int rping_deadpeer;
+module_param(rping_deadpeer, uint, 0444);
+MODULE_PARM_DESC(rping_deadpeer, "after the connect, idle, then wait for the dead-peer detection "
+                                 "(1 idle, 2 with a Send unacknowledged)");
+#define DEADPEER_CUT "/tmp/uiw-deadpeer-cut"
+
 struct rping_info {
     __be64 buf;
     __be32 rkey;
     __be32 size;
 };
+
+static bool file_exists(const char *path)
+{
+    struct file *f = filp_open(path, O_RDONLY, 0);
+
+    if (IS_ERR(f))
+        return false;
+    filp_close(f, NULL);
+    return true;
+}
+
+static void rping_dead(struct end *c, struct ib_sge *ts)
+{
+    int t = drv_param("peer_timeout_ms"), ev0 = atomic_read(&qp_events), k, n;
+    unsigned long t0;
+    unsigned int ms;
+    struct ib_wc wc;
+
+    CHECK(t >= 1000 && t <= 10000, "dead peer: the module's peer_timeout_ms %d (1000..10000)", t);
+    if (t < 1000 || t > 10000)
+        return;
+    /* alive: keepalive probes go out after 1 s of silence and are
+     * answered; 1.5 T later the connection is as it was */
+    msleep(t * 3 / 2);
+    CHECK(READ_ONCE(q_cli.in) == READ_ONCE(q_cli.out),
+          "dead peer: a CM event while the peer was alive and idle");
+    CHECK(qp_state(c->id->qp) == IB_QPS_RTS, "dead peer: the QP not in RTS with the peer alive");
+    CHECK(atomic_read(&qp_events) == ev0, "dead peer: a QP event with the peer alive");
+    CHECK(ib_poll_cq(c->cq, 1, &wc) == 0, "dead peer: a completion with the peer alive");
+    pr_info(
+        "rping: dead peer: idle %d ms with the peer alive, connection up; silence the peer now\n",
+        t * 3 / 2);
+    for (k = 0; k < 200 && !file_exists(DEADPEER_CUT); k++)
+        msleep(50);
+    CHECK(k < 200, "dead peer: no %s from kernel.sh in 10 s", DEADPEER_CUT);
+    t0 = jiffies;
+    if (rping_deadpeer == 2) {
+        k = post_one(c->id->qp, IB_WR_SEND, 10, ts, 1, 0, 0);
+        CHECK(k == 0, "dead peer: post Send: %d", k);
+    }
+    wait_event_timeout(q_cli.wq, READ_ONCE(q_cli.in) != READ_ONCE(q_cli.out),
+                       msecs_to_jiffies(t + 8000));
+    ms = jiffies_to_msecs(jiffies - t0);
+    k = evq_wait(&q_cli, RDMA_CM_EVENT_DISCONNECTED, "dead peer");
+    /* the last answered probe came at most 1 s before the cut: the
+     * abort comes T after it, give or take the 1 s probe interval */
+    CHECK(k >= 0 && ms >= (unsigned int)t / 2 && ms <= (unsigned int)t + 3000,
+          "dead peer: DISCONNECTED after %u ms (want %d..%d)", ms, t / 2, t + 3000);
+    if (k >= 0)
+        pr_info("rping: dead peer: DISCONNECTED %u ms after the cut (peer_timeout_ms %d)\n", ms, t);
+    CHECK(qp_state(c->id->qp) == IB_QPS_ERR, "dead peer: the QP in %d, not ERR",
+          qp_state(c->id->qp));
+    CHECK(atomic_read(&qp_events) == ev0 + 1 && last_qp_event == IB_EVENT_QP_FATAL,
+          "dead peer: QP events %d, last %d (want one IB_EVENT_QP_FATAL)",
+          atomic_read(&qp_events) - ev0, last_qp_event);
+    if (rping_deadpeer == 2) {
+        /* handed to TCP, so complete (RFC 5041 §5.4: at the Data
+         * Source once the LLP has it; RFC 5040 §5.5 rule 9: not a sign
+         * that it arrived) */
+        n = poll_n(c->cq, &wc, 1);
+        CHECK(n == 1 && wc.wr_id == 10 && wc.status == IB_WC_SUCCESS,
+              "dead peer: the Send: n %d id %llu status %d", n, n ? wc.wr_id : 0,
+              n ? wc.status : -1);
+    }
+    n = poll_n(c->cq, &wc, 1);
+    CHECK(n == 1 && wc.wr_id == 1 && wc.status == IB_WC_WR_FLUSH_ERR,
+          "dead peer: the posted receive: n %d id %llu status %d", n, n ? wc.wr_id : 0,
+          n ? wc.status : -1);
+    msleep(200);
+    CHECK(ib_poll_cq(c->cq, 1, &wc) == 0 && READ_ONCE(q_cli.in) == READ_ONCE(q_cli.out),
+          "dead peer: a completion or an event more");
+}
 
 static void test_rping(struct ib_device *ib)
 {
@@ -1941,6 +2030,13 @@ static void test_rping(struct ib_device *ib)
     CHECK(rc == 0, "rping rdma_connect: %d", rc);
     if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "rping connect") < 0)
         goto out;
+    if (rping_deadpeer) {
+        struct ib_sge ts = {
+            .addr = (u64)(uintptr_t)tx, .length = sizeof(*tx), .lkey = c.pd->local_dma_lkey};
+
+        rping_dead(&c, &ts);
+        goto out; /* disconnected: nothing to disconnect */
+    }
     for (i = 0; i < rping_count; i++) {
         struct ib_sge ts = {
             .addr = (u64)(uintptr_t)tx, .length = sizeof(*tx), .lkey = c.pd->local_dma_lkey};

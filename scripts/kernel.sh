@@ -26,7 +26,10 @@
 #                                  classes: Terminates, bad MPA
 #                                  Requests and Replies, silent peers,
 #                                  damaged streams),
-#                                  siw interop, interop with uiwarp's
+#                                  siw interop, dead peers (siw's rping
+#                                  -s made silent by a blackhole route:
+#                                  peer_timeout_ms=3000, idle and
+#                                  sending), interop with uiwarp's
 #                                  userspace library on the host (rping
 #                                  both ways through qemu's user network,
 #                                  each library capture under uiwarp
@@ -410,7 +413,7 @@ fi
 if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   kclr
   insmod /x/veth.ko 2>/dev/null
-  unshare -n sleep 120 &
+  unshare -n sleep 300 &
   peer=\$!
   sleep 0.2
   ip link add v0 type veth peer name v1 2>/dev/null || ip link add v0 type veth
@@ -470,8 +473,53 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   siw_cli 7175 "interop (mpa_crc=\$crc)"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): the uiw0 rping server";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop (mpa_crc=\$crc): the uiw0 rping server: \${line:-no summary line}";; esac
   dmesg | grep 'in RTS' | tail -1 | grep -q "RTR \$swant," && ok "interop (mpa_crc=\$crc): the uiw0 server's RTR: \$swant" || bad "interop (mpa_crc=\$crc): the uiw0 server, not RTR \$swant: \$(dmesg | grep 'in RTS' | tail -1)"
+  # the dead-peer options on the passive side's accepted socket, read
+  # back at RTS: the default T = 30000 ms (T/2 = 15 s, T/10 = 3 s)
+  dmesg | grep 'dead peer: keepalive' | tail -1 | grep -q 'keepalive 1, idle 15 s, interval 3 s, 5 probes, user timeout 30000 ms' && ok "interop (mpa_crc=\$crc): the uiw0 server's socket: keepalive 15 s/3 s/5, user timeout 30000 ms" || bad "interop (mpa_crc=\$crc): the uiw0 server's socket options: \$(dmesg | grep 'dead peer: keepalive' | tail -1)"
   rmmod uiwarp_ktest
   rdma link delete uiw0; rmmod uiwarp || bad "interop: rmmod uiwarp"
+  kclr
+  done
+  # dead peers (peer_timeout_ms, the library's UIWARP_PEER_TIMEOUT; T =
+  # 3000 ms here): the ktest's rping client on uiw0 connected to siw's
+  # rping -s, idle 1.5 T with the peer alive (its TCP answers the
+  # keepalive probes), then the peer's TCP made silent by a blackhole route
+  # to 10.0.4.1 in its namespace (what it sends is dropped: no ACK, no
+  # reset, no ICMP, a peer gone without a word; a stopped process would
+  # not do, its kernel still ACKs), /tmp/uiw-deadpeer-cut created when it
+  # is in; the ktest checks DISCONNECTED within T plus 3 s of it, the QP
+  # in ERR, the receive flushed. Mode 1 an idle connection (keepalive),
+  # mode 2 a Send that is never acknowledged (TCP_USER_TIMEOUT)
+  for dp in 1 2; do
+  kclr
+  dpn=idle; [ \$dp = 2 ] && dpn=sender
+  insmod /x/uiwarp.ko selftest=0 peer_timeout_ms=3000 && rdma link add uiw0 type uiwarp netdev v0 || bad "dead peer (\$dpn): uiw0 on v0"
+  echo 'module uiwarp +p' >/proc/dynamic_debug/control
+  rm -f /tmp/uiw-deadpeer-cut
+  nsenter -t \$peer -n rping -s -a 10.0.4.2 -p \$((7176 + dp)) -C 1 -S 65000 >/tmp/rping.dead 2>&1 &
+  rp=\$!
+  i=0
+  while ! nsenter -t \$peer -n ss -ltn 2>/dev/null | grep -q ":\$((7176 + dp)) " && [ \$i -lt 50 ]; do sleep 0.1; i=\$((i + 1)); done
+  insmod /x/uiwarp_ktest.ko dev=uiw0 rping_dst=10.0.4.2 rping_port=\$((7176 + dp)) rping_deadpeer=\$dp &
+  kt=\$!
+  i=0
+  while ! dmesg | grep -q 'silence the peer now' && [ \$i -lt 300 ]; do sleep 0.1; i=\$((i + 1)); done
+  nsenter -t \$peer -n ip route add blackhole 10.0.4.1/32 && touch /tmp/uiw-deadpeer-cut || bad "dead peer (\$dpn): the blackhole route"
+  wait \$kt
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  dmesg | grep -E 'dead peer|not answering'
+  case "\$line" in *"verbs test: PASS"*) ok "dead peer (\$dpn): idle 4.5 s with siw's rping -s alive, then silent: DISCONNECTED within 3 s + 3 s, QP in ERR, the receive flushed";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "dead peer (\$dpn): \${line:-no summary line}";; esac
+  dmesg | grep -q "uiw0: peer 10.0.4.2:\$((7176 + dp)) not answering (TCP timed out, peer_timeout_ms 3000): connection closed" && ok "dead peer (\$dpn): the driver's line names the peer" || bad "dead peer (\$dpn): no driver line for 10.0.4.2:\$((7176 + dp))"
+  # the options read back from the connection's socket (T/2 s = 1, T/10 s
+  # at least 1, 5 probes, T ms)
+  dmesg | grep 'dead peer: keepalive' | tail -1 | grep -q 'keepalive 1, idle 1 s, interval 1 s, 5 probes, user timeout 3000 ms' && ok "dead peer (\$dpn): keepalive 1/1 s/5 and the user timeout on the socket" || bad "dead peer (\$dpn): socket options: \$(dmesg | grep 'dead peer: keepalive' | tail -1)"
+  kill \$rp 2>/dev/null; wait \$rp 2>/dev/null
+  nsenter -t \$peer -n ip route del blackhole 10.0.4.1/32
+  rm -f /tmp/uiw-deadpeer-cut
+  rmmod uiwarp_ktest
+  rdma link delete uiw0; rmmod uiwarp || bad "dead peer (\$dpn): rmmod uiwarp"
+  dmesg | grep -q 'objects left at unload' && bad "dead peer (\$dpn): \$(dmesg | grep 'objects left at unload')" || ok "dead peer (\$dpn): no endpoint left at unload"
   kclr
   done
   # siw's rev1 variant (MPA revision 1: no IRD/ORD words, no P2P) as
