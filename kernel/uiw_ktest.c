@@ -1981,6 +1981,7 @@ static void test_rping(struct ib_device *ib)
     u8 *buf = NULL;
     struct ib_wc wc[2];
     int order = get_order(2 * rlen), rc, i, n;
+    ktime_t t_conn = 0, t_est = 0;
 
     evq_init(&q_cli);
     CHECK(in4_pton(rping_dst, -1, (u8 *)&dst.sin_addr, -1, NULL) &&
@@ -2026,10 +2027,12 @@ static void test_rping(struct ib_device *ib)
         rc = ib_post_recv(c.id->qp, &r, NULL);
         CHECK(rc == 0, "rping post_recv: %d", rc);
     }
+    t_conn = ktime_get();
     rc = rdma_connect(c.id, &p);
     CHECK(rc == 0, "rping rdma_connect: %d", rc);
     if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "rping connect") < 0)
         goto out;
+    t_est = ktime_get();
     if (rping_deadpeer) {
         struct ib_sge ts = {
             .addr = (u64)(uintptr_t)tx, .length = sizeof(*tx), .lkey = c.pd->local_dma_lkey};
@@ -2069,6 +2072,12 @@ static void test_rping(struct ib_device *ib)
                 if (n != 1 || wc[0].status != IB_WC_SUCCESS)
                     goto disc;
                 k++;
+                if (wc[0].opcode == IB_WC_RECV && !i && !step)
+                    /* the first-FPDU guard's cost (docs/KERNEL.md): the
+                     * server answers our first Send after its Read */
+                    pr_info("rping client: ESTABLISHED %lld us after rdma_connect, the server's "
+                            "first answer %lld us after ESTABLISHED\n",
+                            ktime_us_delta(t_est, t_conn), ktime_us_delta(ktime_get(), t_est));
                 if (wc[0].opcode == IB_WC_RECV) {
                     rc = ib_post_recv(c.id->qp, &r, NULL);
                     if (rc)

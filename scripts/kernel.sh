@@ -487,6 +487,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   while [ ! -s /tmp/rping.rc ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
   cat /tmp/rping.out /tmp/rping.rc
   dmesg | grep 'in RTS' | tail -1
+  dmesg | grep 'rping client: ESTABLISHED' | sed "s/^.*rping client/siw interop (mpa_crc=\$crc) timing: rping client/"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): rping client on uiw0, rping -s on siw0";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop with siw (mpa_crc=\$crc): \${line:-no summary line}";; esac
   rc=\$(sed -n 's/^rping rc=//p' /tmp/rping.rc 2>/dev/null)
   rping_done /tmp/rping.out "\${rc:-none}" && ok "interop (mpa_crc=\$crc): siw's rping server exits 0" || bad "interop: siw's rping server: rc \${rc:-none}, \$(tail -1 /tmp/rping.out)"
@@ -622,6 +623,7 @@ if [ -f /rig/libcases ]; then
     line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
     echo "dmesg: \$line"
     dmesg | grep 'in RTS' | tail -1
+    dmesg | grep 'rping client: ESTABLISHED' | sed "s/^.*rping client/lib interop \$cs timing: rping client/"
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
     crcchk \$cs
     rtrchk \$cs client
@@ -795,7 +797,9 @@ rate() { awk "BEGIN { d = \$2 - \$1; if (d <= 0) d = 0.01; printf \"%.1f\", \$3 
 nvme_on() {
   d=\$1
   nvme_target \$nvmib
+  tc0=\$(now)
   nvme_port && ok "NVMe-oF on \$d: nvme-rdma connected to nvmet-rdma" || bad "NVMe-oF on \$d: setup or connect"
+  echo "NVMe-oF on \$d timing: port and connect \$(awk "BEGIN { printf \\"%.2f\\", \$(now) - \$tc0 }") s"
   t0=\$(now)
   dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=\$nvmib iflag=direct 2>/dev/null; r=\$?
   t1=\$(now)
@@ -1332,9 +1336,11 @@ host() {
   D=\$1
   waitp \$D.ready 120 || return 1
   sum=\$(cat /rig/p.\$D.ready)
+  tc0=\$(now)
   echo "transport=rdma,traddr=10.0.2.2,trsvcid=\$2,nqn=t1" >/dev/nvme-fabrics &&
     { i=0; while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 200 ]; do sleep 0.1; i=\$((i + 1)); done; [ -b /dev/nvme0n1 ]; } &&
     ok "\$D: nvme-rdma on \$dev connected to 10.0.2.2:\$2" || { bad "\$D: connect to 10.0.2.2:\$2"; dmesg | tail -20; sig \$D.conn x; sig \$D.done x; return 1; }
+  echo "\$D timing: connect \$(awk "BEGIN { printf \\"%.2f\\", \$(now) - \$tc0 }") s (the block device seen, 100 ms polls)"
   sz=\$((\$(cat /sys/block/nvme0n1/size) * 512))
   [ \$sz = \$((nvmib * 1048576)) ] && ok "\$D: namespace of \$nvmib MiB" || bad "\$D: namespace of \$sz bytes"
   cmchk "\$D: the host" nvme_rdma "10.0.2.2:\$2"
