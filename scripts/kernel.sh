@@ -1282,7 +1282,9 @@ for m in crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_gene
   grep -q "^\$(echo \$m | tr - _) " /proc/modules || insmod /x/nv/\$m.ko || bad "insmod \$m"
 done
 grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
-uiw_up() { insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0; }
+# the driver's connection lines (dynamic debug): the first-FPDU guard's
+# wake-ups toward siw are shown after the connect
+uiw_up() { insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; }; }
 # one RDMA device in this VM, the right one: siw only here, the module only there
 if [ \$role = module ]; then
   uiw_up || bad "insmod uiwarp, rdma link add uiw0"
@@ -1341,6 +1343,7 @@ host() {
     { i=0; while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 200 ]; do sleep 0.1; i=\$((i + 1)); done; [ -b /dev/nvme0n1 ]; } &&
     ok "\$D: nvme-rdma on \$dev connected to 10.0.2.2:\$2" || { bad "\$D: connect to 10.0.2.2:\$2"; dmesg | tail -20; sig \$D.conn x; sig \$D.done x; return 1; }
   echo "\$D timing: connect \$(awk "BEGIN { printf \\"%.2f\\", \$(now) - \$tc0 }") s (the block device seen, 100 ms polls)"
+  dmesg | grep -E 'in RTS|wake-up|nvme0: ' | sed "s/^/\$D dmesg: /"
   sz=\$((\$(cat /sys/block/nvme0n1/size) * 512))
   [ \$sz = \$((nvmib * 1048576)) ] && ok "\$D: namespace of \$nvmib MiB" || bad "\$D: namespace of \$sz bytes"
   cmchk "\$D: the host" nvme_rdma "10.0.2.2:\$2"
