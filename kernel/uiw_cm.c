@@ -88,8 +88,12 @@ MODULE_PARM_DESC(mpa_rtr, "RTR types offered (initiator) and supported (responde
 static unsigned int first_hold_ms = 20;
 module_param(first_hold_ms, uint, 0644);
 MODULE_PARM_DESC(first_hold_ms,
-                 "initiator: ms between the MPA Reply and the first FPDU (siw's responder "
-                 "misses bytes that come before it watches its socket; default 20)");
+                 "initiator, siw's first-FPDU race (its responder misses bytes that come "
+                 "before it watches its socket): with the Write RTR nothing is held, and this "
+                 "many ms after the MPA Reply, if no whole FPDU came from the peer, a wake-up "
+                 "(a zero-length Write, STag 1, TO 0) goes, one more 10 times as late; with the "
+                 "Read RTR or client-server the first FPDU waits this many ms after the Reply; "
+                 "0 neither (default 20, the library's UIWARP_FIRST_FPDU_HOLD_MS)");
 
 static unsigned int mpa_timeout_ms = 10000;
 module_param(mpa_timeout_ms, uint, 0644);
@@ -164,7 +168,11 @@ enum ep_state {
 };
 
 /* bits of ep->flags, set from any context */
-enum { EPF_ABORT, EPF_MPA_TIMEOUT };
+enum { EPF_ABORT, EPF_MPA_TIMEOUT, EPF_WAKE };
+
+/* the initiator's wake-ups with the Write RTR (ep_wake) */
+#define WAKE_COUNT  2  /* at most */
+#define WAKE_FACTOR 10 /* the second one's delay, in first_hold_ms */
 
 /* what the current received segment is for */
 enum seg_kind {
@@ -185,8 +193,14 @@ struct uiw_ep {
     struct kref ref;
     struct mutex mu;
     struct work_struct work;
-    struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms) */
+    struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms),
+                               * or with the Write RTR the next wake-up */
     bool hold_armed, first_sent;
+    /* initiator, Write RTR: the wake-ups still to send while the peer
+     * sends nothing (ep_wake), and the first one's delay (first_hold_ms) */
+    u8 wakes;
+    unsigned int wake_ms;
+    bool rx_whole;                 /* a whole FPDU came from the peer */
     struct delayed_work mpa_timer; /* the MPA Request or Reply must come in time */
     bool mpa_armed;
     /* on the QP's SRQ's waiters (srq->lock) while a Send waits for a
@@ -306,8 +320,18 @@ static void ep_hold_fn(struct work_struct *w)
 {
     struct uiw_ep *ep = container_of(to_delayed_work(w), struct uiw_ep, hold);
 
+    set_bit(EPF_WAKE, &ep->flags); /* looked at only while ep->wakes */
     ep_queue(ep);
     ep_put(ep); /* the reference taken when it was armed */
+}
+
+/* ep->mu held (or the ep not yet shared): ep->hold in delay jiffies */
+static void ep_hold_arm(struct uiw_ep *ep, unsigned long delay)
+{
+    ep->hold_armed = true;
+    kref_get(&ep->ref);
+    if (!queue_delayed_work(uiw_wq, &ep->hold, delay))
+        ep_put(ep); /* already pending: it has its reference */
 }
 
 /*
@@ -566,6 +590,7 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     const uiw_mpa_result *r = &ep->neg.result;
     uiw_rx_cfg rc = {.crc = r->crc, .markers = r->markers_rx};
     uiw_tx_cfg tc = {.crc = r->crc, .markers = r->markers_tx};
+    unsigned int hold_ms = READ_ONCE(first_hold_ms);
     unsigned long fl;
     int rv = 0;
 
@@ -590,7 +615,9 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->tx_hold = !ep->active && r->await_rtr;
     ep->rtr_send = ep->active && r->send_rtr ? r->rtr : 0;
     ep->rtr_expect = !ep->active && r->p2p ? r->rtr : 0;
-    ep->first_tx_at = jiffies + msecs_to_jiffies(first_hold_ms);
+    ep->first_tx_at = jiffies + msecs_to_jiffies(hold_ms);
+    ep->wakes = 0;
+    ep->rx_whole = false;
     ep->ird = r->ird;
     ep->ord = r->ord;
 
@@ -628,6 +655,17 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
                  ep_name(ep), qp->base.qp_num, sock_flag(sk, SOCK_KEEPOPEN) ? 1 : 0,
                  keepalive_time_when(tp) / HZ, keepalive_intvl_when(tp) / HZ, keepalive_probes(tp),
                  READ_ONCE(inet_csk(sk)->icsk_user_timeout));
+    }
+    if (ep->active && ep->rtr_send == UIW_RTR_WRITE && hold_ms) {
+        /* siw's first-FPDU race (ep_wake): nothing held, a wake-up
+         * timer instead */
+        ep->first_sent = true;
+        ep->wakes = WAKE_COUNT;
+        ep->wake_ms = hold_ms;
+        clear_bit(EPF_WAKE, &ep->flags);
+        ep_hold_arm(ep, msecs_to_jiffies(hold_ms));
+        pr_debug("%s: QP %u: a wake-up in %u ms unless the peer sends\n", ep_name(ep),
+                 qp->base.qp_num, hold_ms);
     }
     return 0;
 }
@@ -1018,12 +1056,8 @@ static int tx_start(struct uiw_ep *ep)
         long left = (long)(ep->first_tx_at - jiffies);
 
         if (left > 0) {
-            if (!ep->hold_armed) {
-                ep->hold_armed = true;
-                kref_get(&ep->ref);
-                if (!queue_delayed_work(uiw_wq, &ep->hold, left))
-                    ep_put(ep);
-            }
+            if (!ep->hold_armed)
+                ep_hold_arm(ep, left);
             return 0;
         }
         ep->first_sent = true;
@@ -1478,7 +1512,9 @@ static bool rx_hdr(struct uiw_ep *ep, const uiw_rx_event *ev)
             term_on(ep, cause, "Read Response without a Read Request");
             return true;
         }
-        if (h->opcode == UIW_OP_WRITE && !(qaccess & IB_ACCESS_REMOTE_WRITE)) {
+        /* RFC 5041 §7.1: a zero-length tagged segment is not validated
+         * (an initiator's wake-up after the RTR is one, ep_wake) */
+        if (h->opcode == UIW_OP_WRITE && ev->payload_len && !(qaccess & IB_ACCESS_REMOTE_WRITE)) {
             cause.etype = UIW_RDMAP_ET_REMOTE_PROT;
             cause.ecode = UIW_RDMAP_EC_ACCESS_RIGHTS;
             term_on(ep, cause, "RDMA Write to a QP without remote write");
@@ -1805,10 +1841,12 @@ static void rx_end(struct uiw_ep *ep)
      * wire core sets await_rtr on every accept, P2P or not):
      * it "MUST receive and validate at least one FPDU before sending any
      * FPDUs" (RFC 5044 §7.1.2 item 4), so all of it, its CRC checked,
-     * not its header (the uiwarp library's initiator sends its RTR's
-     * trailer up to 20 ms after the rest: answering at the header put
-     * our first FPDU before the end of its RTR). */
+     * not its header (the uiwarp library's initiator, with the Read RTR
+     * or client-server, sends its first FPDU's trailer up to 20 ms after
+     * the rest: answering at the header put our first FPDU before the
+     * end of its RTR). */
     ep->tx_hold = false;
+    ep->rx_whole = true; /* no wake-up needed (ep_wake) */
     if (ep->term_pending || ep->term_sent)
         return;
     /* A Read Request is answered only once its FPDU is complete and its
@@ -1998,6 +2036,47 @@ static void ep_sock_failed(struct uiw_ep *ep, int rc)
     ep_teardown(ep, false, IB_EVENT_QP_FATAL);
 }
 
+/*
+ * siw's first-FPDU race (docs/INTEROP.md §1, docs/KERNEL.md "The first
+ * FPDU and siw"): Linux siw's responder sends its MPA Reply before it
+ * installs the socket callback that reads FPDUs, and bytes that arrive in
+ * between are not looked at until more bytes come. With the Write RTR
+ * (RFC 6581 §9; what siw, the library and the module pick when offered)
+ * nothing is held: first_hold_ms after the attach (stream_start), if no
+ * whole FPDU came from the peer (a P2P responder sends nothing before it
+ * took the RTR), one more zero-length RDMA Write in the RTR's form (STag
+ * 1, TO 0) goes, which RFC 5041 §7.1 leaves unvalidated: its arrival wakes
+ * siw's callback, which then reads everything. A second one goes
+ * WAKE_FACTOR times as late if the peer is still silent, then none; a
+ * Terminate, ERR or a disconnect ends them. With the Read RTR (a wake-up
+ * of that form would cost a Read Response) and client-server connections
+ * (the first FPDU is the ULP's) the first FPDU waits first_hold_ms after
+ * the attach instead (tx_start), so that it arrives after siw watches.
+ * ep->mu held, FPDU mode.
+ */
+static void ep_wake(struct uiw_ep *ep)
+{
+    enum ib_qp_state st;
+    unsigned long fl;
+
+    if (!ep->wakes || !test_and_clear_bit(EPF_WAKE, &ep->flags))
+        return;
+    ep->hold_armed = false; /* it ran; ep_hold_fn dropped its reference */
+    spin_lock_irqsave(&ep->qp->lock, fl);
+    st = ep->qp->state;
+    spin_unlock_irqrestore(&ep->qp->lock, fl);
+    if (ep->rx_whole || st != IB_QPS_RTS || ep->term_pending || ep->term_sent || ep->fin_sent) {
+        ep->wakes = 0; /* the peer took the RTR, or the connection is ending */
+        return;
+    }
+    ep->wakes--;
+    ep->rtr_send = UIW_RTR_WRITE; /* the RTR's form, next between messages */
+    pr_debug("%s: QP %u: no FPDU from the peer yet: a wake-up (zero-length Write)\n", ep_name(ep),
+             ep->qp->base.qp_num);
+    if (ep->wakes)
+        ep_hold_arm(ep, msecs_to_jiffies(ep->wake_ms * WAKE_FACTOR));
+}
+
 /* ep->mu held: FPDU mode. */
 static void ep_stream(struct uiw_ep *ep)
 {
@@ -2018,6 +2097,7 @@ static void ep_stream(struct uiw_ep *ep)
             ep_sock_failed(ep, -ETIMEDOUT);
             return;
         }
+        ep_wake(ep);
         if (ep->fin_sent && test_and_clear_bit(EPF_MPA_TIMEOUT, &ep->flags)) {
             /* the close timer: no FIN came back (a peer that never
              * closes, or a Send held for a receive, so the FIN is not

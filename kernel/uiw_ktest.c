@@ -1981,6 +1981,7 @@ static void test_rping(struct ib_device *ib)
     u8 *buf = NULL;
     struct ib_wc wc[2];
     int order = get_order(2 * rlen), rc, i, n;
+    ktime_t t_conn = 0, t_est = 0;
 
     evq_init(&q_cli);
     CHECK(in4_pton(rping_dst, -1, (u8 *)&dst.sin_addr, -1, NULL) &&
@@ -2026,10 +2027,12 @@ static void test_rping(struct ib_device *ib)
         rc = ib_post_recv(c.id->qp, &r, NULL);
         CHECK(rc == 0, "rping post_recv: %d", rc);
     }
+    t_conn = ktime_get();
     rc = rdma_connect(c.id, &p);
     CHECK(rc == 0, "rping rdma_connect: %d", rc);
     if (rc || evq_wait(&q_cli, RDMA_CM_EVENT_ESTABLISHED, "rping connect") < 0)
         goto out;
+    t_est = ktime_get();
     if (rping_deadpeer) {
         struct ib_sge ts = {
             .addr = (u64)(uintptr_t)tx, .length = sizeof(*tx), .lkey = c.pd->local_dma_lkey};
@@ -2069,6 +2072,12 @@ static void test_rping(struct ib_device *ib)
                 if (n != 1 || wc[0].status != IB_WC_SUCCESS)
                     goto disc;
                 k++;
+                if (wc[0].opcode == IB_WC_RECV && !i && !step)
+                    /* the first-FPDU guard's cost (docs/KERNEL.md): the
+                     * server answers our first Send after its Read */
+                    pr_info("rping client: ESTABLISHED %lld us after rdma_connect, the server's "
+                            "first answer %lld us after ESTABLISHED\n",
+                            ktime_us_delta(t_est, t_conn), ktime_us_delta(ktime_get(), t_est));
                 if (wc[0].opcode == IB_WC_RECV) {
                     rc = ib_post_recv(c.id->qp, &r, NULL);
                     if (rc)
@@ -3278,6 +3287,269 @@ out:
 }
 
 /* ------------------------------------------------------------------------
+ * The initiator's guard against siw's first-FPDU race (wake=1; the driver
+ * loaded with first_hold_ms=wake_hold_ms, docs/KERNEL.md "The first FPDU
+ * and siw"): a raw responder on port+3 answers the driver's Request. With
+ * the Write RTR the RTR and the ULP's first Send come at once; a silent
+ * responder then gets a wake-up (a zero-length Write, STag 1, TO 0)
+ * first_hold_ms after the Reply and a second one 10 times as late, then
+ * nothing; one that sent an FPDU gets none. With the Read RTR and with a
+ * client-server (revision 1) connection the first FPDU comes no earlier
+ * than first_hold_ms after the Reply.
+ * ---------------------------------------------------------------------- */
+
+static bool wake;
+module_param(wake, bool, 0444);
+MODULE_PARM_DESC(wake, "run the first-FPDU guard test only (default 0)");
+static unsigned int wake_hold_ms = 500;
+module_param(wake_hold_ms, uint, 0444);
+MODULE_PARM_DESC(wake_hold_ms, "wake=1: the driver's first_hold_ms (default 500)");
+
+/* the driver's Reply at revision 2 with the RTR rtr (0x8000 Write, 0x4000 Read) */
+static void w_reply(u8 *rep, u16 rtr)
+{
+    memcpy(rep, "MPA ID Rep Frame", 16);
+    rep[16] = 0x10; /* S, no CRC */
+    rep[17] = 2;
+    be16(rep + 18, 4);
+    be16(rep + 20, 0x8000 | 4); /* A, IRD 4 */
+    be16(rep + 22, rtr | 4);    /* the RTR, ORD 4 */
+}
+
+/* a zero-length tagged Write to STag 1, TO 0 (the RTR's and a wake-up's form) */
+static bool w_is_wake(const u8 *u, int n)
+{
+    return n == 14 && u[0] == 0xC1 && u[1] == 0x40 && get_be32(u + 2) == 1 &&
+           get_be32(u + 6) == 0 && get_be32(u + 10) == 0;
+}
+
+/* a Send of 12 bytes of buf on c's QP */
+static int w_send(struct end *c, u8 *buf, u64 id)
+{
+    struct ib_sge sge = {.addr = (u64)(uintptr_t)buf, .length = 12, .lkey = c->pd->local_dma_lkey};
+
+    return post_one(c->id->qp, IB_WR_SEND, id, &sge, 1, 0, 0);
+}
+
+static bool w_is_send(const u8 *u, int n, u32 msn, const u8 *buf)
+{
+    return n == 18 + 12 && u[0] == 0x41 && u[1] == 0x43 && get_be32(u + 10) == msn &&
+           !memcmp(u + 18, buf, 12);
+}
+
+/* Write RTR; silent: whether the raw end stays silent (wake-ups) or sends
+ * a zero-length Write first (none) */
+static void w_write(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf,
+                    bool silent)
+{
+    const char *what = silent ? "Write RTR, silent peer" : "Write RTR, the peer sends";
+    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t1, t;
+    struct hconn h = {};
+    static u8 u[256];
+    struct end c;
+    struct ib_wc wc;
+    u8 rep[24];
+    int rc, n;
+
+    h.sock = hr_up(ib, ls, lin, &c, what);
+    if (!h.sock)
+        goto out;
+    h.sock->sk->sk_rcvtimeo = hold * 12 + 5 * HZ;
+    w_reply(rep, 0x8000);
+    t0 = jiffies;
+    CHECK(raw_send(h.sock, rep, sizeof(rep)) == 0, "%s: the Reply", what);
+    if (evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what) < 0)
+        goto out;
+    memcpy(buf, "first at once", 12);
+    CHECK(w_send(&c, buf, 81) == 0, "%s: post a Send", what);
+    n = h_fpdu(&h, u, sizeof(u));
+    CHECK(w_is_wake(u, n), "%s: the RTR (%d) %*ph", what, n, n > 0 ? min_t(int, n, 20) : 0, u);
+    n = h_fpdu(&h, u, sizeof(u));
+    t = jiffies;
+    CHECK(w_is_send(u, n, 1, buf), "%s: the Send (%d) %*ph", what, n, n > 0 ? min_t(int, n, 30) : 0,
+          u);
+    /* not held: well before first_hold_ms */
+    CHECK(time_before(t, t0 + hold / 4), "%s: the first Send after %u ms, first_hold_ms %u", what,
+          jiffies_to_msecs(t - t0), wake_hold_ms);
+    pr_info("first FPDU guard: %s: RTR and first Send %u ms after the Reply (first_hold_ms %u)\n",
+            what, jiffies_to_msecs(t - t0), wake_hold_ms);
+    rc = poll_n(c.cq, &wc, 1);
+    CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 81, "%s: the Send's completion",
+          what);
+    if (!silent) {
+        u8 f[64], hd[16];
+        unsigned int fl = fpdu(f, false, hd, hdr_t(hd, 0, 1, 0), NULL, 0);
+
+        /* taken on a QP without remote write too (RFC 5041 §7.1: a
+         * zero-length tagged segment is not validated), as a wake-up
+         * would be by the driver's responder */
+        CHECK(to_state(c.id->qp, IB_QPS_RTS, IB_QP_ACCESS_FLAGS, IB_ACCESS_REMOTE_READ) == 0,
+              "%s: RTS -> RTS without remote write", what);
+        CHECK(raw_send(h.sock, f, fl) == 0, "%s: our zero-length Write", what);
+        /* nothing: no wake-up at first_hold_ms (nor the second after it) */
+        h.sock->sk->sk_rcvtimeo = hold * 2 + HZ / 2;
+        rc = raw_recv(h.sock, u, 1);
+        CHECK(rc == -EAGAIN, "%s: %d, want nothing within %u ms", what, rc,
+              jiffies_to_msecs(hold * 2 + HZ / 2));
+        CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
+        /* the stream intact: the next Send is MSN 2 */
+        h.sock->sk->sk_rcvtimeo = 5 * HZ;
+        memcpy(buf, "second frame", 12);
+        CHECK(w_send(&c, buf, 82) == 0, "%s: post a second Send", what);
+        n = h_fpdu(&h, u, sizeof(u));
+        CHECK(w_is_send(u, n, 2, buf), "%s: the second Send (%d) %*ph", what, n,
+              n > 0 ? min_t(int, n, 30) : 0, u);
+        goto down;
+    }
+    /* the first wake-up, first_hold_ms after the attach (the Reply) */
+    n = h_fpdu(&h, u, sizeof(u));
+    t1 = jiffies;
+    CHECK(w_is_wake(u, n), "%s: the first wake-up (%d) %*ph", what, n,
+          n > 0 ? min_t(int, n, 20) : 0, u);
+    CHECK(time_after_eq(t1, t0 + hold * 9 / 10) && time_before(t1, t0 + hold + HZ),
+          "%s: the first wake-up %u ms after the Reply, want %u", what, jiffies_to_msecs(t1 - t0),
+          wake_hold_ms);
+    /* the second, 10 first_hold_ms later */
+    n = h_fpdu(&h, u, sizeof(u));
+    t = jiffies;
+    CHECK(w_is_wake(u, n), "%s: the second wake-up (%d) %*ph", what, n,
+          n > 0 ? min_t(int, n, 20) : 0, u);
+    CHECK(time_after_eq(t, t1 + hold * 9) && time_before(t, t1 + hold * 10 + HZ),
+          "%s: the second wake-up %u ms after the first, want %u", what, jiffies_to_msecs(t - t1),
+          wake_hold_ms * 10);
+    pr_info("first FPDU guard: %s: wake-ups %u and %u ms after the Reply\n", what,
+            jiffies_to_msecs(t1 - t0), jiffies_to_msecs(t - t0));
+    /* then none */
+    h.sock->sk->sk_rcvtimeo = hold * 2;
+    rc = raw_recv(h.sock, u, 1);
+    CHECK(rc == -EAGAIN, "%s: %d, want no third wake-up", what, rc);
+    CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
+down:
+    sock_release(h.sock); /* FIN: the client hears DISCONNECTED */
+    hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
+    return;
+out:
+    if (h.sock)
+        sock_release(h.sock);
+    end_fini(&c);
+}
+
+/* the first FPDU (f: the Read RTR, or without an RTR the Send) comes
+ * first_hold_ms after the Reply; rev1: a client-server connection at
+ * revision 1 (the raw end resets the revision 2 Request, as h_rev1) */
+static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf,
+                   bool rev1)
+{
+    const char *what = rev1 ? "client-server (revision 1)" : "Read RTR";
+    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t;
+    struct hconn h = {};
+    static u8 u[256];
+    struct end c;
+    struct ib_wc wc;
+    u8 rep[24], req[20];
+    int rc, n;
+
+    h.sock = hr_up(ib, ls, lin, &c, what);
+    if (!h.sock)
+        goto out;
+    if (rev1) {
+        sock_no_linger(h.sock->sk);
+        sock_release(h.sock); /* a reset: the driver retries at revision 1 */
+        h.sock = NULL;
+        rc = kernel_accept(ls, &h.sock, 0);
+        CHECK(rc == 0, "%s: no second connection: %d", what, rc);
+        if (rc) {
+            h.sock = NULL;
+            goto out;
+        }
+        h.sock->sk->sk_rcvtimeo = 5 * HZ;
+        rc = raw_recv(h.sock, req, 20);
+        CHECK(rc == 0 && req[17] == 1, "%s: the second Request (%d) %*ph", what, rc, 20, req);
+        memcpy(rep, "MPA ID Rep Frame", 16);
+        rep[16] = rep[18] = rep[19] = 0;
+        rep[17] = 1;
+        n = 20;
+    } else {
+        w_reply(rep, 0x4000);
+        n = 24;
+    }
+    h.sock->sk->sk_rcvtimeo = hold + 5 * HZ;
+    t0 = jiffies;
+    CHECK(raw_send(h.sock, rep, n) == 0, "%s: the Reply", what);
+    if (evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what) < 0)
+        goto out;
+    memcpy(buf, "held a while", 12);
+    CHECK(w_send(&c, buf, 83) == 0, "%s: post a Send", what);
+    n = h_fpdu(&h, u, sizeof(u));
+    t = jiffies;
+    if (rev1)
+        CHECK(w_is_send(u, n, 1, buf), "%s: the Send (%d) %*ph", what, n,
+              n > 0 ? min_t(int, n, 30) : 0, u);
+    else /* a zero-length Read Request, untagged QN 1 (RFC 6581 §9.2) */
+        CHECK(n == 46 && u[0] == 0x41 && u[1] == 0x41 && get_be32(u + 6) == 1 &&
+                  get_be32(u + 30) == 0,
+              "%s: the Read RTR (%d) %*ph", what, n, n > 0 ? min_t(int, n, 46) : 0, u);
+    CHECK(time_after_eq(t, t0 + hold * 9 / 10) && time_before(t, t0 + hold + HZ),
+          "%s: the first FPDU %u ms after the Reply, want %u", what, jiffies_to_msecs(t - t0),
+          wake_hold_ms);
+    pr_info("first FPDU guard: %s: first FPDU %u ms after the Reply (first_hold_ms %u)\n", what,
+            jiffies_to_msecs(t - t0), wake_hold_ms);
+    if (!rev1) {
+        n = h_fpdu(&h, u, sizeof(u));
+        CHECK(w_is_send(u, n, 1, buf), "%s: the Send (%d) %*ph", what, n,
+              n > 0 ? min_t(int, n, 30) : 0, u);
+    }
+    rc = poll_n(c.cq, &wc, 1);
+    CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 83, "%s: the Send's completion",
+          what);
+    sock_release(h.sock);
+    hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
+    return;
+out:
+    if (h.sock)
+        sock_release(h.sock);
+    end_fini(&c);
+}
+
+static void test_wake(struct ib_device *ib)
+{
+    struct net_device *nd = dev_get_by_name(&init_net, netdev);
+    struct sockaddr_in lin = {.sin_family = AF_INET, .sin_port = htons(port + 3)};
+    u8 *buf = kzalloc(64, GFP_KERNEL);
+    struct socket *ls;
+    int rc;
+
+    if (!nd || !buf) {
+        CHECK(0, "wake: no interface %s", netdev);
+        if (nd)
+            dev_put(nd);
+        kfree(buf);
+        return;
+    }
+    lin.sin_addr.s_addr = inet_select_addr(nd, 0, RT_SCOPE_UNIVERSE);
+    dev_put(nd);
+    evq_init(&q_hc);
+    rc = sock_create_kern(&init_net, PF_INET, SOCK_STREAM, IPPROTO_TCP, &ls);
+    CHECK(rc == 0, "wake: raw listener: %d", rc);
+    if (rc) {
+        kfree(buf);
+        return;
+    }
+    sock_set_reuseaddr(ls->sk);
+    ls->sk->sk_rcvtimeo = 5 * HZ;
+    rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 4);
+    CHECK(rc == 0, "wake: raw listener: bind/listen: %d", rc);
+    if (!rc) {
+        w_write(ib, ls, &lin, buf, true);
+        w_write(ib, ls, &lin, buf, false);
+        w_held(ib, ls, &lin, buf, false);
+        w_held(ib, ls, &lin, buf, true);
+    }
+    sock_release(ls);
+    kfree(buf);
+}
+
+/* ------------------------------------------------------------------------
  * Bounds on connection setup and on the close (hostile=1): the driver
  * loaded with connect_timeout_ms, accept_timeout_ms and close_timeout_ms
  * (the same values given to this module).
@@ -4272,6 +4544,8 @@ static int __init uiw_ktest_init(void)
     }
     if (hostile) {
         test_hostile(ib);
+    } else if (wake) {
+        test_wake(ib);
     } else if (imm_dst) {
         test_imm(ib);
     } else if (rping_dst) {

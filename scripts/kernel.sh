@@ -25,7 +25,12 @@
 #                                  object left), a hostile peer (44
 #                                  classes: Terminates, bad MPA
 #                                  Requests and Replies, silent peers,
-#                                  damaged streams),
+#                                  damaged streams), the initiator's
+#                                  first-FPDU guard (first_hold_ms=500:
+#                                  Write RTR not held, wake-ups to a
+#                                  silent raw responder and none after
+#                                  it spoke; Read RTR and client-server
+#                                  held),
 #                                  siw interop, dead peers (siw's rping
 #                                  -s made silent by a blackhole route:
 #                                  peer_timeout_ms=3000, idle and
@@ -386,6 +391,30 @@ else
   bad "hostile peer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
 fi
+# the initiator's guard against siw's first-FPDU race (docs/KERNEL.md
+# "The first FPDU and siw"), first_hold_ms=500 against a raw responder
+# (uiwarp_ktest.ko wake=1): with the Write RTR the RTR and the first Send
+# come at once, a silent responder gets a wake-up 500 ms after the Reply
+# and one more 5000 ms later, then none, one that sent an FPDU none; with
+# the Read RTR and client-server (revision 1) the first FPDU comes 500 ms
+# after the Reply; then no object left
+kclr
+if insmod /x/uiwarp.ko selftest=0 first_hold_ms=500 && rdma link add uiw0 type uiwarp netdev eth0 &&
+  { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko wake=1 wake_hold_ms=500; then
+  line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
+  echo "dmesg: \$line"
+  dmesg | grep 'first FPDU guard:'
+  case "\$line" in *"verbs test: PASS"*) ok "first FPDU guard: Write RTR not held, 2 wake-ups to a silent peer, none after the peer sent, Read RTR and client-server held 500 ms";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "first FPDU guard: \${line:-no summary line}";; esac
+  nw=\$(dmesg | grep -c 'no FPDU from the peer yet: a wake-up')
+  [ "\$nw" = 2 ] && ok "first FPDU guard: the driver's lines for 2 wake-ups" || bad "first FPDU guard: \$nw wake-up lines, want 2"
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  res=\$(rdma res show uiw0)
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "first FPDU guard: no objects left (rdma res)";; *) bad "first FPDU guard: objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "removal after the first FPDU guard test"
+else
+  bad "first FPDU guard: insmod/rdma link add"
+  rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
+fi
 # the connection test again with MPA CRC asked for (mpa_crc=2),
 # 1000-byte FPDUs (max_fpdu) and only the Read RTR (mpa_rtr=4: the
 # initiator offers it, the responder supports it): the same data over
@@ -458,6 +487,7 @@ if [ -f /x/veth.ko ] && modprobe siw 2>/dev/null; then
   while [ ! -s /tmp/rping.rc ] && [ \$i -lt 100 ]; do sleep 0.1; i=\$((i + 1)); done
   cat /tmp/rping.out /tmp/rping.rc
   dmesg | grep 'in RTS' | tail -1
+  dmesg | grep 'rping client: ESTABLISHED' | sed "s/^.*rping client/siw interop (mpa_crc=\$crc) timing: rping client/"
   case "\$line" in *"verbs test: PASS"*) ok "interop (mpa_crc=\$crc): rping client on uiw0, rping -s on siw0";; *) dmesg | grep -E 'uiwarp|siw' | tail -20; bad "interop with siw (mpa_crc=\$crc): \${line:-no summary line}";; esac
   rc=\$(sed -n 's/^rping rc=//p' /tmp/rping.rc 2>/dev/null)
   rping_done /tmp/rping.out "\${rc:-none}" && ok "interop (mpa_crc=\$crc): siw's rping server exits 0" || bad "interop: siw's rping server: rc \${rc:-none}, \$(tail -1 /tmp/rping.out)"
@@ -593,6 +623,7 @@ if [ -f /rig/libcases ]; then
     line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
     echo "dmesg: \$line"
     dmesg | grep 'in RTS' | tail -1
+    dmesg | grep 'rping client: ESTABLISHED' | sed "s/^.*rping client/lib interop \$cs timing: rping client/"
     case "\$line" in *"verbs test: PASS"*) ok "lib interop \$cs: the module's rping client (\$s B) against the host's uiwarp rping -s, data compared";; *) dmesg | grep -E 'uiwarp' | tail -20; bad "lib interop \$cs: the module's rping client: \${line:-no summary line}";; esac
     crcchk \$cs
     rtrchk \$cs client
@@ -766,7 +797,9 @@ rate() { awk "BEGIN { d = \$2 - \$1; if (d <= 0) d = 0.01; printf \"%.1f\", \$3 
 nvme_on() {
   d=\$1
   nvme_target \$nvmib
+  tc0=\$(now)
   nvme_port && ok "NVMe-oF on \$d: nvme-rdma connected to nvmet-rdma" || bad "NVMe-oF on \$d: setup or connect"
+  echo "NVMe-oF on \$d timing: port and connect \$(awk "BEGIN { printf \\"%.2f\\", \$(now) - \$tc0 }") s"
   t0=\$(now)
   dd if=/dev/nvme0n1 of=/tmp/nvr bs=1M count=\$nvmib iflag=direct 2>/dev/null; r=\$?
   t1=\$(now)
@@ -1249,7 +1282,9 @@ for m in crct10dif_common crct10dif_generic crc-t10dif crc64 crc64_rocksoft_gene
   grep -q "^\$(echo \$m | tr - _) " /proc/modules || insmod /x/nv/\$m.ko || bad "insmod \$m"
 done
 grep -q ' /sys/kernel/config ' /proc/mounts || mount -t configfs none /sys/kernel/config
-uiw_up() { insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0; }
+# the driver's connection lines (dynamic debug): the first-FPDU guard's
+# wake-ups toward siw are shown after the connect
+uiw_up() { insmod /x/uiwarp.ko selftest=0 && rdma link add uiw0 type uiwarp netdev eth0 && { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; }; }
 # one RDMA device in this VM, the right one: siw only here, the module only there
 if [ \$role = module ]; then
   uiw_up || bad "insmod uiwarp, rdma link add uiw0"
@@ -1303,9 +1338,12 @@ host() {
   D=\$1
   waitp \$D.ready 120 || return 1
   sum=\$(cat /rig/p.\$D.ready)
+  tc0=\$(now)
   echo "transport=rdma,traddr=10.0.2.2,trsvcid=\$2,nqn=t1" >/dev/nvme-fabrics &&
     { i=0; while [ ! -b /dev/nvme0n1 ] && [ \$i -lt 200 ]; do sleep 0.1; i=\$((i + 1)); done; [ -b /dev/nvme0n1 ]; } &&
     ok "\$D: nvme-rdma on \$dev connected to 10.0.2.2:\$2" || { bad "\$D: connect to 10.0.2.2:\$2"; dmesg | tail -20; sig \$D.conn x; sig \$D.done x; return 1; }
+  echo "\$D timing: connect \$(awk "BEGIN { printf \\"%.2f\\", \$(now) - \$tc0 }") s (the block device seen, 100 ms polls)"
+  dmesg | grep -E 'in RTS|wake-up|nvme0: ' | sed "s/^/\$D dmesg: /"
   sz=\$((\$(cat /sys/block/nvme0n1/size) * 512))
   [ \$sz = \$((nvmib * 1048576)) ] && ok "\$D: namespace of \$nvmib MiB" || bad "\$D: namespace of \$sz bytes"
   cmchk "\$D: the host" nvme_rdma "10.0.2.2:\$2"
