@@ -1652,9 +1652,9 @@ static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
         }
         close(fd);
     }
-    eng_tqp_free(&a);
     if (mr)
-        ibv_dereg_mr(mr);
+        ibv_dereg_mr(mr); /* before the PD goes (EBUSY while an MR holds it) */
+    eng_tqp_free(&a);
     uiw_cm_conn_destroy(c);
     uiw_cm_channel_destroy(ch);
 }
@@ -1770,9 +1770,9 @@ static void t_first_wake(unsigned hold_ms, bool answer)
         }
         close(fd);
     }
-    eng_tqp_free(&a);
     if (mr)
-        ibv_dereg_mr(mr);
+        ibv_dereg_mr(mr); /* before the PD goes (EBUSY while an MR holds it) */
+    eng_tqp_free(&a);
     uiw_cm_conn_destroy(c);
     uiw_cm_channel_destroy(ch);
 }
