@@ -1871,7 +1871,8 @@ module_param(rping_count, uint, 0444);
  * connection before the peer's Write arrives */
 static bool rping_term;
 module_param(rping_term, bool, 0444);
-MODULE_PARM_DESC(rping_term, "after the rping rounds, wait for the QP's error (the peer's violation)");
+MODULE_PARM_DESC(rping_term,
+                 "after the rping rounds, wait for the QP's error (the peer's violation)");
 
 /* rping_deadpeer=1 or 2: no rounds. The connection stays idle for 1.5
  * times the module's peer_timeout_ms with the peer alive (its TCP answers
@@ -3559,7 +3560,8 @@ static unsigned int connect_timeout_ms = 2000, accept_timeout_ms = 1000, close_t
 module_param(connect_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(connect_timeout_ms, "hostile=1: the driver's connect_timeout_ms (default 2000)");
 module_param(accept_timeout_ms, uint, 0444);
-MODULE_PARM_DESC(accept_timeout_ms, "hostile=1: the driver's accept_timeout_ms (default 1000, below mpa_timeout_ms)");
+MODULE_PARM_DESC(accept_timeout_ms,
+                 "hostile=1: the driver's accept_timeout_ms (default 1000, below mpa_timeout_ms)");
 module_param(close_timeout_ms, uint, 0444);
 MODULE_PARM_DESC(close_timeout_ms, "hostile=1: the driver's close_timeout_ms (default 2000)");
 

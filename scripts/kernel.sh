@@ -208,6 +208,14 @@ rping_done() {
 # dmesg is cleared between checks: keep any kernel warning seen before
 kwarn=
 kclr() { dmesg | grep -E 'WARNING:|BUG:|Oops|Call Trace|kmemleak|refcount_t' && kwarn=1; dmesg -c >/dev/null; }
+# after a uiwarp_ktest run on uiw0: unload it, no object left (rdma res),
+# then the device and the driver removed with none of its own counts left
+kdone() {
+  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
+  res=\$(rdma res show uiw0)
+  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "\$1: no objects left (rdma res)";; *) bad "\$1: objects left: \$res";; esac
+  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "removal after the \$1 test"
+}
 modprobe libcrc32c || bad "modprobe libcrc32c"
 kclr
 if insmod /x/uiwarp.ko; then ok "insmod"; else bad "insmod (\$?)"; fi
@@ -383,10 +391,7 @@ if insmod /x/uiwarp.ko selftest=0 mpa_timeout_ms=2000 \$ktimers && rdma link add
   fi
   dmesg | grep -q 'uiwarp_ktest: timers: done' && dmesg | grep -q 'no FIN from .* in 2000 ms after ours: connection closed' &&
     ok "close timer: a peer that never answers our FIN, closed after 2000 ms" || bad "close timer: no driver line"
-  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
-  res=\$(rdma res show uiw0)
-  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "hostile peer: no objects left (rdma res)";; *) bad "hostile peer: objects left: \$res";; esac
-  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "removal after the hostile peer"
+  kdone "hostile peer"
 else
   bad "hostile peer: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null
@@ -407,10 +412,7 @@ if insmod /x/uiwarp.ko selftest=0 first_hold_ms=500 && rdma link add uiw0 type u
   case "\$line" in *"verbs test: PASS"*) ok "first FPDU guard: Write RTR not held, 2 wake-ups to a silent peer, none after the peer sent, Read RTR and client-server held 500 ms";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "first FPDU guard: \${line:-no summary line}";; esac
   nw=\$(dmesg | grep -c 'no FPDU from the peer yet: a wake-up')
   [ "\$nw" = 2 ] && ok "first FPDU guard: the driver's lines for 2 wake-ups" || bad "first FPDU guard: \$nw wake-up lines, want 2"
-  rmmod uiwarp_ktest || bad "rmmod uiwarp_ktest"
-  res=\$(rdma res show uiw0)
-  case "\$res" in *"pd 0 cq 0 qp 0 "*"mr 0 "*"srq 0"*) ok "first FPDU guard: no objects left (rdma res)";; *) bad "first FPDU guard: objects left: \$res";; esac
-  rdma link delete uiw0 && rmmod uiwarp && ! dmesg | grep 'objects left' || bad "removal after the first FPDU guard test"
+  kdone "first FPDU guard"
 else
   bad "first FPDU guard: insmod/rdma link add"
   rmmod uiwarp_ktest 2>/dev/null; rmmod uiwarp 2>/dev/null

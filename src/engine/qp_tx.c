@@ -1772,8 +1772,7 @@ static void wake_peer(struct uiw_qp *qp, struct dp_tx *t)
     }
     t->wakes--;
     t->rtr = UIW_RTR_WRITE; /* the RTR's form, next between messages */
-    uiw_dbg(1, "qp %u: no FPDU from the peer yet: a wake-up (zero-length Write)",
-            qp->ibqp.qp_num);
+    uiw_dbg(1, "qp %u: no FPDU from the peer yet: a wake-up (zero-length Write)", qp->ibqp.qp_num);
     if (t->wakes)
         uiw_timer_arm(&qp->first_hold, t->wake_ms * WAKE_FACTOR);
     uiw_qp_tx_progress(qp);

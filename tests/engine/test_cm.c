@@ -1542,36 +1542,73 @@ static size_t fpdu_trailer(const uint8_t *p)
     return (4 - l % 4) % 4 + 4;
 }
 
-/* Our initiator (P2P or not, the policy of the environment) against a raw
- * responder: ESTABLISHED comes with the Reply, at once; the first FPDU (the
- * RTR, or without P2P the ULP's first Send) arrives but for its trailer
+/* Our QP connecting to a raw responder on 127.0.0.1 (raw_responder, IRD
+ * and ORD 2), with sbuf (filled from seed) registered to Send from: what
+ * t_first_hold and t_first_wake start from. false if any step failed
+ * (checked); raw_rig_down undoes what was made either way. */
+struct raw_rig {
+    struct eng_tqp a;
+    struct ibv_mr *mr;
+    struct uiw_cm_channel *ch;
+    struct uiw_conn *c;
+    uiw_mpa_frame rq;
+    int fd;
+};
+
+static bool raw_rig_up(struct raw_rig *r, uint8_t *sbuf, size_t len, unsigned seed)
+{
+    memset(r, 0, sizeof(*r));
+    r->fd = -1;
+    if (!tqp_make(&r->a)) {
+        CHECK(!"QP setup");
+        return false;
+    }
+    eng_fill(sbuf, len, seed);
+    r->mr = ibv_reg_mr(r->a.pd, sbuf, len, IBV_ACCESS_LOCAL_WRITE);
+    r->ch = eng_cm_chan();
+    struct uiw_conn_param p = {.ird = 2, .ord = 2};
+    r->fd = r->mr ? raw_responder(AF_INET, &p, r->a.qp, r->ch, &r->c, &r->rq) : -1;
+    CHECK(r->fd >= 0);
+    return r->fd >= 0;
+}
+
+static void raw_rig_down(struct raw_rig *r)
+{
+    if (r->fd >= 0)
+        close(r->fd);
+    if (r->mr)
+        ibv_dereg_mr(r->mr); /* before the PD goes (EBUSY while an MR holds it) */
+    eng_tqp_free(&r->a);
+    uiw_cm_conn_destroy(r->c);
+    if (r->ch)
+        uiw_cm_channel_destroy(r->ch);
+}
+
+/* Our initiator against a raw responder, where the first FPDU is held
+ * (docs/INTEROP.md §1): P2P with the Read RTR the responder picks (read_rtr),
+ * or client-server. ESTABLISHED comes with the Reply, at once; the first
+ * FPDU (the Read RTR, or without P2P the ULP's first Send) arrives but for its trailer
  * (pad, CRC, in one piece: siw), which comes hold_ms after the Reply at the
  * earliest; the Send posted
  * right after ESTABLISHED arrives intact behind it and completes.
  * strict: also check the timing from above (a hold of hundreds of ms). */
-static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
+static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
 {
-    struct eng_tqp a;
     static uint8_t sbuf[100];
     uint8_t f[64], stream[512];
-    if (!tqp_make(&a)) {
-        CHECK(!"QP setup");
-        eng_tqp_free(&a);
-        return;
-    }
-    eng_fill(sbuf, sizeof(sbuf), 77);
-    struct ibv_mr *mr = ibv_reg_mr(a.pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
-    struct uiw_cm_channel *ch = eng_cm_chan();
-    struct uiw_conn *c = NULL;
-    uiw_mpa_frame rq;
-    struct uiw_cm_event ev;
-    struct uiw_conn_param p = {.ird = 2, .ord = 2};
-    int fd = mr ? raw_responder(AF_INET, &p, a.qp, ch, &c, &rq) : -1;
-    CHECK(fd >= 0);
-    if (fd >= 0) {
+    struct raw_rig r;
+    if (raw_rig_up(&r, sbuf, sizeof(sbuf), 77)) {
+        struct eng_tqp a = r.a;
+        struct ibv_mr *mr = r.mr;
+        struct uiw_cm_channel *ch = r.ch;
+        struct uiw_conn *c = r.c;
+        uiw_mpa_frame rq = r.rq;
+        int fd = r.fd;
+        struct uiw_cm_event ev;
+        bool p2p = read_rtr;
         CHECK_EQ(rq.p2p, p2p);
         size_t n =
-            p2p ? mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0)
+            p2p ? mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_D_READ0 | 2, NULL, 0)
                 : mk_frame(f, false, S, 2, 2, 2, NULL, 0);
         uint64_t t0 = eng_now_ms();
         eng_send_all(fd, f, n);
@@ -1624,9 +1661,10 @@ static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
                         CHECK_EQ(e.hdr->msn, 1);
                         CHECK_EQ(e.payload_len, sizeof(sbuf));
                     } else {
-                        CHECK(p2p && ends == 0); /* only the RTR comes first */
-                        CHECK_EQ(e.hdr->opcode, UIW_OP_WRITE);
-                        CHECK_EQ(e.hdr->stag, 1);
+                        CHECK(p2p && ends == 0);                  /* only the RTR comes first */
+                        CHECK_EQ(e.hdr->opcode, UIW_OP_READ_REQ); /* zero-length */
+                        CHECK_EQ(e.hdr->u.rreq.read_size, 0);
+                        CHECK_EQ(e.hdr->u.rreq.src_stag, 1);
                     }
                 } else if (e.kind == UIW_RX_PAYLOAD) {
                     CHECK(got + e.len <= sizeof(sbuf));
@@ -1650,13 +1688,8 @@ static void t_first_hold(bool p2p, unsigned hold_ms, bool strict)
             CHECK_EQ(wc.status, IBV_WC_SUCCESS);
             CHECK(quiet(fd, 50)); /* nothing more */
         }
-        close(fd);
     }
-    if (mr)
-        ibv_dereg_mr(mr); /* before the PD goes (EBUSY while an MR holds it) */
-    eng_tqp_free(&a);
-    uiw_cm_conn_destroy(c);
-    uiw_cm_channel_destroy(ch);
+    raw_rig_down(&r);
 }
 
 /* Read one whole FPDU (length field first); its length, 0 on timeout. */
@@ -1702,26 +1735,20 @@ static bool is_zero_write(const uint8_t *buf, size_t n)
  * responder after the first stops the second (answer). hold_ms 0: none. */
 static void t_first_wake(unsigned hold_ms, bool answer)
 {
-    struct eng_tqp a;
     static uint8_t sbuf[100];
     uint8_t f[64], buf[512];
-    if (!tqp_make(&a)) {
-        CHECK(!"QP setup");
-        eng_tqp_free(&a);
-        return;
-    }
-    eng_fill(sbuf, sizeof(sbuf), 78);
-    struct ibv_mr *mr = ibv_reg_mr(a.pd, sbuf, sizeof(sbuf), IBV_ACCESS_LOCAL_WRITE);
-    struct uiw_cm_channel *ch = eng_cm_chan();
-    struct uiw_conn *c = NULL;
-    uiw_mpa_frame rq;
-    struct uiw_cm_event ev;
-    struct uiw_conn_param p = {.ird = 2, .ord = 2};
-    int fd = mr ? raw_responder(AF_INET, &p, a.qp, ch, &c, &rq) : -1;
-    CHECK(fd >= 0);
-    if (fd >= 0) {
+    struct raw_rig r;
+    if (raw_rig_up(&r, sbuf, sizeof(sbuf), 78)) {
+        struct eng_tqp a = r.a;
+        struct ibv_mr *mr = r.mr;
+        struct uiw_cm_channel *ch = r.ch;
+        struct uiw_conn *c = r.c;
+        uiw_mpa_frame rq = r.rq;
+        int fd = r.fd;
+        struct uiw_cm_event ev;
         CHECK(rq.p2p);
-        size_t n = mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0);
+        size_t n =
+            mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0);
         uint64_t t0 = eng_now_ms();
         eng_send_all(fd, f, n);
         bool est = expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "wake: est");
@@ -1768,13 +1795,8 @@ static void t_first_wake(unsigned hold_ms, bool answer)
             }
             CHECK_EQ(ibv_poll_cq(a.cq, 1, &wc), 0); /* wake-ups complete nothing */
         }
-        close(fd);
     }
-    if (mr)
-        ibv_dereg_mr(mr); /* before the PD goes (EBUSY while an MR holds it) */
-    eng_tqp_free(&a);
-    uiw_cm_conn_destroy(c);
-    uiw_cm_channel_destroy(ch);
+    raw_rig_down(&r);
 }
 
 /* ------------------------------------------------------------------------
@@ -2070,14 +2092,16 @@ static void c_p2p_read(void)
 }
 
 /* No UIWARP_FIRST_FPDU_HOLD_MS: the default, 20 ms (docs/INTEROP.md §1).
- * P2P with the Write RTR: wake-ups while the peer is silent; client-server:
- * the ULP's first Send's trailer is held. */
+ * P2P with the Write RTR: wake-ups while the peer is silent; with the Read
+ * RTR (the responder's choice) and client-server: the first FPDU's trailer
+ * is held. */
 static void c_first_hold_default(void)
 {
     CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20);
     if (uiw_config()->p2p) {
         t_first_wake(20, false);
         t_first_wake(20, true);
+        t_first_hold(true, 20, false);
     } else {
         t_first_hold(false, 20, false);
     }

@@ -54,9 +54,9 @@ static uint32_t wire_msg(uint32_t op, uint32_t data)
     return (op << 29) | (data & 0x1fffffffu); /* sender's byte order */
 }
 
-#define RQ      16 /* the listener's RDMA_RQSIZE, so the server's credits */
-#define NRECV   64
-#define REGION  (1u << 16)
+#define RQ     16 /* the listener's RDMA_RQSIZE, so the server's credits */
+#define NRECV  64
+#define REGION (1u << 16)
 
 enum { LEGIT_ONLY, TOO_LONG, TOO_MANY };
 
@@ -66,10 +66,10 @@ struct raw {
     /* main <-> client steps */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int step;       /* client: 1 legit sent, 2 lie sent */
-    bool go_lie;    /* main: read the legit bytes, lie now */
-    bool closed;    /* client saw DISCONNECTED */
-    bool ok;        /* client: every verb call worked */
+    int step;    /* client: 1 legit sent, 2 lie sent */
+    bool go_lie; /* main: read the legit bytes, lie now */
+    bool closed; /* client saw DISCONNECTED */
+    bool ok;     /* client: every verb call worked */
     uint32_t srv_credits, srv_grant;
 };
 
@@ -167,7 +167,8 @@ static void *raw_client(void *arg)
      * send from */
     uint8_t *tx = mem + 8192 + 32768;
     for (unsigned i = 0; ok && i < NRECV; i++) {
-        struct ibv_sge sge = {.addr = (uintptr_t)(mem + 4096 + 4 * i), .length = 4, .lkey = mr->lkey};
+        struct ibv_sge sge = {
+            .addr = (uintptr_t)(mem + 4096 + 4 * i), .length = 4, .lkey = mr->lkey};
         struct ibv_recv_wr wr = {.wr_id = i, .sg_list = &sge, .num_sge = 1}, *bad;
         ok = ibv_post_recv(id->qp, &wr, &bad) == 0;
     }
