@@ -6,8 +6,10 @@
  * Writes into the granted buffer, 4-byte messages with the op in bits
  * 31..29) and then lies.
  *
- *  1. legit: 16 bytes written into the server's first grant and announced
- *     by a data message: rrecv returns exactly them;
+ *  1. legit: an empty data message (which rsockets never send; it must
+ *     not end an rrecv with 0, the end of the stream), then 16 bytes
+ *     written into the server's first grant and announced by a data
+ *     message: rrecv returns exactly them;
  *  2. a data message announcing more bytes than the server granted and has
  *     not read back (it would make rrecv return stale buffer bytes): the
  *     next rrecv fails with EPROTO and the client sees the connection
@@ -66,10 +68,11 @@ struct raw {
     /* main <-> client steps */
     pthread_mutex_t mu;
     pthread_cond_t cv;
-    int step;    /* client: 1 legit sent, 2 lie sent */
-    bool go_lie; /* main: read the legit bytes, lie now */
-    bool closed; /* client saw DISCONNECTED */
-    bool ok;     /* client: every verb call worked */
+    int step;     /* client: 1 empty message sent, 2 legit sent, 3 lie sent */
+    bool go_data; /* main: the empty message did not end the stream */
+    bool go_lie;  /* main: read the legit bytes, lie now */
+    bool closed;  /* client saw DISCONNECTED */
+    bool ok;      /* client: every verb call worked */
     uint32_t srv_credits, srv_grant;
 };
 
@@ -202,15 +205,24 @@ static void *raw_client(void *arg)
     r->srv_grant = be32toh(s.data_buf.length);
     ok = ok && s.version == 1 && r->srv_credits == RQ && r->srv_grant >= 1024;
 
-    /* 1: 16 bytes written and announced */
+    /* 1: an empty data message (rsockets never send one: it must not
+     * read as the end of the stream), then 16 bytes written and announced.
+     * tx: the 16 bytes at 0, case 3's bytes at 256, messages from 1024 */
     memcpy(tx, "0123456789abcdef", 16);
-    uint32_t *m = (uint32_t *)(tx + 64);
-    *m = wire_msg(MSG_DATA, 16);
-    ok = ok && post_send(id->qp, IBV_WR_RDMA_WRITE, tx, 16, mr->lkey, raddr, rkey, 0) &&
-         post_send(id->qp, IBV_WR_SEND, m, 4, mr->lkey, 0, 0, IBV_SEND_INLINE) &&
-         wait_wc(id->send_cq, 2);
+    uint32_t *m = (uint32_t *)(tx + 1024);
+    m[0] = wire_msg(MSG_DATA, 0);
+    m[1] = wire_msg(MSG_DATA, 16);
+    ok = ok && post_send(id->qp, IBV_WR_SEND, &m[0], 4, mr->lkey, 0, 0, IBV_SEND_INLINE) &&
+         wait_wc(id->send_cq, 1);
     r->ok = ok;
     set_step(r, 1);
+    ok = ok && wait_flag(r, &r->go_data, NULL, 0) &&
+         post_send(id->qp, IBV_WR_RDMA_WRITE, tx, 16, mr->lkey, raddr, rkey, 0) &&
+         post_send(id->qp, IBV_WR_SEND, &m[1], 4, mr->lkey, 0, 0, IBV_SEND_INLINE) &&
+         wait_wc(id->send_cq, 2);
+    m += 2;
+    r->ok = ok;
+    set_step(r, 2);
     if (r->kase == LEGIT_ONLY || !ok || !wait_flag(r, &r->go_lie, NULL, 0))
         goto out;
 
@@ -222,10 +234,11 @@ static void *raw_client(void *arg)
              wait_wc(id->send_cq, 1);
     } else {
         /* 3: RQ + 2 bytes written, then a data message for each: the
-         * server allowed RQ + 1 messages in all (its read of the first
-         * gave one credit back with its grant), this is RQ + 3 */
-        memset(tx + 100, 'x', RQ + 2);
-        ok = post_send(id->qp, IBV_WR_RDMA_WRITE, tx + 100, RQ + 2, mr->lkey, raddr + 16, rkey, 0);
+         * server allowed RQ + 2 messages in all (the empty one gave its
+         * credit back at once, the read of the 16 bytes one more with its
+         * grant), this is RQ + 4 */
+        memset(tx + 256, 'x', RQ + 2);
+        ok = post_send(id->qp, IBV_WR_RDMA_WRITE, tx + 256, RQ + 2, mr->lkey, raddr + 16, rkey, 0);
         for (unsigned i = 0; ok && i < RQ + 2; i++) {
             m[1 + i] = wire_msg(MSG_DATA, 1); /* one 'x' each */
             ok = post_send(id->qp, IBV_WR_SEND, &m[1 + i], 4, mr->lkey, 0, 0, IBV_SEND_INLINE);
@@ -233,7 +246,7 @@ static void *raw_client(void *arg)
         ok = ok && wait_wc(id->send_cq, RQ + 3);
     }
     r->ok = ok;
-    set_step(r, 2);
+    set_step(r, 3);
     /* the server closes the connection */
     while (ok && rdma_get_cm_event(ch, &e) == 0) {
         enum rdma_cm_event_type t = e->event;
@@ -272,8 +285,19 @@ static void run(int lfd, uint16_t port, int kase)
     CHECK(fd >= 0);
     CHECK(wait_flag(&r, NULL, &r.step, 1));
     CHECK(r.ok);
-    CHECK_EQ(r.srv_credits, RQ);
+    /* the empty message alone has arrived: nothing to read, not the end */
+    usleep(200 * 1000);
     char buf[64];
+    errno = 0;
+    CHECK_EQ(rrecv(fd, buf, sizeof(buf), MSG_DONTWAIT), -1);
+    CHECK_EQ(errno, EAGAIN);
+    pthread_mutex_lock(&r.mu);
+    r.go_data = true;
+    pthread_cond_broadcast(&r.cv);
+    pthread_mutex_unlock(&r.mu);
+    CHECK(wait_flag(&r, NULL, &r.step, 2));
+    CHECK(r.ok);
+    CHECK_EQ(r.srv_credits, RQ);
     memset(buf, 0, sizeof(buf));
     CHECK_EQ(rrecv(fd, buf, sizeof(buf), 0), 16);
     CHECK(memcmp(buf, "0123456789abcdef", 16) == 0);
@@ -282,7 +306,7 @@ static void run(int lfd, uint16_t port, int kase)
         r.go_lie = true;
         pthread_cond_broadcast(&r.cv);
         pthread_mutex_unlock(&r.mu);
-        CHECK(wait_flag(&r, NULL, &r.step, 2));
+        CHECK(wait_flag(&r, NULL, &r.step, 3));
         CHECK(r.ok);
         /* all of it in the server's CQ before it reads again: a read in
          * between would give credits back, and a new limit with them */
