@@ -97,11 +97,41 @@ static struct {
     uint64_t timer_running_id;             /* its id (uiw_progress_timer), else 0 */
 } pg = {
     .once = PTHREAD_ONCE_INIT,
-    .lock = PTHREAD_MUTEX_INITIALIZER,
+    /* adaptive, as the QP and CQ locks (engine.h uiw_mutex_init_adaptive):
+     * the application's threads take it for registrations and timers while
+     * the progress thread takes it per event; a loser slept in the kernel
+     * (docs/PERFORMANCE.md, 2026-11-28 "stop 33") */
+    .lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP,
     .idle = PTHREAD_COND_INITIALIZER,
     .epfd = -1,
     .wakefd = -1,
 };
+
+/* ThreadSanitizer does not see epoll_pwait2 (GCC 12's runtime intercepts
+ * epoll_wait and epoll_pwait only), so it misses the order epoll gives: an
+ * fd's ADD or MOD happens before the wait that reports it, hence before its
+ * callback, which may close the fd. With epoll_ctl outside pg.lock the lock
+ * no longer orders them either. So, as TSan models epoll_wait: released
+ * before each ADD and MOD, acquired after each wait that returned events.
+ * The interceptor of epoll_ctl itself would record a read of the fd after
+ * that release, racing (for TSan) with a callback's close while the call
+ * is still returning; the kernel holds its own reference on the file
+ * meanwhile, so in TSan builds the call goes to the kernel directly. */
+#if defined(__SANITIZE_THREAD__)
+#include <sanitizer/tsan_interface.h>
+#define PG_EPOLL_ACQUIRE() __tsan_acquire(&pg.epfd)
+static int pg_epoll_ctl(int op, int fd, struct epoll_event *ev)
+{
+    __tsan_release(&pg.epfd);
+    return (int)syscall(SYS_epoll_ctl, pg.epfd, op, fd, ev);
+}
+#else
+#define PG_EPOLL_ACQUIRE() ((void)0)
+static int pg_epoll_ctl(int op, int fd, struct epoll_event *ev)
+{
+    return epoll_ctl(pg.epfd, op, fd, ev);
+}
+#endif
 
 static _Thread_local bool on_progress_thread;
 
@@ -149,6 +179,8 @@ static int wait_ns(struct epoll_event *evs, int max, int64_t tmo)
         ts.tv_sec = tmo < 0 ? 0 : tmo / 1000000000;
         ts.tv_nsec = tmo < 0 ? 0 : tmo % 1000000000;
         n = epoll_pwait2(pg.epfd, evs, max, tmo < 0 ? NULL : &ts, NULL);
+        if (n > 0)
+            PG_EPOLL_ACQUIRE();
         if (n >= 0 || errno != ENOSYS)
             return n;
         no_pwait2 = true;
@@ -539,25 +571,9 @@ static int regs_grow_locked(int fd)
     return 0;
 }
 
-/* Set a registration's events and callback and tell epoll (op: ADD or
- * MOD). pg.lock held. */
-static int reg_set_locked(struct preg *r, int op, uint32_t events, uiw_progress_cb cb, void *obj)
-{
-    struct epoll_event ev;
-
-    memset(&ev, 0, sizeof(ev));
-    ev.events = events;
-    ev.data.u64 = key_of(r);
-    if (epoll_ctl(pg.epfd, op, r->fd, &ev) < 0)
-        return -errno; /* the registration keeps its owner (a failed hand-over) */
-    r->events = events;
-    r->cb = cb;
-    r->obj = obj;
-    return 0;
-}
-
 int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 {
+    struct epoll_event ev;
     struct preg *r;
     int ret;
 
@@ -571,24 +587,43 @@ int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
         return -ENOMEM;
     pthread_mutex_lock(&pg.lock);
     ret = regs_grow_locked(fd);
-    if (ret)
-        goto fail;
-    if (pg.regs[fd]) {
+    if (!ret && pg.regs[fd])
         ret = -EEXIST;
-        goto fail;
+    if (ret) {
+        pthread_mutex_unlock(&pg.lock);
+        free(r);
+        return ret;
     }
     r->fd = fd;
     r->gen = ++pg.gen;
-    ret = reg_set_locked(r, EPOLL_CTL_ADD, events, cb, obj);
-    if (ret)
-        goto fail;
+    r->events = events;
+    r->cb = cb;
+    r->obj = obj;
     pg.regs[fd] = r;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.u64 = key_of(r);
     pthread_mutex_unlock(&pg.lock);
+    /* epoll_ctl outside pg.lock (also in _mod and _del): the progress
+     * thread takes pg.lock for every event, and a holder inside a system
+     * call (or preempted in it) sent it to sleep on the lock; in connection
+     * setup, where both threads register sockets, that was a futex sleep
+     * and wake-up per connection (docs/PERFORMANCE.md, 2026-11-28 "stop
+     * 33"). The registration is in place first, so the first event finds
+     * it. The fd's owner serialises add, mod and del of its fd, and removes
+     * it before closing it, so no other call for this fd number runs in
+     * between. */
+    if (pg_epoll_ctl(EPOLL_CTL_ADD, fd, &ev) < 0) {
+        ret = -errno;
+        pthread_mutex_lock(&pg.lock);
+        if (pg.regs[fd] == r) { /* never in epoll: no callback ran */
+            pg.regs[fd] = NULL;
+            free(r);
+        }
+        pthread_mutex_unlock(&pg.lock);
+        return ret;
+    }
     return 0;
-fail:
-    pthread_mutex_unlock(&pg.lock);
-    free(r);
-    return ret;
 }
 
 /* fd's registration with pg.lock taken, or NULL (lock not held). */
@@ -605,16 +640,42 @@ static struct preg *reg_lock(int fd)
 
 int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
 {
+    struct epoll_event ev;
     struct preg *r;
-    int ret = 0;
+    uiw_progress_cb ocb;
+    void *oobj;
+    uint32_t oevents, gen;
 
     if (fd < 0 || !cb)
         return -EINVAL;
     if (!(r = reg_lock(fd)))
         return -ENOENT;
+    /* the new callback first (an event epoll already returned may reach
+     * it), epoll_ctl outside pg.lock (uiw_progress_add) */
+    ocb = r->cb;
+    oobj = r->obj;
+    oevents = r->events;
+    gen = r->gen;
+    r->events = events;
+    r->cb = cb;
+    r->obj = obj;
+    memset(&ev, 0, sizeof(ev));
+    ev.events = events;
+    ev.data.u64 = key_of(r);
+    pthread_mutex_unlock(&pg.lock);
     /* With EPOLLET, a MOD re-checks readiness and reports a ready fd again:
      * this is also how a callback that stopped early re-arms itself. */
-    ret = reg_set_locked(r, EPOLL_CTL_MOD, events, cb, obj);
+    if (pg_epoll_ctl(EPOLL_CTL_MOD, fd, &ev) == 0)
+        return 0;
+    int ret = -errno;
+    /* the registration keeps its owner (a failed hand-over) */
+    pthread_mutex_lock(&pg.lock);
+    r = pg.regs[fd];
+    if (r && r->gen == gen && r->cb == cb && r->obj == obj) {
+        r->cb = ocb;
+        r->obj = oobj;
+        r->events = oevents;
+    }
     pthread_mutex_unlock(&pg.lock);
     return ret;
 }
@@ -629,8 +690,12 @@ int uiw_progress_del(int fd)
         return -ENOENT;
     pg.regs[fd] = NULL;
     r->dead = true;
-    /* EBADF/ENOENT if the fd was closed already: nothing left to remove */
+    pthread_mutex_unlock(&pg.lock);
+    /* outside pg.lock (uiw_progress_add); an event returned meanwhile finds
+     * no registration and is dropped. EBADF/ENOENT if the fd was closed
+     * already: nothing left to remove */
     (void)epoll_ctl(pg.epfd, EPOLL_CTL_DEL, fd, NULL);
+    pthread_mutex_lock(&pg.lock);
     if (r->busy) {
         if (on_progress_thread) {
             /* inside a callback on this very thread (its own fd or another
