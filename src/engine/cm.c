@@ -1528,7 +1528,7 @@ UIW_EXPORT int uiw_cm_connect(struct ibv_qp *ibqp, struct sockaddr *src, const s
         }
     }
     if (p && p->before_events)
-        p->before_events(user);
+        p->before_events(user, c);
     pthread_mutex_lock(&c->lock);
     c->state = UIW_CS_CONNECTING;
     if (cerr) {

@@ -479,12 +479,16 @@ static struct uiw_conn_param conn_param_of(const struct rcm_id *x, const struct 
  * ---------------------------------------------------------------------- */
 
 /* uiw_conn_param.before_events of rdma_connect's uiw_cm_connect: the
- * calling thread, no engine lock held. */
-static void connect_route_lock(void *user)
+ * calling thread, no engine lock held, before the connection can raise an
+ * event. The id learns its connection (and the port connect() chose) here,
+ * so every event of the connection finds it, whichever thread routes it. */
+static void connect_set_conn(void *user, struct uiw_conn *c)
 {
     struct rcm_id *x = user;
-    pthread_mutex_lock(&rcm_route_lock);
-    x->connect_locked = true;
+    pthread_mutex_lock(&x->lock);
+    x->conn = c;
+    rcm_id_set_src_port(x);
+    pthread_mutex_unlock(&x->lock);
 }
 
 UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_param)
@@ -517,36 +521,35 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     x->state = RCM_CONNECTING;
     pthread_mutex_unlock(&x->lock);
 
-    /* Under the route lock: the outcome (possibly posted before
-     * uiw_cm_connect returns) reaches the id only once x->conn is set. The
-     * lock is taken by connect_route_lock when the connection can first
-     * raise an event, after its socket, options and connect(): held around
-     * the whole call, it made the ESTABLISHED of other connections finding
-     * it taken go through the router thread (docs/PERFORMANCE.md,
-     * 2026-11-27 (setup3)). */
+    /* The outcome may be posted before uiw_cm_connect returns: it reaches
+     * the id because connect_set_conn gave the id its connection first.
+     * No rcm_route_lock around the call: held from the connect() to the
+     * end (the MPA Request's send included), it made the events of other
+     * connections that found it taken go through the router thread (a
+     * wake-up more each), and the router sleep on it (docs/PERFORMANCE.md,
+     * 2026-11-27 (setup3) and 2026-11-28 "stop 33"). */
     struct uiw_conn *c = NULL;
-    struct uiw_conn_param cp = x->conn_param; /* a retry (event.c) runs under the lock */
-    cp.before_events = connect_route_lock;
-    x->connect_locked = false;
+    struct uiw_conn_param cp = x->conn_param; /* a retry (event.c) runs without the hook */
+    cp.before_events = connect_set_conn;
     rc = uiw_cm_connect(qp, (struct sockaddr *)&x->conn_src, (struct sockaddr *)&x->conn_dst, &cp,
                         rcm_uch, x, &c);
-    if (!x->connect_locked) /* failed before: the rest as before, under it */
-        pthread_mutex_lock(&rcm_route_lock);
     if (ext)
         uiw_cm_qp_release(qp); /* the connection holds its own */
     pthread_mutex_lock(&x->lock);
     if (rc == 0) {
-        x->conn = c;
-        rcm_id_set_src_port(x);
         if (x->resv_fd >= 0) {
             close(x->resv_fd); /* the connection's socket holds the port now */
             x->resv_fd = -1;
         }
     } else {
+        if (x->conn) { /* failed after connect_set_conn: nothing was posted */
+            x->conn = NULL;
+            if (x->conn_src_auto)
+                rcm_sa_set_port(&x->id.route.addr.src_addr, 0);
+        }
         x->state = RCM_ROUTE_RESOLVED;
     }
     pthread_mutex_unlock(&x->lock);
-    pthread_mutex_unlock(&rcm_route_lock);
     if (rc < 0)
         return rcm_err(rc == -EMSGSIZE ? EINVAL : -rc);
     return rcm_complete(x);

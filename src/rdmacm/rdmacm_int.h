@@ -201,7 +201,6 @@ struct rcm_id {
     int resv_fd;         /* TCP socket reserving the bound address/port, or -1 */
     unsigned nqueued;    /* events for it on its channel's queue (that channel's lock) */
     bool bound;          /* route.addr.src is set */
-    bool connect_locked; /* rdma_connect's thread only: it took rcm_route_lock (id.c) */
     struct uiw_listener *listener;
     struct uiw_conn *conn;
     /* passive: the request's values in rdma_cm terms (defaults for accept) */

@@ -61,6 +61,8 @@ enum uiw_cm_event_type {
                                  * timeout), the QP was destroyed (-ECONNABORTED) */
 };
 
+struct uiw_conn; /* a connection (opaque) */
+
 struct uiw_conn_param {
     const void *private_data;
     uint16_t private_data_len; /* <= UIW_CM_MAX_PD(rev) */
@@ -75,15 +77,16 @@ struct uiw_conn_param {
     bool tos_set;
     uint8_t tos;
     /* uiw_cm_connect only, optional: called once on the calling thread,
-     * with user, after the socket's connect() and before the first moment
-     * the connection can raise an event (no lock of cm.c held). rdmacm
-     * takes its route lock there instead of around the whole call, so the
-     * events of other connections may go straight to their ids meanwhile. */
-    void (*before_events)(void *user);
+     * with user and the connection, after the socket's connect() and
+     * before the first moment the connection can raise an event (no lock
+     * of cm.c held). rdmacm gives the id its connection there, so that
+     * events find it without a lock held around the whole call. Should
+     * uiw_cm_connect then fail (return < 0), the connection is gone and
+     * nothing was posted. */
+    void (*before_events)(void *user, struct uiw_conn *c);
 };
 #define UIW_PEER_TIMEOUT_OFF UINT_MAX
 
-struct uiw_conn;     /* a connection (opaque) */
 struct uiw_listener; /* a listening socket (opaque) */
 
 struct uiw_cm_event {
