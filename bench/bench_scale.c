@@ -30,10 +30,16 @@
  * The ratio row: TCP's setup time / uiwarp's (above 1: uiwarp is faster),
  * uiwarp's round time / TCP's, uiwarp's CPU per connection / TCP's.
  *
- * usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|both] [-S] [--check]
+ * tcp+3 (-p tcpx) is the TCP program again with the three messages an
+ * iWARP connection adds to TCP's handshake (the MPA Request and Reply, 40
+ * bytes each as uiwarp sends them here, and the 20-byte RTR), at most
+ * WINDOW outstanding as uiwarp's connects: the protocol's own cost on this
+ * machine, without uiwarp's code; its ratio row compares uiwarp with it.
+ *
+ * usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|tcpx|both|all] [-S] [--check]
  *   -n  connection counts (default 1000)
  *   -w  outstanding connects on the client (default 256)
- *   -p  protocols (default both)
+ *   -p  protocols: both = rdma and tcp; all (the default) adds tcp+3
  *   -S  a fresh client source address per run (127.0.0.2, .3, ...): the
  *       TIME_WAIT sockets of earlier runs (28k ephemeral ports, 60 s) would
  *       take the ports otherwise; each N prints how many there are
@@ -754,7 +760,134 @@ static struct slot *tcp_slots(unsigned n, int dir)
     return sl;
 }
 
-static int tcp_server(unsigned n)
+/* tcp+3: the same TCP program with the three messages an iWARP connection
+ * adds to TCP's handshake, sized as uiwarp sends them (the MPA Request and
+ * Reply with this program's private data, the zero-length RDMA Write that
+ * is the RTR): what the protocol itself costs on this machine, without
+ * uiwarp's code (-p all; issue 13's setup target is relative to plain TCP). */
+#define X3_REQ 40
+#define X3_REP 40
+#define X3_RTR 20
+
+static uint8_t x3_byte(unsigned i, unsigned k, int which)
+{
+    return (uint8_t)(i * 7u + k * 3u + (unsigned)which * 101u);
+}
+
+/* Read the rest of a want-byte message on c; 1 when whole (checked), 0 for
+ * more to come, -1 at EOF, error or a wrong byte. */
+static int x3_read(struct conn *c, unsigned i, unsigned want, int which)
+{
+    uint8_t b[X3_REQ];
+
+    while (c->off < want) {
+        ssize_t k = read(c->fd, b, want - c->off);
+        if (k < 0 && errno == EAGAIN)
+            return 0;
+        if (k <= 0)
+            return -1;
+        for (ssize_t j = 0; j < k; j++)
+            if (b[j] != x3_byte(i, c->off + (unsigned)j, which))
+                return -1;
+        c->off += (unsigned)k;
+    }
+    c->off = 0;
+    return 1;
+}
+
+static int x3_write(int fd, unsigned i, unsigned len, int which)
+{
+    uint8_t b[X3_REQ];
+
+    for (unsigned k = 0; k < len; k++)
+        b[k] = x3_byte(i, k, which);
+    return write(fd, b, len) == (ssize_t)len ? 0 : -1;
+}
+
+/* tcp+3 server setup: accept and answer until every connection has sent
+ * its RTR. phase per connection: 0 Request due, 1 RTR due, 2 done. */
+static int x3_accept_all(int lfd, int ep, struct conn *c, unsigned n, double *cpu0)
+{
+    uint8_t *ph = calloc(n, 1);
+    unsigned accepted = 0, est = 0;
+    struct epoll_event lev = {.events = EPOLLIN, .data.u32 = UINT32_MAX};
+
+    if (!ph || epoll_ctl(ep, EPOLL_CTL_ADD, lfd, &lev))
+        return -1;
+    set_nonblock(lfd);
+    while (est < n) {
+        struct epoll_event ev[64];
+        int k = epoll_wait(ep, ev, 64, 5000);
+
+        if (k <= 0) {
+            fprintf(stderr, "bench_scale tcp+3 server: stalled (%u of %u)\n", est, n);
+            free(ph);
+            return -1;
+        }
+        for (int j = 0; j < k; j++) {
+            unsigned i = ev[j].data.u32;
+
+            if (i == UINT32_MAX) {
+                int fd;
+                while (accepted < n &&
+                       (fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+                    struct epoll_event cev = {.events = EPOLLIN, .data.u32 = accepted};
+                    if (accepted == 0)
+                        *cpu0 = cpu_us();
+                    c[accepted].fd = fd;
+                    if (epoll_ctl(ep, EPOLL_CTL_ADD, fd, &cev)) {
+                        free(ph);
+                        return -1;
+                    }
+                    accepted++;
+                }
+                continue;
+            }
+            if (ph[i] == 2)
+                continue; /* the round's data, read after the setup */
+            int st = x3_read(&c[i], i, ph[i] ? X3_RTR : X3_REQ, ph[i] ? 2 : 0);
+            if (st < 0 || (st == 1 && !ph[i] && x3_write(c[i].fd, i, X3_REP, 1))) {
+                fprintf(stderr, "bench_scale tcp+3 server: connection %u failed\n", i);
+                free(ph);
+                return -1;
+            }
+            if (st == 1 && ++ph[i] == 2)
+                est++;
+        }
+    }
+    epoll_ctl(ep, EPOLL_CTL_DEL, lfd, NULL);
+    free(ph);
+    return 0;
+}
+
+/* tcp+3 client: take one Reply (or wait for the next) and answer it with
+ * the RTR. Returns the number of connections completed, -1 on error. */
+static int x3_replies(int ep, struct conn *c)
+{
+    struct epoll_event ev[64];
+    int k = epoll_wait(ep, ev, 64, 5000), got = 0;
+
+    if (k <= 0) {
+        fprintf(stderr, "bench_scale tcp+3: no Reply in 5 s\n");
+        return -1;
+    }
+    for (int j = 0; j < k; j++) {
+        unsigned i = ev[j].data.u32;
+
+        if (c[i].established)
+            continue;
+        int st = x3_read(&c[i], i, X3_REP, 1);
+        if (st < 0 || (st == 1 && x3_write(c[i].fd, i, X3_RTR, 2)))
+            return -1;
+        if (st == 1) {
+            c[i].established = true;
+            got++;
+        }
+    }
+    return got;
+}
+
+static int tcp_server(unsigned n, bool x3)
 {
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     socklen_t al = sizeof(a);
@@ -771,11 +904,19 @@ static int tcp_server(unsigned n)
         perror("bench_scale tcp server");
         return 1;
     }
+    if (x3) { /* accepted sockets inherit it, as uiwarp's listener's */
+        int one = 1;
+        (void)setsockopt(lfd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+    }
     rss0 = rss_kb();
     fds0 = count_fds();
     printf("%u\n", ntohs(a.sin_port));
     fflush(stdout);
-    for (unsigned i = 0; i < n; i++) {
+    if (x3 && x3_accept_all(lfd, ep, c, n, &cpu0)) {
+        perror("bench_scale tcp+3 server");
+        return 1;
+    }
+    for (unsigned i = 0; !x3 && i < n; i++) {
         struct epoll_event ev = {.events = EPOLLIN, .data.u32 = i};
 
         c[i].fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -831,12 +972,13 @@ static int tcp_server(unsigned n)
     return 0;
 }
 
-static int tcp_client(unsigned n, const struct sockaddr_in *srv, struct cli_report *r)
+static int tcp_client(unsigned n, const struct sockaddr_in *srv, struct cli_report *r, bool x3,
+                      unsigned window)
 {
     struct conn *c = calloc(n, sizeof(*c));
     struct slot *sl = tcp_slots(n, 0);
     int ep = epoll_create1(EPOLL_CLOEXEC);
-    unsigned done = 0;
+    unsigned done = 0, pending = 0;
     long rss0, fds0;
     double t0, cpu0;
 
@@ -862,6 +1004,25 @@ static int tcp_client(unsigned n, const struct sockaddr_in *srv, struct cli_repo
             return -1;
         }
         set_nonblock(c[i].fd);
+        if (x3) {
+            int one = 1;
+            (void)setsockopt(c[i].fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+            if (x3_write(c[i].fd, i, X3_REQ, 0))
+                return -1;
+            pending++;
+        }
+        while (x3 && pending >= window) {
+            int got = x3_replies(ep, c);
+            if (got < 0)
+                return -1;
+            pending -= (unsigned)got;
+        }
+    }
+    while (pending) {
+        int got = x3_replies(ep, c);
+        if (got < 0)
+            return -1;
+        pending -= (unsigned)got;
     }
     r->setup_s = now_s() - t0;
     r->cpu_us = (cpu_us() - cpu0) / n;
@@ -965,7 +1126,7 @@ static bool run_one(const char *proto, unsigned n, unsigned window, struct run *
     if (pid < 0)
         return false;
     srv.sin_port = htons((uint16_t)port);
-    rc = strcmp(proto, "rdma") ? tcp_client(n, &srv, &out->c)
+    rc = strcmp(proto, "rdma") ? tcp_client(n, &srv, &out->c, !strcmp(proto, "tcpx"), window)
                                : rdma_client(n, window, &srv, &out->c);
     if (rc) {
         kill(pid, SIGKILL);
@@ -1040,14 +1201,14 @@ static void print_row(const char *proto, unsigned n, const struct run *r)
 int main(int argc, char **argv)
 {
     unsigned ns[32], nn = 0, window = 256, runs = 0;
-    bool fresh_src = false, tw_wait = false, do_rdma = true, do_tcp = true, check_mode = false,
-         all_ok = true;
+    bool fresh_src = false, tw_wait = false, do_rdma = true, do_tcp = true, do_tcpx = true,
+         check_mode = false, all_ok = true;
 
     self_exe = "/proc/self/exe";
     raise_nofile();
     if (argc == 4 && !strcmp(argv[1], "--server")) {
         unsigned n = (unsigned)strtoul(argv[3], NULL, 10);
-        return strcmp(argv[2], "rdma") ? tcp_server(n) : rdma_server(n);
+        return strcmp(argv[2], "rdma") ? tcp_server(n, !strcmp(argv[2], "tcpx")) : rdma_server(n);
     }
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-n") && i + 1 < argc) {
@@ -1061,8 +1222,10 @@ int main(int argc, char **argv)
             window = (unsigned)strtoul(argv[++i], NULL, 10);
         } else if (!strcmp(argv[i], "-p") && i + 1 < argc) {
             i++;
-            do_rdma = !strcmp(argv[i], "rdma") || !strcmp(argv[i], "both");
-            do_tcp = !strcmp(argv[i], "tcp") || !strcmp(argv[i], "both");
+            bool all = !strcmp(argv[i], "all"), both = !strcmp(argv[i], "both");
+            do_rdma = all || both || !strcmp(argv[i], "rdma");
+            do_tcp = all || both || !strcmp(argv[i], "tcp");
+            do_tcpx = all || !strcmp(argv[i], "tcpx");
         } else if (!strcmp(argv[i], "-S")) {
             fresh_src = true;
         } else if (!strcmp(argv[i], "-W")) {
@@ -1070,8 +1233,9 @@ int main(int argc, char **argv)
         } else if (!strcmp(argv[i], "--check")) {
             check_mode = true;
         } else {
-            fprintf(stderr, "usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|both] "
-                            "[-S] [-W] [--check]\n");
+            fprintf(stderr,
+                    "usage: bench_scale [-n N[,N...]] [-w WINDOW] [-p rdma|tcp|tcpx|both|all] "
+                    "[-S] [-W] [--check]\n");
             return 2;
         }
     }
@@ -1086,8 +1250,8 @@ int main(int argc, char **argv)
            "round | fds/conn    | round ms | ok  | fds back\n");
     for (unsigned k = 0; k < nn; k++) {
         unsigned n = ns[k];
-        struct run rr, tr;
-        bool rok = false, tok = false;
+        struct run rr, tr, xr;
+        bool rok = false, tok = false, xok = false;
 
         if (!n)
             continue;
@@ -1114,6 +1278,22 @@ int main(int argc, char **argv)
             print_row("tcp", n, &tr);
             all_ok &= tok;
         }
+        if (do_tcpx) {
+            if (tw_wait)
+                wait_tw();
+            if (fresh_src) {
+                src_addr.sin_family = AF_INET;
+                src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
+            }
+            xok = run_fresh("tcpx", n, window, &xr);
+            print_row("tcp+3", n, &xr);
+            all_ok &= xok;
+        }
+        if (do_rdma && do_tcpx && rr.c.setup_s > 0 && xr.c.setup_s > 0)
+            printf("%7u | ratio uiwarp/tcp+3: setup rate %.2fx, CPU/conn %.1fx (client) %.1fx "
+                   "(server)\n",
+                   n, xr.c.setup_s / rr.c.setup_s, xr.c.cpu_us > 0 ? rr.c.cpu_us / xr.c.cpu_us : 0,
+                   xr.s.setup_cpu_us > 0 ? rr.s.setup_cpu_us / xr.s.setup_cpu_us : 0);
         if (do_rdma && do_tcp && rr.c.setup_s > 0 && tr.c.setup_s > 0 && tr.c.round_s > 0)
             printf("%7u | ratio uiwarp/tcp: setup rate %.2fx, round time %.2fx, CPU/conn %.1fx "
                    "(client) %.1fx (server)\n",
