@@ -1198,6 +1198,24 @@ static void print_row(const char *proto, unsigned n, const struct run *r)
            r->s.fds_back ? "yes" : "no");
 }
 
+/* One protocol's run for N, its row printed; false if it failed its checks.
+ * -W waits for TIME_WAIT sockets first; -S gives it a fresh source address. */
+static bool run_proto(const char *proto, const char *label, unsigned n, unsigned window,
+                      bool tw_wait, bool fresh_src, unsigned *runs, struct run *out)
+{
+    bool ok;
+
+    if (tw_wait)
+        wait_tw();
+    if (fresh_src) {
+        src_addr.sin_family = AF_INET;
+        src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + (*runs)++ % 250);
+    }
+    ok = run_fresh(proto, n, window, out);
+    print_row(label, n, out);
+    return ok;
+}
+
 int main(int argc, char **argv)
 {
     unsigned ns[32], nn = 0, window = 256, runs = 0;
@@ -1251,44 +1269,16 @@ int main(int argc, char **argv)
     for (unsigned k = 0; k < nn; k++) {
         unsigned n = ns[k];
         struct run rr, tr, xr;
-        bool rok = false, tok = false, xok = false;
 
         if (!n)
             continue;
         printf("# N=%u: %ld TCP sockets in TIME_WAIT before the runs\n", n, time_wait());
-        if (do_rdma) {
-            if (tw_wait)
-                wait_tw();
-            if (fresh_src) {
-                src_addr.sin_family = AF_INET;
-                src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
-            }
-            rok = run_fresh("rdma", n, window, &rr);
-            print_row("uiwarp", n, &rr);
-            all_ok &= rok;
-        }
-        if (do_tcp) {
-            if (tw_wait)
-                wait_tw();
-            if (fresh_src) {
-                src_addr.sin_family = AF_INET;
-                src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
-            }
-            tok = run_fresh("tcp", n, window, &tr);
-            print_row("tcp", n, &tr);
-            all_ok &= tok;
-        }
-        if (do_tcpx) {
-            if (tw_wait)
-                wait_tw();
-            if (fresh_src) {
-                src_addr.sin_family = AF_INET;
-                src_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK + 1 + runs++ % 250);
-            }
-            xok = run_fresh("tcpx", n, window, &xr);
-            print_row("tcp+3", n, &xr);
-            all_ok &= xok;
-        }
+        if (do_rdma)
+            all_ok &= run_proto("rdma", "uiwarp", n, window, tw_wait, fresh_src, &runs, &rr);
+        if (do_tcp)
+            all_ok &= run_proto("tcp", "tcp", n, window, tw_wait, fresh_src, &runs, &tr);
+        if (do_tcpx)
+            all_ok &= run_proto("tcpx", "tcp+3", n, window, tw_wait, fresh_src, &runs, &xr);
         if (do_rdma && do_tcpx && rr.c.setup_s > 0 && xr.c.setup_s > 0)
             printf("%7u | ratio uiwarp/tcp+3: setup rate %.2fx, CPU/conn %.1fx (client) %.1fx "
                    "(server)\n",
