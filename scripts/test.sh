@@ -89,7 +89,7 @@ if bash scripts/build.sh build-tsan -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DUIWARP_SANITIZE=thread "${dev[@]}"; then
     stage "ctest (TSan): engine"
     TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 \
-        run_ctest build-tsan tsan 'test_(objects|mem|cm|datapath|dp_term|dp_crc_race|dp_mr_lifetime|dp_mw|dp_imm|dp_coalesce|dp_shared_cq|dp_close_linger|dp_event_wait|dp_event_owed|dp_poll_own|misuse|abi|multi|twoproc|rdmacm|rnic_peers)'
+        run_ctest build-tsan tsan 'test_(objects|progress|mem|cm|datapath|dp_term|dp_crc_race|dp_mr_lifetime|dp_mw|dp_imm|dp_coalesce|dp_shared_cq|dp_close_linger|dp_event_wait|dp_event_owed|dp_poll_own|misuse|abi|multi|twoproc|rdmacm|rnic_peers)'
 else
     fail "TSan build failed"
 fi
