@@ -91,6 +91,14 @@ UIW_EXPORT int rdma_destroy_id(struct rdma_cm_id *id)
         return rcm_err(EINVAL);
     struct rcm_id *x = to_rid(id);
 
+    /* An rdma_connect still returning on another thread: its connection's
+     * events (ESTABLISHED, UNREACHABLE) may already have reached the
+     * program, which may destroy the id on them; the call still uses the
+     * id and the connection until it returns. */
+    pthread_mutex_lock(&x->lock);
+    while (x->calls)
+        pthread_cond_wait(&x->cond, &x->lock);
+    pthread_mutex_unlock(&x->lock);
     /* Engine objects first, under the route lock: afterwards no engine
      * event can name this id any more. */
     pthread_mutex_lock(&rcm_route_lock);
@@ -519,6 +527,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     x->connect_ms = rcm_now_ms();
     x->retry_delay_ms = 0;
     x->state = RCM_CONNECTING;
+    x->calls++; /* the connection's events may reach the program before we return */
     pthread_mutex_unlock(&x->lock);
 
     /* The outcome may be posted before uiw_cm_connect returns: it reaches
@@ -527,7 +536,9 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
      * end (the MPA Request's send included), it made the events of other
      * connections that found it taken go through the router thread (a
      * wake-up more each), and the router sleep on it (docs/PERFORMANCE.md,
-     * 2026-11-27 (setup3) and 2026-11-28 "stop 33"). */
+     * 2026-11-27 (setup3) and 2026-11-28 "stop 33"). x->calls keeps
+     * rdma_destroy_id, which that lock used to hold off, waiting until this
+     * call is done with the id. */
     struct uiw_conn *c = NULL;
     struct uiw_conn_param cp = x->conn_param; /* a retry (event.c) runs without the hook */
     cp.before_events = connect_set_conn;
@@ -549,6 +560,8 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
         }
         x->state = RCM_ROUTE_RESOLVED;
     }
+    if (--x->calls == 0)
+        pthread_cond_broadcast(&x->cond);
     pthread_mutex_unlock(&x->lock);
     if (rc < 0)
         return rcm_err(rc == -EMSGSIZE ? EINVAL : -rc);

@@ -192,15 +192,16 @@ enum rcm_state {
 struct rcm_id {
     struct rdma_cm_id id; /* first: what applications see */
     pthread_mutex_t lock; /* state and the fields below */
-    pthread_cond_t cond;  /* ev_acked moved */
+    pthread_cond_t cond;  /* ev_acked moved, calls dropped */
     struct rcm_channel *ch;
     bool sync; /* created without a channel: ch is private */
     enum rcm_state state;
     unsigned ev_reported, ev_acked;
+    unsigned calls; /* rdma_connect calls past their first event (x->lock): destroy waits */
     struct rcm_dev *dev;
-    int resv_fd;         /* TCP socket reserving the bound address/port, or -1 */
-    unsigned nqueued;    /* events for it on its channel's queue (that channel's lock) */
-    bool bound;          /* route.addr.src is set */
+    int resv_fd;      /* TCP socket reserving the bound address/port, or -1 */
+    unsigned nqueued; /* events for it on its channel's queue (that channel's lock) */
+    bool bound;       /* route.addr.src is set */
     struct uiw_listener *listener;
     struct uiw_conn *conn;
     /* passive: the request's values in rdma_cm terms (defaults for accept) */
