@@ -165,6 +165,19 @@ kernel_stage() {
     mkdir -p build
     bash scripts/kernel.sh "$2" >"$klog" 2>&1
     rc=$?
+    # The two VMs talk through qemu's user network on both sides (the
+    # rig's siw-vm-pair). Under load its relay has lost the end of a
+    # direction's data for good: one VM then waits for the other's "done"
+    # until the budget ends (docs/KERNEL.md, "test-pair" and the relay).
+    # That one signature, and only it, is run once more, and said so.
+    if [ $rc != 0 ] && [ "$2" = test-pair ] &&
+        grep -qE "^KTEST FAIL .*no '[AB]\.done' from the other VM" "$klog"; then
+        echo "$3: one VM waited for the other's 'done' until its budget (the relay between the VMs); once more"
+        grep -E '^KTEST FAIL' "$klog" | head -5 | sed 's/^/  first attempt: /'
+        mv "$klog" "$klog.1"
+        bash scripts/kernel.sh "$2" >"$klog" 2>&1
+        rc=$?
+    fi
     tail -4 "$klog"
     # every failed check by name, so that CI's own output says what failed
     grep -E '^KTEST FAIL|^kernel.sh: error' "$klog" | head -40 | sed 's/^/  /'
