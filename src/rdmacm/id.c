@@ -496,6 +496,12 @@ static void connect_set_conn(void *user, struct uiw_conn *c)
     pthread_mutex_lock(&x->lock);
     x->conn = c;
     rcm_id_set_src_port(x);
+    if (x->resv_fd >= 0) {
+        /* the connection's socket holds the port now; before any event, so
+         * that a refused attempt tried again (event.c) finds it free */
+        close(x->resv_fd);
+        x->resv_fd = -1;
+    }
     pthread_mutex_unlock(&x->lock);
 }
 
@@ -547,12 +553,7 @@ UIW_EXPORT int rdma_connect(struct rdma_cm_id *id, struct rdma_conn_param *conn_
     if (ext)
         uiw_cm_qp_release(qp); /* the connection holds its own */
     pthread_mutex_lock(&x->lock);
-    if (rc == 0) {
-        if (x->resv_fd >= 0) {
-            close(x->resv_fd); /* the connection's socket holds the port now */
-            x->resv_fd = -1;
-        }
-    } else {
+    if (rc < 0) {
         if (x->conn) { /* failed after connect_set_conn: nothing was posted */
             x->conn = NULL;
             if (x->conn_src_auto)
