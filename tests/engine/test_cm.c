@@ -1598,33 +1598,27 @@ static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
     uint8_t f[64], stream[512];
     struct raw_rig r;
     if (raw_rig_up(&r, sbuf, sizeof(sbuf), 77)) {
-        struct eng_tqp a = r.a;
-        struct ibv_mr *mr = r.mr;
-        struct uiw_cm_channel *ch = r.ch;
-        struct uiw_conn *c = r.c;
-        uiw_mpa_frame rq = r.rq;
-        int fd = r.fd;
         struct uiw_cm_event ev;
         bool p2p = read_rtr;
-        CHECK_EQ(rq.p2p, p2p);
+        CHECK_EQ(r.rq.p2p, p2p);
         size_t n =
             p2p ? mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_D_READ0 | 2, NULL, 0)
                 : mk_frame(f, false, S, 2, 2, 2, NULL, 0);
         uint64_t t0 = eng_now_ms();
-        eng_send_all(fd, f, n);
-        bool est = expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "hold: est");
+        eng_send_all(r.fd, f, n);
+        bool est = expect_event(r.ch, &ev, UIW_CM_ESTABLISHED, 0, r.c, "hold: est");
         uint64_t t_est = eng_now_ms();
         if (strict)
             CHECK(t_est - t0 < hold_ms / 2); /* not after the hold */
-        CHECK_EQ(eng_post(a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), mr->lkey, 0, 0, 5, true), 0);
+        CHECK_EQ(eng_post(r.a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), r.mr->lkey, 0, 0, 5, true), 0);
         /* the first FPDU: its length field, then the rest with timing */
         uint64_t t_most, t_all;
         bool split_ok = true;
-        bool ok = est && read_n(fd, stream, 2, EV_MS, NULL) == 2;
+        bool ok = est && read_n(r.fd, stream, 2, EV_MS, NULL) == 2;
         size_t first = ok ? fpdu_len(stream) : 0;
         CHECK(first > 2 && first <= 200);
         ok = ok && first > 2 && first <= 200 &&
-             read_timed(fd, stream + 2, first - 2, fpdu_trailer(stream), EV_MS, &t_most, &t_all,
+             read_timed(r.fd, stream + 2, first - 2, fpdu_trailer(stream), EV_MS, &t_most, &t_all,
                         &split_ok);
         CHECK(ok);
         if (ok) {
@@ -1637,11 +1631,11 @@ static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
             size_t total = first;
             if (p2p) {
                 /* the Send follows the RTR */
-                ok = read_n(fd, stream + total, 2, EV_MS, NULL) == 2;
+                ok = read_n(r.fd, stream + total, 2, EV_MS, NULL) == 2;
                 CHECK(ok);
                 size_t second = ok ? fpdu_len(stream + total) : 0;
                 ok = ok && second <= sizeof(stream) - total &&
-                     read_n(fd, stream + total + 2, second - 2, EV_MS, NULL) == second - 2;
+                     read_n(r.fd, stream + total + 2, second - 2, EV_MS, NULL) == second - 2;
                 CHECK(ok);
                 total += second;
             }
@@ -1683,10 +1677,10 @@ static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
             CHECK_EQ(sends, 1);
             CHECK_EQ(got, sizeof(sbuf));
             struct ibv_wc wc;
-            CHECK_EQ(eng_poll_one(a.cq, &wc, EV_MS), 1);
+            CHECK_EQ(eng_poll_one(r.a.cq, &wc, EV_MS), 1);
             CHECK_EQ(wc.wr_id, 5);
             CHECK_EQ(wc.status, IBV_WC_SUCCESS);
-            CHECK(quiet(fd, 50)); /* nothing more */
+            CHECK(quiet(r.fd, 50)); /* nothing more */
         }
     }
     raw_rig_down(&r);
@@ -1739,38 +1733,32 @@ static void t_first_wake(unsigned hold_ms, bool answer)
     uint8_t f[64], buf[512];
     struct raw_rig r;
     if (raw_rig_up(&r, sbuf, sizeof(sbuf), 78)) {
-        struct eng_tqp a = r.a;
-        struct ibv_mr *mr = r.mr;
-        struct uiw_cm_channel *ch = r.ch;
-        struct uiw_conn *c = r.c;
-        uiw_mpa_frame rq = r.rq;
-        int fd = r.fd;
         struct uiw_cm_event ev;
-        CHECK(rq.p2p);
+        CHECK(r.rq.p2p);
         size_t n =
             mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0);
         uint64_t t0 = eng_now_ms();
-        eng_send_all(fd, f, n);
-        bool est = expect_event(ch, &ev, UIW_CM_ESTABLISHED, 0, c, "wake: est");
-        CHECK_EQ(eng_post(a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), mr->lkey, 0, 0, 6, true), 0);
+        eng_send_all(r.fd, f, n);
+        bool est = expect_event(r.ch, &ev, UIW_CM_ESTABLISHED, 0, r.c, "wake: est");
+        CHECK_EQ(eng_post(r.a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), r.mr->lkey, 0, 0, 6, true), 0);
         /* the RTR, then the Send, whole, not held */
-        size_t r1 = est ? read_whole_fpdu(fd, buf, sizeof(buf), EV_MS) : 0;
+        size_t r1 = est ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
         CHECK(r1 && is_zero_write(buf, r1));
-        size_t r2 = r1 ? read_whole_fpdu(fd, buf, sizeof(buf), EV_MS) : 0;
+        size_t r2 = r1 ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
         uint64_t t_send = eng_now_ms();
         CHECK(r2 == 2 + 18 + sizeof(sbuf) + 4); /* len, hdr, payload, CRC (no pad) */
         CHECK(r2 > 24 && memcmp(buf + 20, sbuf, sizeof(sbuf)) == 0);
         if (hold_ms >= 100)
             CHECK(t_send - t0 < hold_ms / 2); /* nothing waited for the timer */
         struct ibv_wc wc;
-        CHECK_EQ(eng_poll_one(a.cq, &wc, EV_MS), 1);
+        CHECK_EQ(eng_poll_one(r.a.cq, &wc, EV_MS), 1);
         CHECK_EQ(wc.wr_id, 6);
         CHECK_EQ(wc.status, IBV_WC_SUCCESS);
         if (!hold_ms) {
-            CHECK(quiet(fd, 200)); /* no wake-up when off */
+            CHECK(quiet(r.fd, 200)); /* no wake-up when off */
         } else {
             /* the first wake-up, hold_ms after the Reply at the earliest */
-            size_t w = read_whole_fpdu(fd, buf, sizeof(buf), (int)hold_ms + EV_MS);
+            size_t w = read_whole_fpdu(r.fd, buf, sizeof(buf), (int)hold_ms + EV_MS);
             uint64_t t_w = eng_now_ms();
             CHECK(w && is_zero_write(buf, w));
             CHECK(t_w - t0 >= hold_ms);
@@ -1783,17 +1771,17 @@ static void t_first_wake(unsigned hold_ms, bool answer)
                 h.to = 0;
                 size_t m = mk_fpdu(&h, false, buf);
                 CHECK(m > 0);
-                eng_send_all(fd, buf, m);
-                CHECK(quiet(fd, (int)(hold_ms * 11 + 300)));
+                eng_send_all(r.fd, buf, m);
+                CHECK(quiet(r.fd, (int)(hold_ms * 11 + 300)));
             } else {
                 /* still silent: the second, 10 hold_ms later, then none */
-                w = read_whole_fpdu(fd, buf, sizeof(buf), (int)(hold_ms * 10) + EV_MS);
+                w = read_whole_fpdu(r.fd, buf, sizeof(buf), (int)(hold_ms * 10) + EV_MS);
                 uint64_t t_w2 = eng_now_ms();
                 CHECK(w && is_zero_write(buf, w));
                 CHECK(t_w2 - t_w >= hold_ms * 10 - hold_ms / 2);
-                CHECK(quiet(fd, (int)(hold_ms * 10 + 300)));
+                CHECK(quiet(r.fd, (int)(hold_ms * 10 + 300)));
             }
-            CHECK_EQ(ibv_poll_cq(a.cq, 1, &wc), 0); /* wake-ups complete nothing */
+            CHECK_EQ(ibv_poll_cq(r.a.cq, 1, &wc), 0); /* wake-ups complete nothing */
         }
     }
     raw_rig_down(&r);

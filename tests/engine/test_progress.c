@@ -113,12 +113,23 @@ static void obj_init(struct obj *o, int fd)
     o->fd = fd;
 }
 
+static void pair_open(int sv[2])
+{
+    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+}
+
+static void pair_close(int sv[2])
+{
+    close(sv[0]);
+    close(sv[1]);
+}
+
 static void t_basic(void)
 {
     int sv[2];
     struct obj o;
 
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pair_open(sv);
     obj_init(&o, sv[0]);
     CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN, cb_count, &o), 0);
     CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN, cb_count, &o), -EEXIST);
@@ -133,8 +144,7 @@ static void t_basic(void)
     CHECK_EQ(atomic_load(&o.late), 0);
     CHECK_EQ(uiw_progress_add(-1, EPOLLIN, cb_count, &o), -EINVAL);
     CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN, NULL, &o), -EINVAL);
-    close(sv[0]);
-    close(sv[1]);
+    pair_close(sv);
 }
 
 static void t_failed_add(void)
@@ -145,7 +155,7 @@ static void t_failed_add(void)
 
     CHECK(f >= 0);
     unlink(path);
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pair_open(sv);
     obj_init(&o, f);
     /* epoll takes no regular files */
     CHECK_EQ(uiw_progress_add(f, EPOLLIN, cb_count, &o), -EPERM);
@@ -156,8 +166,7 @@ static void t_failed_add(void)
     CHECK(wait_for(&o.calls, 1, 2000));
     CHECK_EQ(uiw_progress_del(f), 0);
     close(f);
-    close(sv[0]);
-    close(sv[1]);
+    pair_close(sv);
 }
 
 static void t_mod(void)
@@ -165,7 +174,7 @@ static void t_mod(void)
     int sv[2];
     struct obj a, b;
 
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pair_open(sv);
     obj_init(&a, sv[0]);
     obj_init(&b, sv[0]);
     CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN | EPOLLET, cb_count, &a), 0);
@@ -181,8 +190,7 @@ static void t_mod(void)
     CHECK_EQ(atomic_load(&a.calls), 0);
     CHECK_EQ(uiw_progress_mod(sv[1], EPOLLIN, cb_count, &a), -ENOENT);
     CHECK_EQ(uiw_progress_del(sv[0]), 0);
-    close(sv[0]);
-    close(sv[1]);
+    pair_close(sv);
 }
 
 static void t_del_waits(void)
@@ -190,7 +198,7 @@ static void t_del_waits(void)
     int sv[2];
     struct obj o;
 
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pair_open(sv);
     obj_init(&o, sv[0]);
     o.sleep_ms = 150;
     CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN, cb_slow, &o), 0);
@@ -200,8 +208,7 @@ static void t_del_waits(void)
     CHECK(atomic_load(&o.running));
     CHECK_EQ(uiw_progress_del(sv[0]), 0);
     CHECK(atomic_load(&o.done)); /* del returned after the callback did */
-    close(sv[0]);
-    close(sv[1]);
+    pair_close(sv);
 }
 
 static void t_del_self(void)
@@ -209,7 +216,7 @@ static void t_del_self(void)
     int sv[2];
     struct obj o;
 
-    CHECK_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+    pair_open(sv);
     obj_init(&o, sv[0]);
     o.del_self = true;
     /* level-triggered and never drained: only the del stops the calls */
@@ -227,8 +234,7 @@ static void t_del_self(void)
     CHECK_EQ(write(sv[1], "y", 1), 1);
     CHECK(wait_for(&o.calls, 2, 2000));
     CHECK_EQ(uiw_progress_del(sv[0]), 0);
-    close(sv[0]);
-    close(sv[1]);
+    pair_close(sv);
 }
 
 #define STRESS_N 3000

@@ -76,6 +76,15 @@ struct raw {
     uint32_t srv_credits, srv_grant;
 };
 
+/* Set one of r's flags under its lock and wake the waiters. */
+static void set_flag(struct raw *r, bool *flag)
+{
+    pthread_mutex_lock(&r->mu);
+    *flag = true;
+    pthread_cond_broadcast(&r->cv);
+    pthread_mutex_unlock(&r->mu);
+}
+
 static void set_step(struct raw *r, int step)
 {
     pthread_mutex_lock(&r->mu);
@@ -252,10 +261,7 @@ static void *raw_client(void *arg)
         enum rdma_cm_event_type t = e->event;
         rdma_ack_cm_event(e);
         if (t == RDMA_CM_EVENT_DISCONNECTED) {
-            pthread_mutex_lock(&r->mu);
-            r->closed = true;
-            pthread_cond_broadcast(&r->cv);
-            pthread_mutex_unlock(&r->mu);
+            set_flag(r, &r->closed);
             break;
         }
     }
@@ -291,10 +297,7 @@ static void run(int lfd, uint16_t port, int kase)
     errno = 0;
     CHECK_EQ(rrecv(fd, buf, sizeof(buf), MSG_DONTWAIT), -1);
     CHECK_EQ(errno, EAGAIN);
-    pthread_mutex_lock(&r.mu);
-    r.go_data = true;
-    pthread_cond_broadcast(&r.cv);
-    pthread_mutex_unlock(&r.mu);
+    set_flag(&r, &r.go_data);
     CHECK(wait_flag(&r, NULL, &r.step, 2));
     CHECK(r.ok);
     CHECK_EQ(r.srv_credits, RQ);
@@ -302,10 +305,7 @@ static void run(int lfd, uint16_t port, int kase)
     CHECK_EQ(rrecv(fd, buf, sizeof(buf), 0), 16);
     CHECK(memcmp(buf, "0123456789abcdef", 16) == 0);
     if (kase != LEGIT_ONLY) {
-        pthread_mutex_lock(&r.mu);
-        r.go_lie = true;
-        pthread_cond_broadcast(&r.cv);
-        pthread_mutex_unlock(&r.mu);
+        set_flag(&r, &r.go_lie);
         CHECK(wait_flag(&r, NULL, &r.step, 3));
         CHECK(r.ok);
         /* all of it in the server's CQ before it reads again: a read in
