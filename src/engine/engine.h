@@ -722,6 +722,15 @@ void uiw_qp_dp_free(struct uiw_qp *qp);
 typedef void (*uiw_progress_cb)(void *obj, uint32_t events);
 int uiw_progress_add(int fd, uint32_t events, uiw_progress_cb cb, void *obj);
 int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj);
+/* Takes fd out of the kernel's epoll set but keeps its registration: no
+ * event is reported until the next uiw_progress_mod, which puts it back
+ * (and, with EPOLLET, reports what is ready by then). For a socket that
+ * another thread reads for a while (qp_dp.c "Poll ownership"): while it is
+ * in epoll, every arrival runs epoll's wake-up callback in the sender's
+ * context, whatever the events asked. 0, -ENOENT if not registered, or
+ * epoll_ctl's error (the fd then stays in epoll as it was). Same rules
+ * as mod (the fd's owner serialises add, mod, park and del). */
+int uiw_progress_park(int fd);
 /* Removes fd; on return no callback for obj is running or will run. From
  * another thread it waits for a running callback: do not hold a lock that
  * callback takes. From the progress thread (inside any callback, the fd's

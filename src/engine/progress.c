@@ -68,6 +68,7 @@ struct preg {
     bool dead;   /* removed: never called again */
     bool busy;   /* its callback is running */
     bool orphan; /* removed while busy on the progress thread: dispatcher frees */
+    bool parked; /* out of the kernel's epoll set, kept here (uiw_progress_park) */
 };
 
 /* uiw_progress_timer's one-shot timers: allocated, freed after firing */
@@ -645,6 +646,7 @@ int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
     uiw_progress_cb ocb;
     void *oobj;
     uint32_t oevents, gen;
+    bool parked;
 
     if (fd < 0 || !cb)
         return -EINVAL;
@@ -656,16 +658,19 @@ int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
     oobj = r->obj;
     oevents = r->events;
     gen = r->gen;
+    parked = r->parked;
     r->events = events;
     r->cb = cb;
     r->obj = obj;
+    r->parked = false;
     memset(&ev, 0, sizeof(ev));
     ev.events = events;
     ev.data.u64 = key_of(r);
     pthread_mutex_unlock(&pg.lock);
     /* With EPOLLET, a MOD re-checks readiness and reports a ready fd again:
-     * this is also how a callback that stopped early re-arms itself. */
-    if (pg_epoll_ctl(EPOLL_CTL_MOD, fd, &ev) == 0)
+     * this is also how a callback that stopped early re-arms itself. A
+     * parked fd goes back in with an ADD, which reports it the same way. */
+    if (pg_epoll_ctl(parked ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, fd, &ev) == 0)
         return 0;
     int ret = -errno;
     /* the registration keeps its owner (a failed hand-over) */
@@ -675,7 +680,38 @@ int uiw_progress_mod(int fd, uint32_t events, uiw_progress_cb cb, void *obj)
         r->cb = ocb;
         r->obj = oobj;
         r->events = oevents;
+        r->parked = parked;
     }
+    pthread_mutex_unlock(&pg.lock);
+    return ret;
+}
+
+int uiw_progress_park(int fd)
+{
+    struct preg *r;
+    uint32_t gen;
+
+    if (fd < 0)
+        return -EINVAL;
+    if (!(r = reg_lock(fd)))
+        return -ENOENT;
+    if (r->parked) {
+        pthread_mutex_unlock(&pg.lock);
+        return 0;
+    }
+    r->parked = true;
+    gen = r->gen;
+    pthread_mutex_unlock(&pg.lock);
+    /* out of epoll: the socket's wait queue loses epoll's entry, so data
+     * that arrives no longer runs epoll's callback (and its locks) in the
+     * sender's sendmsg (docs/ENGINE.md "Poll ownership") */
+    if (pg_epoll_ctl(EPOLL_CTL_DEL, fd, NULL) == 0)
+        return 0;
+    int ret = -errno;
+    pthread_mutex_lock(&pg.lock);
+    r = pg.regs[fd];
+    if (r && r->gen == gen)
+        r->parked = false; /* still in epoll as it was */
     pthread_mutex_unlock(&pg.lock);
     return ret;
 }

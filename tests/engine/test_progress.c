@@ -14,7 +14,11 @@
  *      is not called again;
  *   6. two threads adding, firing and removing 3000 socket pairs each while
  *      the progress thread dispatches: every callback gets its own object,
- *      none runs after its del returned, none is lost.
+ *      none runs after its del returned, none is lost;
+ *   7. park takes the fd out of epoll altogether (not even the hang-up
+ *      epoll always reports comes), the next mod puts it back and reports
+ *      what came meanwhile; a mod that epoll refuses leaves it parked; del
+ *      of a parked fd leaves nothing behind.
  * Run under ASan and TSan in CI (scripts/test.sh).
  */
 #include <errno.h>
@@ -193,6 +197,50 @@ static void t_mod(void)
     pair_close(sv);
 }
 
+static void t_park(void)
+{
+    int sv[2];
+    struct obj a, b;
+
+    CHECK_EQ(uiw_progress_park(-1), -EINVAL);
+    pair_open(sv);
+    obj_init(&a, sv[0]);
+    obj_init(&b, sv[0]);
+    CHECK_EQ(uiw_progress_park(sv[0]), -ENOENT);
+    CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN | EPOLLET, cb_count, &a), 0);
+    CHECK_EQ(uiw_progress_park(sv[0]), 0);
+    CHECK_EQ(uiw_progress_park(sv[0]), 0); /* parked already */
+    CHECK_EQ(write(sv[1], "x", 1), 1);
+    usleep(50000);
+    CHECK_EQ(atomic_load(&a.calls), 0);
+    /* back, to b: the byte that came while parked is reported */
+    CHECK_EQ(uiw_progress_mod(sv[0], EPOLLIN | EPOLLET, cb_count, &b), 0);
+    CHECK(wait_for(&b.calls, 1, 2000));
+    CHECK_EQ(atomic_load(&a.calls), 0);
+    /* parked again; a mod that epoll refuses (EPOLLEXCLUSIVE with
+     * EPOLLONESHOT: EINVAL on the ADD) leaves it parked and with b */
+    CHECK_EQ(uiw_progress_park(sv[0]), 0);
+    CHECK_EQ(uiw_progress_mod(sv[0], EPOLLIN | EPOLLEXCLUSIVE | EPOLLONESHOT, cb_count, &a),
+             -EINVAL);
+    /* out of epoll: even the hang-up (which epoll reports whatever the
+     * events asked) does not come */
+    close(sv[1]);
+    usleep(50000);
+    CHECK_EQ(atomic_load(&a.calls), 0);
+    CHECK_EQ(atomic_load(&b.calls), 1);
+    CHECK_EQ(uiw_progress_mod(sv[0], EPOLLIN | EPOLLRDHUP | EPOLLET, cb_count, &b), 0);
+    CHECK(wait_for(&b.calls, 2, 2000));
+    CHECK(atomic_load(&b.last_events) & (EPOLLHUP | EPOLLRDHUP));
+    CHECK_EQ(atomic_load(&a.calls), 0);
+    /* del of a parked fd: nothing left in epoll, the number can be added */
+    CHECK_EQ(uiw_progress_park(sv[0]), 0);
+    CHECK_EQ(uiw_progress_del(sv[0]), 0);
+    CHECK_EQ(uiw_progress_park(sv[0]), -ENOENT);
+    CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN, cb_count, &a), 0);
+    CHECK_EQ(uiw_progress_del(sv[0]), 0);
+    close(sv[0]);
+}
+
 static void t_del_waits(void)
 {
     int sv[2];
@@ -308,6 +356,7 @@ int main(void)
     t_basic();
     t_failed_add();
     t_mod();
+    t_park();
     t_del_waits();
     t_del_self();
     t_stress();
