@@ -611,7 +611,11 @@ bool uiw_cq_holds_success(struct uiw_cq *cq, uint32_t qp_num)
 }
 
 /* *drive: the CQ is empty, and the previous poll returned nothing either */
-static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow, bool *drive)
+/* *own: the CQ is not armed with a channel. An armed CQ's program may be
+ * about to sleep until the event, which only the progress thread raises:
+ * its poller does not take the sockets (uiw_cq_unown gave them back). */
+static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow, bool *drive,
+                  bool *own)
 {
     unsigned k;
 
@@ -623,6 +627,7 @@ static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow, b
     cq->count -= k;
     *overflow = cq->overflow;
     *drive = k == 0 && !cq->last_poll_got;
+    *own = !(cq->armed && cq->ibcq.channel);
     cq->last_poll_got = k > 0;
     pthread_mutex_unlock(&cq->lock);
     return (int)k;
@@ -631,7 +636,7 @@ static int cq_pop(struct uiw_cq *cq, int n, struct ibv_wc *wc, bool *overflow, b
 int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
 {
     struct uiw_cq *cq = to_ucq(ibcq);
-    bool overflow, drive;
+    bool overflow, drive, own;
     int got;
 
     if (n < 0 || (n > 0 && !wc))
@@ -639,7 +644,7 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
     if (n == 0)
         return 0;
     uiw_cq_flush_tx(cq);
-    got = cq_pop(cq, n, wc, &overflow, &drive);
+    got = cq_pop(cq, n, wc, &overflow, &drive, &own);
     if (got == 0 && !overflow) {
         /* Poll-driven progress: receive processing on the attached QPs,
          * but not right after a poll that returned completions. A program
@@ -651,8 +656,8 @@ int uiw_op_poll_cq(struct ibv_cq *ibcq, int n, struct ibv_wc *wc)
          * fatal Terminate). */
         if (drive) {
             /* a thread that keeps polling owns the sockets it reads */
-            if (uiw_cq_drive(cq, false, empty_polls >= UIW_POLL_SPIN))
-                got = cq_pop(cq, n, wc, &overflow, &drive);
+            if (uiw_cq_drive(cq, false, own && empty_polls >= UIW_POLL_SPIN))
+                got = cq_pop(cq, n, wc, &overflow, &drive, &own);
         }
         /* A thread polling in a loop that keeps finding nothing lets the
          * other runnable threads have the CPU: the progress thread (which
@@ -683,6 +688,8 @@ int uiw_op_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
     struct uiw_cq *cq = to_ucq(ibcq);
 
     uiw_cq_flush_tx(cq);
+    if (cq->ibcq.channel)
+        uiw_cq_unown(cq); /* the event must come from the progress thread */
     pthread_mutex_lock(&cq->lock);
     if (cq->ibcq.channel)
         atomic_store_explicit(&uiw_last_arm_ns, uiw_now_ns(), memory_order_relaxed);

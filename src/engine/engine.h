@@ -820,6 +820,9 @@ void uiw_qp_rx_mute(struct uiw_qp *qp, bool mute);
  * keeps polling (take) takes the socket from the progress thread, and any
  * poll keeps it, until no poll came for UIWARP_POLL_OWN_US (qp_dp.c). */
 void uiw_qp_poll_own(struct uiw_qp *qp, bool take);
+/* cq armed with a channel (no lock held): the QPs of cq that a poller owns
+ * go back to the progress thread, which raises the event (qp_dp.c) */
+void uiw_cq_unown(struct uiw_cq *cq);
 /* qp->lock held: the receive path stopped with data left (its budget): a
  * CQ readiness set reports the socket again */
 void uiw_cq_drive_again(struct uiw_cq *cq, struct uiw_qp *qp);

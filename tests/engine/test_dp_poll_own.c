@@ -11,7 +11,8 @@
  *     delivers Sends: a Read posted right after the poller stopped (before
  *     the hand-back) completes with the right bytes, and a Send that comes
  *     while the program waits on its completion channel's fd with poll(2)
- *     (not in ibv_get_cq_event) raises the event;
+ *     (not in ibv_get_cq_event) raises the event: arming the CQ gave the
+ *     socket back at once, and polls of the armed CQ do not take it again;
  *   - many rounds of poll / stop / Read, each verified;
  *   - an owning poller reads each Send with one read: a short read took
  *     all the socket had, and the next poll asks poll(2) (qp_rx.c);
@@ -176,6 +177,13 @@ static void run(void)
         CHECK_EQ(eng_post_recv(A.qp, abuf, MSG, amr->lkey, 300 + i), 0);
         spin_a();
         CHECK_EQ(ibv_req_notify_cq(A.rcq, 0), 0);
+        /* the arm gave the socket back (not the dead man's switch, up to
+         * 4 x UIWARP_POLL_OWN_US later), and polls of the armed CQ do not
+         * take it again: the event can only come from the progress thread */
+        CHECK(!owned(A.qp));
+        for (unsigned k = 0; k < 100; k++)
+            CHECK_EQ(ibv_poll_cq(A.rcq, 1, &wc), 0);
+        CHECK(!owned(A.qp));
         send_b(300 + i);
         CHECK_EQ(poll(&pfd, 1, DP_TIMEOUT_MS), 1);
         CHECK_EQ(ibv_get_cq_event(A.ch, &ecq, &ectx), 0);
