@@ -9,6 +9,8 @@
 #
 #   bandwidth  rstream -S SIZE -C COUNT        (Gb/s, both directions in turn)
 #   latency    rstream -S SIZE -C 1 -I ITERS   (us per transfer, ping-pong)
+#   latb       the same with -T b: blocking calls (what a socket program
+#              through librspreload.so makes), beside TCP's -T s -T b
 #
 # Prints a Markdown table: per size and test the median (and range) of each
 # side and the median ratio rsockets / TCP with its range over the runs
@@ -78,6 +80,7 @@ trap 'exit 130' INT TERM
 one() {
     local mode=$1 test=$2 size=$3 opt="" args port spid
     [ "$mode" = tcp ] && opt="-T s"
+    [ "$test" = latb ] && opt="$opt -T b"
     if [ "$test" = bw ]; then
         local c=$((4000000000 / 8 / size))
         [ "$quick" = 1 ] && c=$((c / 8))
@@ -117,7 +120,7 @@ one() {
 
 sizes="64 4096 65536 1048576"
 declare -A res
-for test in bw lat; do
+for test in bw lat latb; do
     for size in $sizes; do
         for r in $(seq 1 "$runs"); do
             for mode in rs tcp; do
@@ -145,9 +148,9 @@ ratios() {
 [ -n "$csv" ] && echo "program,mode,size,result,metric,value,unit,also_reported,tcp_metric,tcp_value,ratio" >"$csv"
 echo "| test | size | rsockets (median, range) | TCP, rstream -T s | rsockets / TCP (median, range over $runs runs) |"
 echo "|---|---|---|---|---|"
-for test in bw lat; do
+for test in bw lat latb; do
     unit="Gb/s"
-    [ "$test" = lat ] && unit="us"
+    [ "$test" != bw ] && unit="us"
     for size in $sizes; do
         read -r am alo ahi <<<"$(stats "${res[$test,$size,rs]}")"
         read -r bm blo bhi <<<"$(stats "${res[$test,$size,tcp]}")"
@@ -156,8 +159,10 @@ for test in bw lat; do
         if [ -n "$csv" ] && [ -n "${rm:-}" ]; then
             if [ "$test" = bw ]; then
                 echo "\"rstream\",\"bw\",$size,PASS,\"Gb/s\",$am,Gb/s,\"\",\"rstream -T s (bw)\",$bm,$rm" >>"$csv"
-            else
+            elif [ "$test" = lat ]; then
                 echo "\"rstream\",\"lat\",$size,PASS,\"usec/xfer\",$am,us,\"\",\"rstream -T s (lat)\",$bm,$rm" >>"$csv"
+            else
+                echo "\"rstream -T b\",\"lat\",$size,PASS,\"usec/xfer\",$am,us,\"\",\"rstream -T s -T b (lat)\",$bm,$rm" >>"$csv"
             fi
         fi
     done
