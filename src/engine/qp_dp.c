@@ -184,8 +184,7 @@ void dp_arm(struct uiw_qp *qp)
      * altogether (uiw_progress_park; "Poll ownership" below). A waiter's
      * mute (UIW_MUTE_WAITER) only takes EPOLLIN off: it comes and goes with
      * every wait, and a DEL and ADD per wait cost qperf's rc_lat 1-3 us. */
-    if (qp->rx_muted == UIW_MUTE_POLL && !qp->want_write &&
-        uiw_progress_park(qp->fd) == 0)
+    if (qp->rx_muted == UIW_MUTE_POLL && !qp->want_write && uiw_progress_park(qp->fd) == 0)
         return;
     (void)uiw_progress_mod(qp->fd, ev, dp_event_cb, qp);
 }
