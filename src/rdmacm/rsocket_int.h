@@ -153,7 +153,8 @@ struct rs_sock {
     int polling;
     int sleepers;
     int wake_fd;
-    unsigned gen; /* counts rs_wake calls: progress an rpoll may have missed */
+    unsigned gen;         /* counts rs_wake calls: progress an rpoll may have missed */
+    uint64_t progress_ns; /* the last rs_progress that took anything (rs_spin_ns) */
     struct rdma_event_channel *ch;
     struct rdma_cm_id *id;
     struct ibv_comp_channel *cch;
