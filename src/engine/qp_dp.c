@@ -535,8 +535,15 @@ static unsigned pick_max_fpdu(int fd, unsigned *seg)
          * rounded down to a multiple of 8; when FPDUs are aligned with
          * segments, to 4 (FPDUs are multiples of 4, RFC 5044 §4.1), so that
          * full FPDUs tile the segments exactly (RFC 5044 §4.5: MULPDU =
-         * EMSS - 6 - EMSS mod 4) */
-        if (mss)
+         * EMSS - 6 - EMSS mod 4). Above DP_ALIGN_MAX_MSS (a link no NIC
+         * segments: loopback, whose MSS reads 32741-65483) the largest
+         * FPDU: FPDUs of the MSS, about 32 KiB there, made a receiver that
+         * reads large payloads in place slower (ib_send_lat -s 65536
+         * typical 12.6 us against 9.3 with the largest FPDU or 9.2 with 16
+         * KiB ones; docs/PERFORMANCE.md "stop 34"; cause not found). */
+        if (mss > DP_ALIGN_MAX_MSS)
+            mf = DP_MAX_FPDU_8;
+        else if (mss)
             mf = mss & (*seg ? ~3u : ~7u);
         else
             mf = DP_MAX_FPDU_8; /* not TCP (tests on socketpairs) */
