@@ -180,7 +180,7 @@ want_private="uiw_cm_accept uiw_cm_channel_create uiw_cm_channel_destroy uiw_cm_
 uiw_cm_conn_destroy uiw_cm_conn_unpolled uiw_cm_connect uiw_cm_disconnect uiw_cm_get_event
 uiw_cm_listen uiw_cm_listen_af uiw_cm_listener_addr uiw_cm_listener_destroy uiw_cm_qp_by_num uiw_cm_qp_hold
 uiw_cm_qp_release
-uiw_cm_reject uiw_debug_level uiw_log uiw_progress_timer"
+uiw_cm_reject uiw_debug_level uiw_log uiw_progress_spin_us uiw_progress_timer"
 printf '%s\n' $want_private | sed 's/$/@@UIWARP_PRIVATE_1/' | sort >"$tmp/priv.want"
 grep '@@UIWARP_PRIVATE_1$' "$tmp/ours" | sort >"$tmp/priv.ours"
 if ! cmp -s "$tmp/priv.want" "$tmp/priv.ours"; then

@@ -302,6 +302,11 @@ UIW_EXPORT int uiw_debug_level(void)
     return uiw_config()->debug;
 }
 
+UIW_EXPORT unsigned uiw_progress_spin_us(void)
+{
+    return uiw_config()->progress_spin_us;
+}
+
 const struct uiw_config *uiw_config(void)
 {
     pthread_once(&cfg_once, config_load);

@@ -401,12 +401,10 @@ void uiw_cq_unown(struct uiw_cq *cq)
         for (unsigned i = 0; i < n; i++) {
             q = qs[i];
             pthread_mutex_lock(&q->lock);
-            if (q->rx_muted & UIW_MUTE_POLL) {
-                dp_rx_unown(q);
+            bool owned = q->rx_muted & UIW_MUTE_POLL;
+            dp_rx_unown(q); /* off the list, owned or not */
+            if (owned)
                 dp_arm(q); /* reports what came meanwhile */
-            } else if (q->rx_owned_listed) {
-                dp_rx_unown(q);
-            }
             pthread_mutex_unlock(&q->lock);
             uiw_qp_put(q);
         }

@@ -80,30 +80,10 @@ static uint64_t now_ns(void)
  * -T b 4 KiB ran at 6 or at 13-20 us per transfer from run to run (4,005
  * sleeps in 20,000 transfers in a slow run, about 500 in a fast one). */
 #define RS_SPIN_NS 20000u
-static uint64_t rs_long_spin_ns(void)
-{
-    static uint64_t v = UINT64_MAX;
-    uint64_t r = __atomic_load_n(&v, __ATOMIC_RELAXED);
-    if (r == UINT64_MAX) {
-        const char *e = getenv("UIWARP_PROGRESS_SPIN_US");
-        char *end;
-        unsigned long us = 200;
-        if (e && *e) {
-            errno = 0;
-            unsigned long x = strtoul(e, &end, 10);
-            if (!errno && !*end && x <= 100000)
-                us = x; /* else the engine reports it and uses 200 */
-        }
-        r = (uint64_t)us * 1000u;
-        __atomic_store_n(&v, r, __ATOMIC_RELAXED);
-    }
-    return r;
-}
-
 /* The spin for a wait starting at now (lock held) */
 static uint64_t rs_spin_ns(const struct rs_sock *rs, uint64_t now)
 {
-    uint64_t l = rs_long_spin_ns();
+    uint64_t l = (uint64_t)uiw_progress_spin_us() * 1000u; /* the engine's config */
     if (l > RS_SPIN_NS && rs->progress_ns &&
         (rs->progress_ns >= now || now - rs->progress_ns < 2 * l))
         return l;

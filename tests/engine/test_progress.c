@@ -17,8 +17,9 @@
  *      none runs after its del returned, none is lost;
  *   7. park takes the fd out of epoll altogether (not even the hang-up
  *      epoll always reports comes), the next mod puts it back and reports
- *      what came meanwhile; a mod that epoll refuses leaves it parked; del
- *      of a parked fd leaves nothing behind.
+ *      what came meanwhile; a mod that epoll refuses leaves it parked; a
+ *      park that epoll refuses leaves it registered, not parked; del of a
+ *      parked fd leaves nothing behind.
  * Run under ASan and TSan in CI (scripts/test.sh).
  */
 #include <errno.h>
@@ -237,8 +238,15 @@ static void t_park(void)
     CHECK_EQ(uiw_progress_del(sv[0]), 0);
     CHECK_EQ(uiw_progress_park(sv[0]), -ENOENT);
     CHECK_EQ(uiw_progress_add(sv[0], EPOLLIN, cb_count, &a), 0);
-    CHECK_EQ(uiw_progress_del(sv[0]), 0);
+    /* a park that epoll refuses (the fd closed behind the registration's
+     * back: EBADF) says so and leaves the registration as it was; del
+     * still removes it */
     close(sv[0]);
+    CHECK_EQ(uiw_progress_park(sv[0]), -EBADF);
+    CHECK_EQ(uiw_progress_park(sv[0]), -EBADF); /* not marked parked */
+    CHECK_EQ(uiw_progress_del(sv[0]), 0);
+    CHECK_EQ(uiw_progress_park(sv[0]), -ENOENT);
+    CHECK_EQ(atomic_load(&a.calls), 0);
 }
 
 static void t_del_waits(void)

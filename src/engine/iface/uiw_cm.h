@@ -220,6 +220,9 @@ int uiw_progress_timer(unsigned ms, void (*cb)(void *), void *obj, uint64_t *id)
 /* The engine's log (stderr, "uiwarp: " prefix) and its UIWARP_DEBUG level. */
 void uiw_log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 int uiw_debug_level(void);
+/* UIWARP_PROGRESS_SPIN_US as the engine read it (default 200): how long a
+ * waiter spins before it sleeps (rsockets' waits follow it). */
+unsigned uiw_progress_spin_us(void);
 #define uiw_dbg(level, ...)                                                                        \
     do {                                                                                           \
         if (uiw_debug_level() >= (level))                                                          \
