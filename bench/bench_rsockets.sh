@@ -50,7 +50,7 @@ while [ $# -gt 0 ]; do
         shift
         ;;
     -h | --help)
-        sed -n '3,21p' "$0" | sed 's/^# \{0,1\}//'
+        sed -n '3,23p' "$0" | sed 's/^# \{0,1\}//'
         exit 0
         ;;
     *)
