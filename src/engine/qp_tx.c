@@ -1706,22 +1706,30 @@ void uiw_tx_flush_deferred(void)
  * callback that reads FPDUs; bytes arriving in between are not looked at
  * until more bytes arrive. Two guards, both armed hold_ms after the attach
  * (about when the Reply arrived):
- *  - With the Write RTR (RFC 6581 §9; what siw and uiwarp pick when it is
- *    offered) nothing is held: the RTR and the ULP's messages go at once.
- *    When the timer fires and no whole FPDU came from the peer yet (a P2P
- *    responder sends nothing before it has taken the RTR), a wake-up goes:
- *    one more zero-length RDMA Write, the RTR's form (STag 1, TO 0), which
- *    RFC 5041 §7.1 leaves unvalidated and every responder already takes as
- *    the RTR; its arrival wakes siw's callback, which then reads
+ *  - Peer-to-peer (RFC 6581 §9), with either RTR, nothing is held: the RTR
+ *    and the ULP's messages go at once. When the timer fires and no whole
+ *    FPDU came from the peer yet, a wake-up goes: one more zero-length RDMA
+ *    Write in the Write RTR's form (STag 1, TO 0), which RFC 5041 §7.1
+ *    leaves unvalidated ("The STag and TO fields MUST NOT be checked for a
+ *    zero-length Tagged DDP Message") and every responder already takes as
+ *    the Write RTR; its arrival wakes siw's callback, which then reads
  *    everything. A second one goes 10 hold_ms later if the peer is still
- *    silent (a slower siw), then none. A peer that is not siw loses
- *    nothing: its first message is not delayed, and a silent one gets two
- *    empty FPDUs.
- *  - Otherwise (the Read RTR, whose zero-length Read Request a wake-up of
- *    the same form would answer with a Read Response, and client-server
- *    connections, whose first FPDU is the ULP's) the first FPDU goes out at
- *    once but for its trailer (pad + CRC), which goes when the timer fires:
- *    its arrival wakes the callback, which then reads the whole FPDU. Work
+ *    silent (a slower siw), then none.
+ *    - With the Write RTR a P2P responder sends nothing before it has taken
+ *      the RTR, and often nothing for a while after: a silent peer gets the
+ *      two empty FPDUs, and its first message is not delayed.
+ *    - With the Read RTR (what irdma and cxgb4 responders pick, and uiwarp
+ *      with UIWARP_RTR=read) the responder answers the zero-length Read
+ *      Request with a zero-length Read Response (RFC 5040 §5.2.1), so only a
+ *      responder that missed the RTR is ever sent a wake-up: an RNIC, which
+ *      takes the RTR in hardware, gets none. Until 2026-11-29 the Read
+ *      RTR's trailer was held instead, which delayed every connection's
+ *      first messages by hold_ms, RNICs included.
+ *  - Client-server (no RTR: the first FPDU is the ULP's, and the peer may
+ *    rightly stay silent; a zero-length Write to an RNIC outside the RTR
+ *    exchange is not something to risk) the first FPDU goes out at once but
+ *    for its trailer (pad + CRC), which goes when the timer fires: its
+ *    arrival wakes the callback, which then reads the whole FPDU. Work
  *    posted meanwhile queues behind it; ESTABLISHED is not delayed. A first
  *    FPDU built after the deadline is not held at all.
  * ---------------------------------------------------------------------- */
@@ -1735,7 +1743,7 @@ void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
 
     if (!t || !hold_ms)
         return;
-    if (qp->mpa.p2p && (t->rtr & UIW_RTR_WRITE)) {
+    if (qp->mpa.p2p && (t->rtr & (UIW_RTR_WRITE | UIW_RTR_READ))) {
         t->wakes = WAKE_COUNT;
         t->wake_ms = hold_ms;
         uiw_timer_arm(&qp->first_hold, hold_ms);
@@ -1760,8 +1768,8 @@ static void release_hold(struct uiw_qp *qp, const char *why)
     uiw_qp_tx_progress(qp);
 }
 
-/* The timer of a Write-RTR initiator: a wake-up while the peer is silent.
- * qp->lock held. */
+/* The timer of a P2P initiator: a wake-up while the peer is silent (with
+ * the Read RTR: it has not answered the RTR). qp->lock held. */
 static void wake_peer(struct uiw_qp *qp, struct dp_tx *t)
 {
     if (!t->wakes)
@@ -1771,7 +1779,10 @@ static void wake_peer(struct uiw_qp *qp, struct dp_tx *t)
         return;
     }
     t->wakes--;
-    t->rtr = UIW_RTR_WRITE; /* the RTR's form, next between messages */
+    /* the Write RTR's form, next between messages; an RTR that has not gone
+     * yet (a full socket) wakes the peer itself */
+    if (!t->rtr)
+        t->rtr = UIW_RTR_WRITE;
     uiw_dbg(1, "qp %u: no FPDU from the peer yet: a wake-up (zero-length Write)", qp->ibqp.qp_num);
     if (t->wakes)
         uiw_timer_arm(&qp->first_hold, t->wake_ms * WAKE_FACTOR);

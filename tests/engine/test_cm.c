@@ -1584,26 +1584,21 @@ static void raw_rig_down(struct raw_rig *r)
         uiw_cm_channel_destroy(r->ch);
 }
 
-/* Our initiator against a raw responder, where the first FPDU is held
- * (docs/INTEROP.md §1): P2P with the Read RTR the responder picks (read_rtr),
- * or client-server. ESTABLISHED comes with the Reply, at once; the first
- * FPDU (the Read RTR, or without P2P the ULP's first Send) arrives but for its trailer
+/* Our client-server initiator against a raw responder, where the first
+ * FPDU is held (docs/INTEROP.md §1). ESTABLISHED comes with the Reply, at
+ * once; the first FPDU (the ULP's first Send) arrives but for its trailer
  * (pad, CRC, in one piece: siw), which comes hold_ms after the Reply at the
- * earliest; the Send posted
- * right after ESTABLISHED arrives intact behind it and completes.
- * strict: also check the timing from above (a hold of hundreds of ms). */
-static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
+ * earliest; the Send completes. strict: also check the timing from above
+ * (a hold of hundreds of ms). */
+static void t_first_hold(unsigned hold_ms, bool strict)
 {
     static uint8_t sbuf[100];
     uint8_t f[64], stream[512];
     struct raw_rig r;
     if (raw_rig_up(&r, sbuf, sizeof(sbuf), 77)) {
         struct uiw_cm_event ev;
-        bool p2p = read_rtr;
-        CHECK_EQ(r.rq.p2p, p2p);
-        size_t n =
-            p2p ? mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_D_READ0 | 2, NULL, 0)
-                : mk_frame(f, false, S, 2, 2, 2, NULL, 0);
+        CHECK(!r.rq.p2p);
+        size_t n = mk_frame(f, false, S, 2, 2, 2, NULL, 0);
         uint64_t t0 = eng_now_ms();
         eng_send_all(r.fd, f, n);
         bool est = expect_event(r.ch, &ev, UIW_CM_ESTABLISHED, 0, r.c, "hold: est");
@@ -1628,38 +1623,21 @@ static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
                 CHECK(t_most - t0 < hold_ms / 2); /* the rest did not */
                 CHECK(t_est < t_all);
             }
-            size_t total = first;
-            if (p2p) {
-                /* the Send follows the RTR */
-                ok = read_n(r.fd, stream + total, 2, EV_MS, NULL) == 2;
-                CHECK(ok);
-                size_t second = ok ? fpdu_len(stream + total) : 0;
-                ok = ok && second <= sizeof(stream) - total &&
-                     read_n(r.fd, stream + total + 2, second - 2, EV_MS, NULL) == second - 2;
-                CHECK(ok);
-                total += second;
-            }
-            /* parse: [RTR Write,] Send MSN 1 with the payload intact */
+            /* parse: the Send, MSN 1, with the payload intact */
             uiw_rx rx;
             uiw_rx_cfg cfg = {.crc = false};
             uiw_rx_init(&rx, &cfg);
             size_t off = 0, got = 0;
             int ends = 0, sends = 0;
-            while (ok && off < total) {
+            while (off < first) {
                 uiw_rx_event e;
-                size_t used = uiw_rx_feed(&rx, stream + off, total - off, &e);
+                size_t used = uiw_rx_feed(&rx, stream + off, first - off, &e);
                 off += used;
                 if (e.kind == UIW_RX_HDR) {
-                    if (e.hdr->opcode == UIW_OP_SEND) {
-                        sends++;
-                        CHECK_EQ(e.hdr->msn, 1);
-                        CHECK_EQ(e.payload_len, sizeof(sbuf));
-                    } else {
-                        CHECK(p2p && ends == 0);                  /* only the RTR comes first */
-                        CHECK_EQ(e.hdr->opcode, UIW_OP_READ_REQ); /* zero-length */
-                        CHECK_EQ(e.hdr->u.rreq.read_size, 0);
-                        CHECK_EQ(e.hdr->u.rreq.src_stag, 1);
-                    }
+                    CHECK_EQ(e.hdr->opcode, UIW_OP_SEND);
+                    sends++;
+                    CHECK_EQ(e.hdr->msn, 1);
+                    CHECK_EQ(e.payload_len, sizeof(sbuf));
                 } else if (e.kind == UIW_RX_PAYLOAD) {
                     CHECK(got + e.len <= sizeof(sbuf));
                     if (got + e.len <= sizeof(sbuf))
@@ -1673,7 +1651,7 @@ static void t_first_hold(bool read_rtr, unsigned hold_ms, bool strict)
                     break;
                 }
             }
-            CHECK_EQ(ends, p2p ? 2 : 1);
+            CHECK_EQ(ends, 1);
             CHECK_EQ(sends, 1);
             CHECK_EQ(got, sizeof(sbuf));
             struct ibv_wc wc;
@@ -1721,13 +1699,43 @@ static bool is_zero_write(const uint8_t *buf, size_t n)
     return hdr && end;
 }
 
-/* Our P2P initiator with the Write RTR (the default) against a raw
- * responder (docs/INTEROP.md §1): nothing is held, the RTR and the Send
- * posted right after ESTABLISHED arrive at once; while the responder sends
- * nothing, a wake-up (a zero-length Write, the RTR's form) comes hold_ms
- * after the Reply, and a second one 10 hold_ms later; an FPDU from the
- * responder after the first stops the second (answer). hold_ms 0: none. */
-static void t_first_wake(unsigned hold_ms, bool answer)
+/* Whether buf holds exactly one zero-length RDMA Read Request, source STag
+ * 1 (the Read RTR: start_rtr). */
+static bool is_zero_read(const uint8_t *buf, size_t n)
+{
+    uiw_rx rx;
+    uiw_rx_cfg cfg = {.crc = false};
+    uiw_rx_init(&rx, &cfg);
+    size_t off = 0;
+    bool hdr = false, end = false;
+    while (off < n) {
+        uiw_rx_event e;
+        size_t used = uiw_rx_feed(&rx, buf + off, n - off, &e);
+        off += used;
+        if (e.kind == UIW_RX_HDR)
+            hdr = e.hdr->opcode == UIW_OP_READ_REQ && e.hdr->u.rreq.read_size == 0 &&
+                  e.hdr->u.rreq.src_stag == 1 && e.hdr->msn == 1;
+        else if (e.kind == UIW_RX_END)
+            end = e.crc_ok;
+        else if (e.kind == UIW_RX_PAYLOAD || e.kind == UIW_RX_ERROR || used == 0)
+            return false;
+    }
+    return hdr && end;
+}
+
+/* Our P2P initiator against a raw responder that picks the Write RTR (the
+ * default) or the Read RTR (read_rtr; what irdma and cxgb4 responders
+ * pick), docs/INTEROP.md §1: nothing is held, the RTR and the Send posted
+ * right after ESTABLISHED arrive at once; while the responder sends
+ * nothing, a wake-up (a zero-length Write, the Write RTR's form) comes
+ * hold_ms after the Reply, and a second one 10 hold_ms later (SILENT).
+ * ANSWER_LATE: the responder speaks after the first wake-up (a zero-length
+ * Write of its own; with the Read RTR, its Read Response): no second one.
+ * ANSWER_RTR (Read RTR): the responder answers the RTR at once, as an RNIC
+ * does: no wake-up at all. hold_ms 0: none. */
+enum { SILENT, ANSWER_LATE, ANSWER_RTR };
+
+static void t_first_wake(bool read_rtr, unsigned hold_ms, int answer)
 {
     static uint8_t sbuf[100];
     uint8_t f[64], buf[512];
@@ -1735,15 +1743,16 @@ static void t_first_wake(unsigned hold_ms, bool answer)
     if (raw_rig_up(&r, sbuf, sizeof(sbuf), 78)) {
         struct uiw_cm_event ev;
         CHECK(r.rq.p2p);
-        size_t n =
-            mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2, UIW_MPA_ORD_C_WRITE0 | 2, NULL, 0);
+        size_t n = mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2,
+                            (read_rtr ? UIW_MPA_ORD_D_READ0 : UIW_MPA_ORD_C_WRITE0) | 2, NULL, 0);
         uint64_t t0 = eng_now_ms();
         eng_send_all(r.fd, f, n);
         bool est = expect_event(r.ch, &ev, UIW_CM_ESTABLISHED, 0, r.c, "wake: est");
         CHECK_EQ(eng_post(r.a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), r.mr->lkey, 0, 0, 6, true), 0);
         /* the RTR, then the Send, whole, not held */
         size_t r1 = est ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
-        CHECK(r1 && is_zero_write(buf, r1));
+        CHECK(r1 && (read_rtr ? is_zero_read(buf, r1) : is_zero_write(buf, r1)));
+        uint64_t t_rtr = eng_now_ms();
         size_t r2 = r1 ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
         uint64_t t_send = eng_now_ms();
         CHECK(r2 == 2 + 18 + sizeof(sbuf) + 4); /* len, hdr, payload, CRC (no pad) */
@@ -1754,7 +1763,21 @@ static void t_first_wake(unsigned hold_ms, bool answer)
         CHECK_EQ(eng_poll_one(r.a.cq, &wc, EV_MS), 1);
         CHECK_EQ(wc.wr_id, 6);
         CHECK_EQ(wc.status, IBV_WC_SUCCESS);
-        if (!hold_ms) {
+        /* the responder's answer: a zero-length Write, or the Read RTR's
+         * Read Response (to the Read Request's sink STag, 0) */
+        uiw_hdr h;
+        uiw_hdr_init(&h, true, read_rtr ? UIW_OP_READ_RESP : UIW_OP_WRITE);
+        h.stag = read_rtr ? 0 : 1;
+        h.to = 0;
+        if (answer == ANSWER_RTR) {
+            CHECK(read_rtr);
+            if (hold_ms >= 100)
+                CHECK(t_rtr - t0 < hold_ms / 2);
+            size_t m = mk_fpdu(&h, false, buf);
+            CHECK(m > 0);
+            eng_send_all(r.fd, buf, m);
+            CHECK(quiet(r.fd, (int)(hold_ms * 11 + 300))); /* no wake-up */
+        } else if (!hold_ms) {
             CHECK(quiet(r.fd, 200)); /* no wake-up when off */
         } else {
             /* the first wake-up, hold_ms after the Reply at the earliest */
@@ -1762,13 +1785,8 @@ static void t_first_wake(unsigned hold_ms, bool answer)
             uint64_t t_w = eng_now_ms();
             CHECK(w && is_zero_write(buf, w));
             CHECK(t_w - t0 >= hold_ms);
-            if (answer) {
-                /* the peer speaks (a zero-length Write of its own): no
-                 * second wake-up */
-                uiw_hdr h;
-                uiw_hdr_init(&h, true, UIW_OP_WRITE);
-                h.stag = 1;
-                h.to = 0;
+            if (answer == ANSWER_LATE) {
+                /* the peer speaks: no second wake-up */
                 size_t m = mk_fpdu(&h, false, buf);
                 CHECK(m > 0);
                 eng_send_all(r.fd, buf, m);
@@ -1781,8 +1799,9 @@ static void t_first_wake(unsigned hold_ms, bool answer)
                 CHECK(t_w2 - t_w >= hold_ms * 10 - hold_ms / 2);
                 CHECK(quiet(r.fd, (int)(hold_ms * 10 + 300)));
             }
-            CHECK_EQ(ibv_poll_cq(r.a.cq, 1, &wc), 0); /* wake-ups complete nothing */
         }
+        CHECK_EQ(ibv_poll_cq(r.a.cq, 1, &wc), 0); /* the RTR, wake-ups complete nothing */
+        CHECK_EQ(eng_qp_state(r.a.qp), IBV_QPS_RTS);
     }
     raw_rig_down(&r);
 }
@@ -2080,18 +2099,20 @@ static void c_p2p_read(void)
 }
 
 /* No UIWARP_FIRST_FPDU_HOLD_MS: the default, 20 ms (docs/INTEROP.md §1).
- * P2P with the Write RTR: wake-ups while the peer is silent; with the Read
- * RTR (the responder's choice) and client-server: the first FPDU's trailer
+ * P2P, with either RTR: wake-ups while the peer is silent (with the Read
+ * RTR: until it answers the RTR); client-server: the first FPDU's trailer
  * is held. */
 static void c_first_hold_default(void)
 {
     CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20);
     if (uiw_config()->p2p) {
-        t_first_wake(20, false);
-        t_first_wake(20, true);
-        t_first_hold(true, 20, false);
+        t_first_wake(false, 20, SILENT);
+        t_first_wake(false, 20, ANSWER_LATE);
+        t_first_wake(true, 20, SILENT);
+        t_first_wake(true, 20, ANSWER_LATE);
+        t_first_wake(true, 20, ANSWER_RTR);
     } else {
-        t_first_hold(false, 20, false);
+        t_first_hold(20, false);
     }
 }
 
@@ -2101,10 +2122,11 @@ static void c_first_hold_long(void)
 {
     if (uiw_config()->p2p) {
         CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 100);
-        t_first_wake(100, true);
+        t_first_wake(false, 100, ANSWER_LATE);
+        t_first_wake(true, 100, ANSWER_RTR);
     } else {
         CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 400);
-        t_first_hold(false, 400, true);
+        t_first_hold(400, true);
     }
 }
 
@@ -2112,10 +2134,12 @@ static void c_first_hold_long(void)
 static void c_first_hold_off(void)
 {
     CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 0);
-    if (uiw_config()->p2p)
-        t_first_wake(0, false);
-    else
-        t_first_hold(false, 0, false);
+    if (uiw_config()->p2p) {
+        t_first_wake(false, 0, SILENT);
+        t_first_wake(true, 0, SILENT);
+    } else {
+        t_first_hold(0, false);
+    }
 }
 
 struct child_case {
