@@ -89,10 +89,10 @@ static unsigned int first_hold_ms = 20;
 module_param(first_hold_ms, uint, 0644);
 MODULE_PARM_DESC(first_hold_ms,
                  "initiator, siw's first-FPDU race (its responder misses bytes that come "
-                 "before it watches its socket): with the Write RTR nothing is held, and this "
-                 "many ms after the MPA Reply, if no whole FPDU came from the peer, a wake-up "
-                 "(a zero-length Write, STag 1, TO 0) goes, one more 10 times as late; with the "
-                 "Read RTR or client-server the first FPDU waits this many ms after the Reply; "
+                 "before it watches its socket): peer-to-peer (Write or Read RTR) nothing is "
+                 "held, and this many ms after the MPA Reply, if no whole FPDU came from the "
+                 "peer, a wake-up (a zero-length Write, STag 1, TO 0) goes, one more 10 times as "
+                 "late; client-server the first FPDU waits this many ms after the Reply; "
                  "0 neither (default 20, the library's UIWARP_FIRST_FPDU_HOLD_MS)");
 
 static unsigned int mpa_timeout_ms = 10000;
@@ -194,10 +194,10 @@ struct uiw_ep {
     struct mutex mu;
     struct work_struct work;
     struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms),
-                               * or with the Write RTR the next wake-up */
+                               * or peer-to-peer the next wake-up */
     bool hold_armed, first_sent;
-    /* initiator, Write RTR: the wake-ups still to send while the peer
-     * sends nothing (ep_wake), and the first one's delay (first_hold_ms) */
+    /* initiator, P2P: the wake-ups still to send while the peer sends
+     * nothing (ep_wake), and the first one's delay (first_hold_ms) */
     u8 wakes;
     unsigned int wake_ms;
     bool rx_whole;                 /* a whole FPDU came from the peer */
@@ -656,7 +656,7 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
                  keepalive_time_when(tp) / HZ, keepalive_intvl_when(tp) / HZ, keepalive_probes(tp),
                  READ_ONCE(inet_csk(sk)->icsk_user_timeout));
     }
-    if (ep->active && ep->rtr_send == UIW_RTR_WRITE && hold_ms) {
+    if (ep->active && (ep->rtr_send == UIW_RTR_WRITE || ep->rtr_send == UIW_RTR_READ) && hold_ms) {
         /* siw's first-FPDU race (ep_wake): nothing held, a wake-up
          * timer instead */
         ep->first_sent = true;
@@ -2040,18 +2040,20 @@ static void ep_sock_failed(struct uiw_ep *ep, int rc)
  * siw's first-FPDU race (docs/INTEROP.md §1, docs/KERNEL.md "The first
  * FPDU and siw"): Linux siw's responder sends its MPA Reply before it
  * installs the socket callback that reads FPDUs, and bytes that arrive in
- * between are not looked at until more bytes come. With the Write RTR
- * (RFC 6581 §9; what siw, the library and the module pick when offered)
- * nothing is held: first_hold_ms after the attach (stream_start), if no
- * whole FPDU came from the peer (a P2P responder sends nothing before it
- * took the RTR), one more zero-length RDMA Write in the RTR's form (STag
- * 1, TO 0) goes, which RFC 5041 §7.1 leaves unvalidated: its arrival wakes
- * siw's callback, which then reads everything. A second one goes
- * WAKE_FACTOR times as late if the peer is still silent, then none; a
- * Terminate, ERR or a disconnect ends them. With the Read RTR (a wake-up
- * of that form would cost a Read Response) and client-server connections
- * (the first FPDU is the ULP's) the first FPDU waits first_hold_ms after
- * the attach instead (tx_start), so that it arrives after siw watches.
+ * between are not looked at until more bytes come. Peer-to-peer (RFC 6581
+ * §9), with the Write RTR (what siw, the library and the module pick when
+ * offered) or the Read RTR (irdma's and cxgb4's pick), nothing is held:
+ * first_hold_ms after the attach (stream_start), if no whole FPDU came
+ * from the peer (a P2P responder sends nothing before it took the RTR; a
+ * Read RTR's answer, its zero-length Read Response, is such an FPDU), one
+ * more zero-length RDMA Write in the Write RTR's form (STag 1, TO 0) goes,
+ * which RFC 5041 §7.1 leaves unvalidated: its arrival wakes siw's
+ * callback, which then reads everything. A second one goes WAKE_FACTOR
+ * times as late if the peer is still silent, then none; a Terminate, ERR
+ * or a disconnect ends them. Client-server (the first FPDU is the ULP's,
+ * and the peer may rightly stay silent) the first FPDU waits first_hold_ms
+ * after the attach instead (tx_start), so that it arrives after siw
+ * watches.
  * ep->mu held, FPDU mode.
  */
 static void ep_wake(struct uiw_ep *ep)
@@ -2070,7 +2072,10 @@ static void ep_wake(struct uiw_ep *ep)
         return;
     }
     ep->wakes--;
-    ep->rtr_send = UIW_RTR_WRITE; /* the RTR's form, next between messages */
+    /* the Write RTR's form, next between messages; an RTR that has not
+     * gone yet wakes the peer itself */
+    if (!ep->rtr_send)
+        ep->rtr_send = UIW_RTR_WRITE;
     pr_debug("%s: QP %u: no FPDU from the peer yet: a wake-up (zero-length Write)\n", ep_name(ep),
              ep->qp->base.qp_num);
     if (ep->wakes)

@@ -3291,12 +3291,12 @@ out:
  * The initiator's guard against siw's first-FPDU race (wake=1; the driver
  * loaded with first_hold_ms=wake_hold_ms, docs/KERNEL.md "The first FPDU
  * and siw"): a raw responder on port+3 answers the driver's Request. With
- * the Write RTR the RTR and the ULP's first Send come at once; a silent
- * responder then gets a wake-up (a zero-length Write, STag 1, TO 0)
- * first_hold_ms after the Reply and a second one 10 times as late, then
- * nothing; one that sent an FPDU gets none. With the Read RTR and with a
- * client-server (revision 1) connection the first FPDU comes no earlier
- * than first_hold_ms after the Reply.
+ * the Write RTR or the Read RTR the RTR and the ULP's first Send come at
+ * once; a silent responder then gets a wake-up (a zero-length Write, STag
+ * 1, TO 0) first_hold_ms after the Reply and a second one 10 times as
+ * late, then nothing; one that sent an FPDU (with the Read RTR: its Read
+ * Response) gets none. With a client-server (revision 1) connection the
+ * first FPDU comes no earlier than first_hold_ms after the Reply.
  * ---------------------------------------------------------------------- */
 
 static bool wake;
@@ -3338,12 +3338,22 @@ static bool w_is_send(const u8 *u, int n, u32 msn, const u8 *buf)
            !memcmp(u + 18, buf, 12);
 }
 
-/* Write RTR; silent: whether the raw end stays silent (wake-ups) or sends
- * a zero-length Write first (none) */
-static void w_write(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf,
-                    bool silent)
+/* the Read RTR: a zero-length Read Request, untagged QN 1, MSN 1, from
+ * source STag 1 (RFC 6581 §9.2) */
+static bool w_is_rrtr(const u8 *u, int n)
 {
-    const char *what = silent ? "Write RTR, silent peer" : "Write RTR, the peer sends";
+    return n == 46 && u[0] == 0x41 && u[1] == 0x41 && get_be32(u + 6) == 1 && get_be32(u + 30) == 0;
+}
+
+/* P2P, the Write RTR or the Read RTR (read); silent: whether the raw end
+ * stays silent (wake-ups) or speaks (none): a zero-length Write after the
+ * first Send, or with the Read RTR the RTR's zero-length Read Response at
+ * once */
+static void w_p2p(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf,
+                  bool read, bool silent)
+{
+    const char *what = read ? (silent ? "Read RTR, silent peer" : "Read RTR, the peer answers")
+                            : (silent ? "Write RTR, silent peer" : "Write RTR, the peer sends");
     unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t1, t;
     struct hconn h = {};
     static u8 u[256];
@@ -3356,7 +3366,7 @@ static void w_write(struct ib_device *ib, struct socket *ls, struct sockaddr_in 
     if (!h.sock)
         goto out;
     h.sock->sk->sk_rcvtimeo = hold * 12 + 5 * HZ;
-    w_reply(rep, 0x8000);
+    w_reply(rep, read ? 0x4000 : 0x8000);
     t0 = jiffies;
     CHECK(raw_send(h.sock, rep, sizeof(rep)) == 0, "%s: the Reply", what);
     if (evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what) < 0)
@@ -3364,7 +3374,17 @@ static void w_write(struct ib_device *ib, struct socket *ls, struct sockaddr_in 
     memcpy(buf, "first at once", 12);
     CHECK(w_send(&c, buf, 81) == 0, "%s: post a Send", what);
     n = h_fpdu(&h, u, sizeof(u));
-    CHECK(w_is_wake(u, n), "%s: the RTR (%d) %*ph", what, n, n > 0 ? min_t(int, n, 20) : 0, u);
+    CHECK(read ? w_is_rrtr(u, n) : w_is_wake(u, n), "%s: the RTR (%d) %*ph", what, n,
+          n > 0 ? min_t(int, n, 46) : 0, u);
+    if (read && !silent) {
+        u8 f[64], hd[16];
+        /* the RTR's answer: a zero-length Read Response (RFC 5040 §4.2:
+         * opcode 0010b) to the Read Request's sink STag (0), as a
+         * responder sends it */
+        unsigned int fl = fpdu(f, false, hd, hdr_t(hd, 2, 0, 0), NULL, 0);
+
+        CHECK(raw_send(h.sock, f, fl) == 0, "%s: our zero-length Read Response", what);
+    }
     n = h_fpdu(&h, u, sizeof(u));
     t = jiffies;
     CHECK(w_is_send(u, n, 1, buf), "%s: the Send (%d) %*ph", what, n, n > 0 ? min_t(int, n, 30) : 0,
@@ -3377,7 +3397,7 @@ static void w_write(struct ib_device *ib, struct socket *ls, struct sockaddr_in 
     rc = poll_n(c.cq, &wc, 1);
     CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 81, "%s: the Send's completion",
           what);
-    if (!silent) {
+    if (!silent && !read) {
         u8 f[64], hd[16];
         unsigned int fl = fpdu(f, false, hd, hdr_t(hd, 0, 1, 0), NULL, 0);
 
@@ -3400,6 +3420,15 @@ static void w_write(struct ib_device *ib, struct socket *ls, struct sockaddr_in 
         n = h_fpdu(&h, u, sizeof(u));
         CHECK(w_is_send(u, n, 2, buf), "%s: the second Send (%d) %*ph", what, n,
               n > 0 ? min_t(int, n, 30) : 0, u);
+        goto down;
+    }
+    if (!silent) {
+        /* the Read RTR answered: no wake-up at first_hold_ms (nor after) */
+        h.sock->sk->sk_rcvtimeo = hold * 2 + HZ / 2;
+        rc = raw_recv(h.sock, u, 1);
+        CHECK(rc == -EAGAIN, "%s: %d, want nothing within %u ms", what, rc,
+              jiffies_to_msecs(hold * 2 + HZ / 2));
+        CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
         goto down;
     }
     /* the first wake-up, first_hold_ms after the attach (the Reply) */
@@ -3435,71 +3464,54 @@ out:
     end_fini(&c);
 }
 
-/* the first FPDU (f: the Read RTR, or without an RTR the Send) comes
- * first_hold_ms after the Reply; rev1: a client-server connection at
- * revision 1 (the raw end resets the revision 2 Request, as h_rev1) */
-static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf,
-                   bool rev1)
+/* a client-server connection at revision 1 (the raw end resets the
+ * revision 2 Request, as h_rev1): the first FPDU, the Send, comes
+ * first_hold_ms after the Reply */
+static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf)
 {
-    const char *what = rev1 ? "client-server (revision 1)" : "Read RTR";
+    const char *what = "client-server (revision 1)";
     unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t;
     struct hconn h = {};
     static u8 u[256];
     struct end c;
     struct ib_wc wc;
     u8 rep[24], req[20];
-    int rc, n;
+    int rc;
 
     h.sock = hr_up(ib, ls, lin, &c, what);
     if (!h.sock)
         goto out;
-    if (rev1) {
-        sock_no_linger(h.sock->sk);
-        sock_release(h.sock); /* a reset: the driver retries at revision 1 */
+    sock_no_linger(h.sock->sk);
+    sock_release(h.sock); /* a reset: the driver retries at revision 1 */
+    h.sock = NULL;
+    rc = kernel_accept(ls, &h.sock, 0);
+    CHECK(rc == 0, "%s: no second connection: %d", what, rc);
+    if (rc) {
         h.sock = NULL;
-        rc = kernel_accept(ls, &h.sock, 0);
-        CHECK(rc == 0, "%s: no second connection: %d", what, rc);
-        if (rc) {
-            h.sock = NULL;
-            goto out;
-        }
-        h.sock->sk->sk_rcvtimeo = 5 * HZ;
-        rc = raw_recv(h.sock, req, 20);
-        CHECK(rc == 0 && req[17] == 1, "%s: the second Request (%d) %*ph", what, rc, 20, req);
-        memcpy(rep, "MPA ID Rep Frame", 16);
-        rep[16] = rep[18] = rep[19] = 0;
-        rep[17] = 1;
-        n = 20;
-    } else {
-        w_reply(rep, 0x4000);
-        n = 24;
+        goto out;
     }
+    h.sock->sk->sk_rcvtimeo = 5 * HZ;
+    rc = raw_recv(h.sock, req, 20);
+    CHECK(rc == 0 && req[17] == 1, "%s: the second Request (%d) %*ph", what, rc, 20, req);
+    memcpy(rep, "MPA ID Rep Frame", 16);
+    rep[16] = rep[18] = rep[19] = 0;
+    rep[17] = 1;
     h.sock->sk->sk_rcvtimeo = hold + 5 * HZ;
     t0 = jiffies;
-    CHECK(raw_send(h.sock, rep, n) == 0, "%s: the Reply", what);
+    CHECK(raw_send(h.sock, rep, 20) == 0, "%s: the Reply", what);
     if (evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what) < 0)
         goto out;
     memcpy(buf, "held a while", 12);
     CHECK(w_send(&c, buf, 83) == 0, "%s: post a Send", what);
-    n = h_fpdu(&h, u, sizeof(u));
+    rc = h_fpdu(&h, u, sizeof(u));
     t = jiffies;
-    if (rev1)
-        CHECK(w_is_send(u, n, 1, buf), "%s: the Send (%d) %*ph", what, n,
-              n > 0 ? min_t(int, n, 30) : 0, u);
-    else /* a zero-length Read Request, untagged QN 1 (RFC 6581 §9.2) */
-        CHECK(n == 46 && u[0] == 0x41 && u[1] == 0x41 && get_be32(u + 6) == 1 &&
-                  get_be32(u + 30) == 0,
-              "%s: the Read RTR (%d) %*ph", what, n, n > 0 ? min_t(int, n, 46) : 0, u);
+    CHECK(w_is_send(u, rc, 1, buf), "%s: the Send (%d) %*ph", what, rc,
+          rc > 0 ? min_t(int, rc, 30) : 0, u);
     CHECK(time_after_eq(t, t0 + hold * 9 / 10) && time_before(t, t0 + hold + HZ),
           "%s: the first FPDU %u ms after the Reply, want %u", what, jiffies_to_msecs(t - t0),
           wake_hold_ms);
     pr_info("first FPDU guard: %s: first FPDU %u ms after the Reply (first_hold_ms %u)\n", what,
             jiffies_to_msecs(t - t0), wake_hold_ms);
-    if (!rev1) {
-        n = h_fpdu(&h, u, sizeof(u));
-        CHECK(w_is_send(u, n, 1, buf), "%s: the Send (%d) %*ph", what, n,
-              n > 0 ? min_t(int, n, 30) : 0, u);
-    }
     rc = poll_n(c.cq, &wc, 1);
     CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 83, "%s: the Send's completion",
           what);
@@ -3541,10 +3553,11 @@ static void test_wake(struct ib_device *ib)
     rc = kernel_bind(ls, (struct sockaddr *)&lin, sizeof(lin)) ?: kernel_listen(ls, 4);
     CHECK(rc == 0, "wake: raw listener: bind/listen: %d", rc);
     if (!rc) {
-        w_write(ib, ls, &lin, buf, true);
-        w_write(ib, ls, &lin, buf, false);
-        w_held(ib, ls, &lin, buf, false);
-        w_held(ib, ls, &lin, buf, true);
+        w_p2p(ib, ls, &lin, buf, false, true);
+        w_p2p(ib, ls, &lin, buf, false, false);
+        w_p2p(ib, ls, &lin, buf, true, true);
+        w_p2p(ib, ls, &lin, buf, true, false);
+        w_held(ib, ls, &lin, buf);
     }
     sock_release(ls);
     kfree(buf);
