@@ -89,10 +89,10 @@ static unsigned int first_hold_ms = 20;
 module_param(first_hold_ms, uint, 0644);
 MODULE_PARM_DESC(first_hold_ms,
                  "initiator, siw's first-FPDU race (its responder misses bytes that come "
-                 "before it watches its socket): peer-to-peer (Write or Read RTR) nothing is "
-                 "held, and this many ms after the MPA Reply, if no whole FPDU came from the "
-                 "peer, a wake-up (a zero-length Write, STag 1, TO 0) goes, one more 10 times as "
-                 "late; client-server the first FPDU waits this many ms after the Reply; "
+                 "before it watches its socket): nothing is held, and this many ms after the MPA "
+                 "Reply, if no whole FPDU came from the peer (client-server: and we sent "
+                 "something), a wake-up (a zero-length Write, STag 1, TO 0) goes, one more 10 "
+                 "times as late; "
                  "0 neither (default 20, the library's UIWARP_FIRST_FPDU_HOLD_MS)");
 
 static unsigned int mpa_timeout_ms = 10000;
@@ -170,7 +170,7 @@ enum ep_state {
 /* bits of ep->flags, set from any context */
 enum { EPF_ABORT, EPF_MPA_TIMEOUT, EPF_WAKE };
 
-/* the initiator's wake-ups with the Write RTR (ep_wake) */
+/* the initiator's wake-ups (ep_wake) */
 #define WAKE_COUNT  2  /* at most */
 #define WAKE_FACTOR 10 /* the second one's delay, in first_hold_ms */
 
@@ -193,11 +193,10 @@ struct uiw_ep {
     struct kref ref;
     struct mutex mu;
     struct work_struct work;
-    struct delayed_work hold; /* the initiator's first FPDU waits (first_hold_ms),
-                               * or peer-to-peer the next wake-up */
-    bool hold_armed, first_sent;
-    /* initiator, P2P: the wake-ups still to send while the peer sends
-     * nothing (ep_wake), and the first one's delay (first_hold_ms) */
+    struct delayed_work hold; /* the initiator's next wake-up (ep_wake) */
+    bool hold_armed;
+    /* initiator: the wake-ups still to send while the peer sends nothing
+     * (ep_wake), and the first one's delay (first_hold_ms) */
     u8 wakes;
     unsigned int wake_ms;
     bool rx_whole;                 /* a whole FPDU came from the peer */
@@ -206,7 +205,6 @@ struct uiw_ep {
     /* on the QP's SRQ's waiters (srq->lock) while a Send waits for a
      * receive there, with a reference; empty (self-linked) otherwise */
     struct list_head srq_node;
-    unsigned long first_tx_at;
     unsigned long flags;
     struct uiw_dev *dev;
     struct socket *sock;
@@ -615,7 +613,6 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
     ep->tx_hold = !ep->active && r->await_rtr;
     ep->rtr_send = ep->active && r->send_rtr ? r->rtr : 0;
     ep->rtr_expect = !ep->active && r->p2p ? r->rtr : 0;
-    ep->first_tx_at = jiffies + msecs_to_jiffies(hold_ms);
     ep->wakes = 0;
     ep->rx_whole = false;
     ep->ird = r->ird;
@@ -656,10 +653,9 @@ static int stream_start(struct uiw_ep *ep, struct uiw_qp *qp)
                  keepalive_time_when(tp) / HZ, keepalive_intvl_when(tp) / HZ, keepalive_probes(tp),
                  READ_ONCE(inet_csk(sk)->icsk_user_timeout));
     }
-    if (ep->active && (ep->rtr_send == UIW_RTR_WRITE || ep->rtr_send == UIW_RTR_READ) && hold_ms) {
+    if (ep->active && hold_ms) {
         /* siw's first-FPDU race (ep_wake): nothing held, a wake-up
-         * timer instead */
-        ep->first_sent = true;
+         * timer */
         ep->wakes = WAKE_COUNT;
         ep->wake_ms = hold_ms;
         clear_bit(EPF_WAKE, &ep->flags);
@@ -1052,16 +1048,6 @@ static int tx_start(struct uiw_ep *ep)
     }
     if (ep->term_sent || !qp || ep->tx_hold)
         return 0;
-    if (ep->active && !ep->first_sent) {
-        long left = (long)(ep->first_tx_at - jiffies);
-
-        if (left > 0) {
-            if (!ep->hold_armed)
-                ep_hold_arm(ep, left);
-            return 0;
-        }
-        ep->first_sent = true;
-    }
     if (ep->imm_next) {
         /* the second message of a Send or RDMA Write with Immediate, at
          * once after the first (its gather list is in txiov) */
@@ -2040,20 +2026,21 @@ static void ep_sock_failed(struct uiw_ep *ep, int rc)
  * siw's first-FPDU race (docs/INTEROP.md §1, docs/KERNEL.md "The first
  * FPDU and siw"): Linux siw's responder sends its MPA Reply before it
  * installs the socket callback that reads FPDUs, and bytes that arrive in
- * between are not looked at until more bytes come. Peer-to-peer (RFC 6581
- * §9), with the Write RTR (what siw, the library and the module pick when
- * offered) or the Read RTR (irdma's and cxgb4's pick), nothing is held:
+ * between are not looked at until more bytes come. Nothing is held: the
+ * RTR (peer-to-peer, RFC 6581 §9) and the ULP's messages go at once.
  * first_hold_ms after the attach (stream_start), if no whole FPDU came
- * from the peer (a P2P responder sends nothing before it took the RTR; a
- * Read RTR's answer, its zero-length Read Response, is such an FPDU), one
- * more zero-length RDMA Write in the Write RTR's form (STag 1, TO 0) goes,
- * which RFC 5041 §7.1 leaves unvalidated: its arrival wakes siw's
- * callback, which then reads everything. A second one goes WAKE_FACTOR
- * times as late if the peer is still silent, then none; a Terminate, ERR
- * or a disconnect ends them. Client-server (the first FPDU is the ULP's,
- * and the peer may rightly stay silent) the first FPDU waits first_hold_ms
- * after the attach instead (tx_start), so that it arrives after siw
- * watches.
+ * from the peer, one more zero-length RDMA Write in the Write RTR's form
+ * (STag 1, TO 0) goes, which RFC 5041 §7.1 leaves unvalidated: its arrival
+ * wakes siw's callback, which then reads everything. A second one goes
+ * WAKE_FACTOR times as late if the peer is still silent, then none; a
+ * Terminate, ERR or a disconnect ends them. With the Write RTR a P2P
+ * responder sends nothing before it took the RTR; with the Read RTR
+ * (irdma's and cxgb4's pick) its answer, a zero-length Read Response, is
+ * such an FPDU, so only a responder that missed the RTR gets a wake-up.
+ * Client-server (no RTR) only when we sent something the peer could have
+ * missed, so that a wake-up is never the stream's first FPDU (RFC 5044
+ * §7.1.2). Until 2026-11-29 the Read RTR and client-server held the first
+ * FPDU first_hold_ms instead.
  * ep->mu held, FPDU mode.
  */
 static void ep_wake(struct uiw_ep *ep)
@@ -2067,8 +2054,11 @@ static void ep_wake(struct uiw_ep *ep)
     spin_lock_irqsave(&ep->qp->lock, fl);
     st = ep->qp->state;
     spin_unlock_irqrestore(&ep->qp->lock, fl);
-    if (ep->rx_whole || st != IB_QPS_RTS || ep->term_pending || ep->term_sent || ep->fin_sent) {
-        ep->wakes = 0; /* the peer took the RTR, or the connection is ending */
+    if (ep->rx_whole || st != IB_QPS_RTS || ep->term_pending || ep->term_sent || ep->fin_sent ||
+        (!ep->neg.result.p2p && !ep->tx.stream_off)) {
+        /* the peer spoke, the connection is ending, or (client-server) we
+         * sent nothing it could have missed */
+        ep->wakes = 0;
         return;
     }
     ep->wakes--;

@@ -3295,8 +3295,9 @@ out:
  * once; a silent responder then gets a wake-up (a zero-length Write, STag
  * 1, TO 0) first_hold_ms after the Reply and a second one 10 times as
  * late, then nothing; one that sent an FPDU (with the Read RTR: its Read
- * Response) gets none. With a client-server (revision 1) connection the
- * first FPDU comes no earlier than first_hold_ms after the Reply.
+ * Response) gets none. A client-server (revision 1) connection is not
+ * held either, and its silent responder gets the two wake-ups after our
+ * first Send.
  * ---------------------------------------------------------------------- */
 
 static bool wake;
@@ -3465,12 +3466,13 @@ out:
 }
 
 /* a client-server connection at revision 1 (the raw end resets the
- * revision 2 Request, as h_rev1): the first FPDU, the Send, comes
- * first_hold_ms after the Reply */
+ * revision 2 Request, as h_rev1): the first FPDU, the Send, comes at once;
+ * the silent raw end gets two wake-ups, first_hold_ms after the Reply and
+ * 10 times as late */
 static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf)
 {
     const char *what = "client-server (revision 1)";
-    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t;
+    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t1, t;
     struct hconn h = {};
     static u8 u[256];
     struct end c;
@@ -3496,25 +3498,42 @@ static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *
     memcpy(rep, "MPA ID Rep Frame", 16);
     rep[16] = rep[18] = rep[19] = 0;
     rep[17] = 1;
-    h.sock->sk->sk_rcvtimeo = hold + 5 * HZ;
+    h.sock->sk->sk_rcvtimeo = hold * 12 + 5 * HZ;
     t0 = jiffies;
     CHECK(raw_send(h.sock, rep, 20) == 0, "%s: the Reply", what);
     if (evq_wait(&q_hc, RDMA_CM_EVENT_ESTABLISHED, what) < 0)
         goto out;
-    memcpy(buf, "held a while", 12);
+    memcpy(buf, "first at once", 12);
     CHECK(w_send(&c, buf, 83) == 0, "%s: post a Send", what);
     rc = h_fpdu(&h, u, sizeof(u));
     t = jiffies;
     CHECK(w_is_send(u, rc, 1, buf), "%s: the Send (%d) %*ph", what, rc,
           rc > 0 ? min_t(int, rc, 30) : 0, u);
-    CHECK(time_after_eq(t, t0 + hold * 9 / 10) && time_before(t, t0 + hold + HZ),
-          "%s: the first FPDU %u ms after the Reply, want %u", what, jiffies_to_msecs(t - t0),
-          wake_hold_ms);
-    pr_info("first FPDU guard: %s: first FPDU %u ms after the Reply (first_hold_ms %u)\n", what,
+    CHECK(time_before(t, t0 + hold / 4), "%s: the first Send after %u ms, first_hold_ms %u", what,
+          jiffies_to_msecs(t - t0), wake_hold_ms);
+    pr_info("first FPDU guard: %s: first Send %u ms after the Reply (first_hold_ms %u)\n", what,
             jiffies_to_msecs(t - t0), wake_hold_ms);
     rc = poll_n(c.cq, &wc, 1);
     CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 83, "%s: the Send's completion",
           what);
+    /* the raw end stays silent: the wake-ups */
+    rc = h_fpdu(&h, u, sizeof(u));
+    t1 = jiffies;
+    CHECK(w_is_wake(u, rc), "%s: the first wake-up (%d) %*ph", what, rc,
+          rc > 0 ? min_t(int, rc, 20) : 0, u);
+    CHECK(time_after_eq(t1, t0 + hold * 9 / 10) && time_before(t1, t0 + hold + HZ),
+          "%s: the first wake-up %u ms after the Reply, want %u", what, jiffies_to_msecs(t1 - t0),
+          wake_hold_ms);
+    rc = h_fpdu(&h, u, sizeof(u));
+    t = jiffies;
+    CHECK(w_is_wake(u, rc), "%s: the second wake-up (%d) %*ph", what, rc,
+          rc > 0 ? min_t(int, rc, 20) : 0, u);
+    CHECK(time_after_eq(t, t1 + hold * 9) && time_before(t, t1 + hold * 10 + HZ),
+          "%s: the second wake-up %u ms after the first, want %u", what, jiffies_to_msecs(t - t1),
+          wake_hold_ms * 10);
+    pr_info("first FPDU guard: %s: wake-ups %u and %u ms after the Reply\n", what,
+            jiffies_to_msecs(t1 - t0), jiffies_to_msecs(t - t0));
+    CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
     sock_release(h.sock);
     hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
     return;

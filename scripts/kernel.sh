@@ -27,10 +27,10 @@
 #                                  Requests and Replies, silent peers,
 #                                  damaged streams), the initiator's
 #                                  first-FPDU guard (first_hold_ms=500:
-#                                  Write and Read RTR not held,
-#                                  wake-ups to a silent raw responder
-#                                  and none after it spoke;
-#                                  client-server held),
+#                                  nothing held, wake-ups to a silent
+#                                  raw responder (Write RTR, Read RTR,
+#                                  client-server) and none after it
+#                                  spoke),
 #                                  siw interop, dead peers (siw's rping
 #                                  -s made silent by a blackhole route:
 #                                  peer_timeout_ms=3000, idle and
@@ -398,21 +398,20 @@ else
 fi
 # the initiator's guard against siw's first-FPDU race (docs/KERNEL.md
 # "The first FPDU and siw"), first_hold_ms=500 against a raw responder
-# (uiwarp_ktest.ko wake=1): with the Write RTR and with the Read RTR the
-# RTR and the first Send come at once, a silent responder gets a wake-up
-# 500 ms after the Reply and one more 5000 ms later, then none, one that
-# sent an FPDU (the Read RTR's Read Response) none; client-server
-# (revision 1) the first FPDU comes 500 ms after the Reply; then no object
-# left
+# (uiwarp_ktest.ko wake=1): with the Write RTR, with the Read RTR and
+# client-server (revision 1) the RTR and the first Send come at once, a
+# silent responder gets a wake-up 500 ms after the Reply and one more
+# 5000 ms later, then none, one that sent an FPDU (the Read RTR's Read
+# Response) none; then no object left
 kclr
 if insmod /x/uiwarp.ko selftest=0 first_hold_ms=500 && rdma link add uiw0 type uiwarp netdev eth0 &&
   { echo 'module uiwarp +p' >/proc/dynamic_debug/control; true; } && insmod /x/uiwarp_ktest.ko wake=1 wake_hold_ms=500; then
   line=\$(dmesg | grep 'uiwarp_ktest: verbs test:' | tail -1)
   echo "dmesg: \$line"
   dmesg | grep 'first FPDU guard:'
-  case "\$line" in *"verbs test: PASS"*) ok "first FPDU guard: Write and Read RTR not held, 2 wake-ups to a silent peer, none after the peer sent, client-server held 500 ms";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "first FPDU guard: \${line:-no summary line}";; esac
+  case "\$line" in *"verbs test: PASS"*) ok "first FPDU guard: nothing held (Write RTR, Read RTR, client-server), 2 wake-ups to a silent peer, none after the peer sent";; *) dmesg | grep -E 'uiwarp' | tail -30; bad "first FPDU guard: \${line:-no summary line}";; esac
   nw=\$(dmesg | grep -c 'no FPDU from the peer yet: a wake-up')
-  [ "\$nw" = 4 ] && ok "first FPDU guard: the driver's lines for 4 wake-ups (2 per RTR type)" || bad "first FPDU guard: \$nw wake-up lines, want 4"
+  [ "\$nw" = 6 ] && ok "first FPDU guard: the driver's lines for 6 wake-ups (2 each: Write RTR, Read RTR, client-server)" || bad "first FPDU guard: \$nw wake-up lines, want 6"
   kdone "first FPDU guard"
 else
   bad "first FPDU guard: insmod/rdma link add"

@@ -663,10 +663,10 @@ static void active_done(struct uiw_conn *c)
     struct sockaddr_storage local = c->local, peer = c->peer;
     cap_give(c, qp);
     pthread_mutex_unlock(&c->lock);
-    /* The data path holds the trailer (pad, CRC) of our first FPDU (RTR or ULP
-     * data) a moment: Linux siw's responder sends its Reply before it
-     * installs the callback that reads FPDUs, and data arriving in between
-     * is not noticed until more data comes (docs/INTEROP.md §1).
+    /* The data path sends a wake-up FPDU a moment later if the peer has not
+     * spoken: Linux siw's responder sends its Reply before it installs the
+     * callback that reads FPDUs, and data arriving in between is not
+     * noticed until more data comes (docs/INTEROP.md §1). Nothing is held;
      * ESTABLISHED is not delayed. */
     int rc =
         uiw_qp_attach_socket_hold(qp, fd, &res, uiw_config()->first_fpdu_hold_ms, &local, &peer);
@@ -1861,8 +1861,8 @@ UIW_EXPORT int uiw_cm_disconnect(struct uiw_conn *c)
     pthread_mutex_unlock(&c->lock);
     if (qp) {
         pthread_mutex_lock(&qp->lock);
-        /* a first FPDU cut short by the hold is finished before the FIN */
-        uiw_qp_tx_release_hold_locked(qp);
+        /* no first-FPDU wake-up after the FIN */
+        uiw_qp_tx_end_wakes_locked(qp);
         if (qp->fd >= 0)
             (void)shutdown(qp->fd, SHUT_WR);
         /* Flush: the QP sends nothing after our FIN. The data path reports

@@ -24,9 +24,9 @@
  *   UIWARP_PEER_TIMEOUT    0 (off) .. 86400 seconds            default 30
  *   UIWARP_RNR_HOLD_MS     0 (Terminate at once) .. 86400000,  default 5000
  *                          or unlimited (receiver not ready, qp_rx.c)
- *   UIWARP_FIRST_FPDU_HOLD_MS 0 (no hold) .. 10000             default 20
- *                          (an initiator's first FPDU's pad and CRC wait this
- *                          long after the MPA Reply: Linux siw, qp_tx.c)
+ *   UIWARP_FIRST_FPDU_HOLD_MS 0 (none) .. 10000                default 20
+ *                          (an initiator's wake-up FPDU this long after the
+ *                          MPA Reply if the peer is silent: Linux siw, qp_tx.c)
  *
  * Peer-to-peer is on by default: RFC 5044 §7.1.2 rule 4 forbids a responder
  * to send before it received an FPDU, so without an RTR (RFC 6581 §9.2) a

@@ -98,10 +98,10 @@ void dp_sqe_finish(struct uiw_qp *qp, struct uiw_sqe *e, enum ibv_wc_status st);
 void dp_tx_release_await(struct uiw_qp *qp);
 /* The initiator's guard against siw's first-FPDU race (docs/INTEROP.md
  * §1), hold_ms after the attach (uiw_qp_attach_socket_hold; qp->first_hold
- * is initialised): with the Write RTR, wake-up FPDUs while the peer has
- * sent nothing; otherwise the first FPDU's trailer (pad, CRC) held. */
+ * is initialised): wake-up FPDUs while the peer has sent nothing (nothing
+ * held). */
 void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms);
-/* qp->first_hold's callback: the held trailer goes, or a wake-up. */
+/* qp->first_hold's callback: a wake-up. */
 void dp_hold_timer_cb(void *obj);
 /* A whole FPDU came from the peer (qp->lock held). */
 bool dp_rx_got_first(struct uiw_qp *qp);

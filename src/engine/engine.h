@@ -77,10 +77,9 @@ struct uiw_config {
                               * links that are not loopback (qp_tx.c; default 1) */
     unsigned zcopy_min;      /* UIWARP_ZCOPY_MIN: bytes from which rx reads straight into place */
     int debug;               /* UIWARP_DEBUG: 0..3 */
-    unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: an initiator sends the
-                                  * trailer (pad, CRC) of its first FPDU this long after the
-                                  * MPA Reply at the earliest (0: no hold;
-                                  * docs/INTEROP.md §1) */
+    unsigned first_fpdu_hold_ms; /* UIWARP_FIRST_FPDU_HOLD_MS: an initiator's first
+                                  * wake-up FPDU this long after the MPA Reply if the peer
+                                  * has not spoken (0: none; docs/INTEROP.md §1) */
     int progress_nice;           /* UIWARP_PROGRESS_NICE: the progress thread's nice value */
     unsigned progress_spin_us;   /* UIWARP_PROGRESS_SPIN_US: cq.c "Waiting", progress.c "Spinning"
                                     (default 200) */
@@ -547,8 +546,8 @@ struct uiw_qp {
     struct uiw_qp *srq_hold_prev, *srq_hold_next;
     bool rnr_timers; /* rnr_kick, rnr_limit initialised */
     struct uiw_timer rnr_kick, rnr_limit;
-    /* The initiator's first-FPDU hold (qp_tx.c, docs/INTEROP.md §1): fires
-     * when the held trailer may go; initialised and finished with the
+    /* The initiator's first-FPDU guard (qp_tx.c, docs/INTEROP.md §1): fires
+     * when a wake-up may be due; initialised and finished with the
      * receiver-not-ready timers (rnr_timers). */
     struct uiw_timer first_hold;
     bool rnr_retry_set; /* ibv_modify_qp set IBV_QP_RNR_RETRY (qp->lock) */
@@ -692,16 +691,16 @@ int uiw_qp_post_recv_locked(struct uiw_qp *qp, struct ibv_recv_wr *wr, struct ib
  * negotiated parameters, move to RTS, start progress. */
 int uiw_qp_attach_socket(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa);
 /* The same for cm.c's own sockets (already non-blocking, with TCP_NODELAY:
- * not set again), and for an initiator that holds its first FPDU: everything
- * but that FPDU's trailer (pad, CRC) goes out as usual, the trailer (and what
- * follows it) not before hold_ms after the attach; 0: no hold. local, peer:
- * the socket's addresses as cm.c knows them (for uiwarp stat), or NULL. */
+ * not set again), and for an initiator guarding against siw's first-FPDU
+ * race: wake-up FPDUs from hold_ms after the attach while the peer is
+ * silent (qp_tx.c); 0: none. local, peer: the socket's addresses as cm.c
+ * knows them (for uiwarp stat), or NULL. */
 int uiw_qp_attach_socket_hold(struct uiw_qp *qp, int fd, const uiw_mpa_result *mpa,
                               unsigned hold_ms, const struct sockaddr_storage *local,
                               const struct sockaddr_storage *peer);
-/* Send a held trailer now (an orderly disconnect, before our FIN).
+/* No more first-FPDU wake-ups (an orderly disconnect, before our FIN).
  * qp->lock held. */
-void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp);
+void uiw_qp_tx_end_wakes_locked(struct uiw_qp *qp);
 /* The socket reported EOF/RST: flush and move to ERR (or close cleanly if
  * we were disconnecting). qp->lock held. */
 void uiw_qp_llp_closed_locked(struct uiw_qp *qp, int err);

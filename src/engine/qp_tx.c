@@ -163,12 +163,9 @@ struct dp_tx {
     bool last_irq;        /* fairness: the previous message came from the IRQ */
     uint8_t rtr;          /* P2P RTR still to send (enum uiw_rtr bit) */
     bool await;           /* responder: nothing before the first FPDU arrived */
-    bool hold;            /* initiator: the first FPDU's trailer is held
-                           * until qp->first_hold fires (docs/INTEROP.md §1) */
-    uint8_t wakes;        /* initiator, Write RTR: wake-ups still to send
-                           * while the peer sends nothing (qp->first_hold) */
+    uint8_t wakes;        /* initiator: wake-ups still to send while the peer
+                           * sends nothing (qp->first_hold, docs/INTEROP.md §1) */
     unsigned wake_ms;     /* the delay of the first one */
-    uint8_t first_tail;   /* the first FPDU's pad + CRC bytes */
     bool term_queued;     /* a Terminate is in the batch: nothing else follows */
     bool term_out;        /* ... and was handed to TCP */
     bool shut;            /* SHUT_WR done */
@@ -368,10 +365,8 @@ static void push_iov(struct dp_tx *t, const uint8_t *p, size_t n, uint8_t vol)
 }
 
 /* The FPDU of `bytes` just appended ends here in the batch. */
-static void mark_fpdu(struct dp_tx *t, size_t bytes, unsigned ulpdu_len, uint8_t kind, unsigned arg)
+static void mark_fpdu(struct dp_tx *t, size_t bytes, uint8_t kind, unsigned arg)
 {
-    if (t->nfp == 0 && t->wire_base == 0) /* RFC 5044 §4.1: pad to 4, CRC */
-        t->first_tail = (uint8_t)(uiw_mpa_pad(ulpdu_len) + UIW_MPA_CRC_LEN);
     t->total += bytes;
     t->b->fp[t->nfp].end = t->total;
     t->b->fp[t->nfp].kind = kind;
@@ -406,7 +401,7 @@ static void append_fpdu(struct dp_tx *t, uint8_t kind, unsigned arg, uint8_t vol
                 t->vol_bytes += n;
         }
     }
-    mark_fpdu(t, f->bytes, f->ulpdu_len, kind, arg);
+    mark_fpdu(t, f->bytes, kind, arg);
 }
 
 /* An FPDU uiw_tx_whole laid out in the arena (n bytes at arena_used). */
@@ -416,7 +411,7 @@ static void append_whole(struct dp_tx *t, size_t n, uint8_t kind, unsigned arg)
 
     t->arena_used += n;
     push_iov(t, d, n, VOL_NONE);
-    mark_fpdu(t, n, (unsigned)d[0] << 8 | d[1], kind, arg);
+    mark_fpdu(t, n, kind, arg);
 }
 
 /* The FPDU just built: whole (its length) or in t->b->fpdu. */
@@ -508,23 +503,6 @@ static void fire(struct uiw_qp *qp, struct dp_tx *t, const struct dp_fp *f)
     default:
         break;
     }
-}
-
-/* The first-FPDU hold: how many of the batch's unsent bytes may go now
- * (SIZE_MAX: all). The first FPDU of the stream is the first of the first
- * batch (wire_base 0); everything up to its trailer (pad and CRC) goes,
- * the trailer and whatever follows it wait for the timer. The trailer
- * stays in one piece: Linux 6.1 siw copies each part of a trailer split
- * across socket reads to the trailer's start (siw_get_trailer), so a split
- * CRC fails its check (docs/INTEROP.md §1). */
-static size_t hold_allow(const struct dp_tx *t)
-{
-    size_t stop;
-
-    if (!t->hold || t->wire_base != 0 || !t->nfp)
-        return SIZE_MAX;
-    stop = t->b->fp[0].end - t->first_tail;
-    return t->sent < stop ? stop - t->sent : 0;
 }
 
 /*
@@ -743,20 +721,13 @@ static int seg_send(struct uiw_qp *qp, struct dp_tx *t)
     return 1;
 }
 
-/* sendmsg until the batch is out (0), the rest is held (1: first-FPDU
- * hold), the socket is full (-EAGAIN) or broken (-errno). */
+/* sendmsg until the batch is out (0), the socket is full (-EAGAIN) or
+ * broken (-errno). */
 static int batch_send(struct uiw_qp *qp, struct dp_tx *t)
 {
     while (t->cur < t->niov) {
-        size_t allow = hold_allow(t);
-        int r;
+        int r = t->seg ? seg_send(qp, t) : send_one(qp, t, SIZE_MAX, 0);
 
-        if (allow == 0)
-            return 1;
-        if (t->seg && allow == SIZE_MAX)
-            r = seg_send(qp, t);
-        else
-            r = send_one(qp, t, allow, 0);
         if (r < 0)
             return r;
     }
@@ -1420,7 +1391,6 @@ static void queue_terminate(struct uiw_qp *qp, struct dp_tx *t, const uiw_hdr *h
         }
     }
     base = t->wire_base + t->sent;
-    t->hold = false; /* the FPDU cut short is finished at once */
     release_held(t);
     batch_reset(qp, t);
     t->src = SRC_NONE;
@@ -1477,7 +1447,6 @@ void dp_tx_error_cleanup(struct uiw_qp *qp)
     t->irq_started = 0;
     t->rtr = 0;
     t->await = false;
-    t->hold = false;
     t->wakes = 0;
 }
 
@@ -1700,38 +1669,35 @@ void uiw_tx_flush_deferred(void)
 }
 
 /* ------------------------------------------------------------------------
- * The initiator's first-FPDU hold (docs/INTEROP.md §1)
+ * The initiator's guard against siw's first-FPDU race (docs/INTEROP.md §1)
  *
  * Linux siw's responder sends its MPA Reply before it installs the socket
  * callback that reads FPDUs; bytes arriving in between are not looked at
- * until more bytes arrive. Two guards, both armed hold_ms after the attach
- * (about when the Reply arrived):
- *  - Peer-to-peer (RFC 6581 §9), with either RTR, nothing is held: the RTR
- *    and the ULP's messages go at once. When the timer fires and no whole
- *    FPDU came from the peer yet, a wake-up goes: one more zero-length RDMA
- *    Write in the Write RTR's form (STag 1, TO 0), which RFC 5041 §7.1
- *    leaves unvalidated ("The STag and TO fields MUST NOT be checked for a
- *    zero-length Tagged DDP Message") and every responder already takes as
- *    the Write RTR; its arrival wakes siw's callback, which then reads
- *    everything. A second one goes 10 hold_ms later if the peer is still
- *    silent (a slower siw), then none.
- *    - With the Write RTR a P2P responder sends nothing before it has taken
- *      the RTR, and often nothing for a while after: a silent peer gets the
- *      two empty FPDUs, and its first message is not delayed.
- *    - With the Read RTR (what irdma and cxgb4 responders pick, and uiwarp
- *      with UIWARP_RTR=read) the responder answers the zero-length Read
- *      Request with a zero-length Read Response (RFC 5040 §5.2.1), so only a
- *      responder that missed the RTR is ever sent a wake-up: an RNIC, which
- *      takes the RTR in hardware, gets none. Until 2026-11-29 the Read
- *      RTR's trailer was held instead, which delayed every connection's
- *      first messages by hold_ms, RNICs included.
- *  - Client-server (no RTR: the first FPDU is the ULP's, and the peer may
- *    rightly stay silent; a zero-length Write to an RNIC outside the RTR
- *    exchange is not something to risk) the first FPDU goes out at once but
- *    for its trailer (pad + CRC), which goes when the timer fires: its
- *    arrival wakes the callback, which then reads the whole FPDU. Work
- *    posted meanwhile queues behind it; ESTABLISHED is not delayed. A first
- *    FPDU built after the deadline is not held at all.
+ * until more bytes arrive. Nothing is held: the RTR (peer-to-peer, RFC
+ * 6581 §9) and the ULP's messages go at once. hold_ms after the attach
+ * (about when the Reply arrived), if no whole FPDU came from the peer yet,
+ * a wake-up goes: one more zero-length RDMA Write in the Write RTR's form
+ * (STag 1, TO 0), which RFC 5041 §7.1 leaves unvalidated ("The STag and TO
+ * fields MUST NOT be checked for a zero-length Tagged DDP Message") and
+ * every responder already takes as the Write RTR; its arrival wakes siw's
+ * callback, which then reads everything. A second one goes 10 hold_ms
+ * later if the peer is still silent (a slower siw), then none.
+ *  - With the Write RTR a P2P responder sends nothing before it has taken
+ *    the RTR, and often nothing for a while after: a silent peer gets the
+ *    two empty FPDUs, and its first message is not delayed.
+ *  - With the Read RTR (what irdma and cxgb4 responders pick, and uiwarp
+ *    with UIWARP_RTR=read) the responder answers the zero-length Read
+ *    Request with a zero-length Read Response (RFC 5040 §5.2.1), so only a
+ *    responder that missed the RTR is ever sent a wake-up: an RNIC, which
+ *    takes the RTR in hardware, gets none.
+ *  - Client-server (no RTR: the first FPDU is the ULP's) only when we sent
+ *    something the peer may have missed: a connection on which our side
+ *    had sent nothing by then gets none (our first FPDU, later, finds siw
+ *    watching), and the wake-up never is the stream's first FPDU (RFC 5044
+ *    §7.1.2: the responder waits for the initiator's first).
+ * Until 2026-11-29 the Read RTR and client-server held their first FPDU's
+ * trailer (pad, CRC) hold_ms instead, which delayed every such
+ * connection's first messages by hold_ms, RNICs included.
  * ---------------------------------------------------------------------- */
 
 #define WAKE_COUNT  2  /* wake-ups at most */
@@ -1743,39 +1709,23 @@ void dp_tx_hold_first(struct uiw_qp *qp, unsigned hold_ms)
 
     if (!t || !hold_ms)
         return;
-    if (qp->mpa.p2p && (t->rtr & (UIW_RTR_WRITE | UIW_RTR_READ))) {
-        t->wakes = WAKE_COUNT;
-        t->wake_ms = hold_ms;
-        uiw_timer_arm(&qp->first_hold, hold_ms);
-        uiw_dbg(1, "qp %u: a wake-up in %u ms unless the peer sends", qp->ibqp.qp_num, hold_ms);
-        return;
-    }
-    t->hold = true;
+    t->wakes = WAKE_COUNT;
+    t->wake_ms = hold_ms;
     uiw_timer_arm(&qp->first_hold, hold_ms);
-    uiw_dbg(1, "qp %u: first FPDU held %u ms (its trailer)", qp->ibqp.qp_num, hold_ms);
+    uiw_dbg(1, "qp %u: a wake-up in %u ms unless the peer sends", qp->ibqp.qp_num, hold_ms);
 }
 
-static void release_hold(struct uiw_qp *qp, const char *why)
-{
-    struct dp_tx *t = TX(qp);
-
-    if (!t || (!t->hold && !t->wakes))
-        return;
-    t->hold = false;
-    t->wakes = 0;
-    uiw_timer_disarm(&qp->first_hold);
-    uiw_dbg(2, "qp %u: first-FPDU guard ends (%s)", qp->ibqp.qp_num, why);
-    uiw_qp_tx_progress(qp);
-}
-
-/* The timer of a P2P initiator: a wake-up while the peer is silent (with
- * the Read RTR: it has not answered the RTR). qp->lock held. */
+/* The timer: a wake-up while the peer is silent (with the Read RTR: it has
+ * not answered the RTR). qp->lock held. */
 static void wake_peer(struct uiw_qp *qp, struct dp_tx *t)
 {
     if (!t->wakes)
         return;
-    if (dp_rx_got_first(qp) || qp->state != IBV_QPS_RTS || t->term_queued || t->shut) {
-        t->wakes = 0; /* the peer took the RTR, or the QP is done */
+    if (dp_rx_got_first(qp) || qp->state != IBV_QPS_RTS || t->term_queued || t->shut ||
+        (!qp->mpa.p2p && t->wire_base + t->sent == 0)) {
+        /* the peer spoke, the QP is done, or (client-server) we sent
+         * nothing it could have missed */
+        t->wakes = 0;
         return;
     }
     t->wakes--;
@@ -1796,19 +1746,20 @@ void dp_hold_timer_cb(void *obj)
 
     pthread_mutex_lock(&qp->lock);
     t = TX(qp);
-    if (qp->fd >= 0 && t && !uiw_timer_pending(&qp->first_hold)) {
-        if (t->wakes)
-            wake_peer(qp, t);
-        else
-            release_hold(qp, "timer");
-    }
+    if (qp->fd >= 0 && t && !uiw_timer_pending(&qp->first_hold))
+        wake_peer(qp, t);
     pthread_mutex_unlock(&qp->lock);
 }
 
-void uiw_qp_tx_release_hold_locked(struct uiw_qp *qp)
+void uiw_qp_tx_end_wakes_locked(struct uiw_qp *qp)
 {
-    if (qp->fd >= 0)
-        release_hold(qp, "disconnect");
+    struct dp_tx *t = TX(qp);
+
+    if (!t || !t->wakes)
+        return;
+    t->wakes = 0;
+    uiw_timer_disarm(&qp->first_hold);
+    uiw_dbg(2, "qp %u: no more wake-ups (disconnect)", qp->ibqp.qp_num);
 }
 
 int uiw_qp_tx_progress(struct uiw_qp *qp)
@@ -1835,8 +1786,6 @@ int uiw_qp_tx_progress(struct uiw_qp *qp)
                 ret = r;
                 break;
             }
-            if (r == 1) /* held: qp->first_hold resumes */
-                break;
             continue;
         }
         if (t->term_queued || qp->state == IBV_QPS_ERR || qp->state == IBV_QPS_RESET)

@@ -1494,52 +1494,15 @@ static void t_qp_p2p_initiator(int fam, uint8_t offered, uint8_t pick)
 }
 
 /* ------------------------------------------------------------------------
- * The initiator's first-FPDU hold (docs/INTEROP.md §1)
+ * The initiator's guard against siw's first-FPDU race (docs/INTEROP.md §1)
  * ---------------------------------------------------------------------- */
 
-/* Read exactly n bytes of fd within ms; *t_most: when all but the last
- * `tail` bytes had arrived, *t_all: when the last one did (eng_now_ms);
- * *split_ok is cleared when the bytes that came first (within 100 ms) ended
- * inside the tail. */
-static bool read_timed(int fd, uint8_t *buf, size_t n, size_t tail, int ms, uint64_t *t_most,
-                       uint64_t *t_all, bool *split_ok)
-{
-    size_t got = 0;
-    uint64_t start = eng_now_ms(), end = start + (uint64_t)ms;
-    *t_most = *t_all = 0;
-    while (got < n) {
-        int64_t left = (int64_t)(end - eng_now_ms());
-        struct pollfd p = {.fd = fd, .events = POLLIN};
-        if (left <= 0 || poll(&p, 1, (int)left) != 1)
-            return false;
-        ssize_t r = recv(fd, buf + got, n - got, 0);
-        if (r <= 0)
-            return false;
-        got += (size_t)r;
-        uint64_t now = eng_now_ms();
-        if (got + tail >= n && !*t_most) {
-            *t_most = now;
-            if (got < n && now - start < 100)
-                *split_ok = got + tail == n; /* the trailer not cut */
-        }
-        if (got == n)
-            *t_all = now;
-    }
-    return true;
-}
-
 /* Bytes of the FPDU whose MPA length field starts at p (RFC 5044 §4.1:
- * length, ULPDU, pad to 4, CRC), and of its trailer (pad, CRC). */
+ * length, ULPDU, pad to 4, CRC). */
 static size_t fpdu_len(const uint8_t *p)
 {
     size_t l = 2 + ((size_t)p[0] << 8 | p[1]);
     return l + (4 - l % 4) % 4 + 4;
-}
-
-static size_t fpdu_trailer(const uint8_t *p)
-{
-    size_t l = 2 + ((size_t)p[0] << 8 | p[1]);
-    return (4 - l % 4) % 4 + 4;
 }
 
 /* Our QP connecting to a raw responder on 127.0.0.1 (raw_responder, IRD
@@ -1582,86 +1545,6 @@ static void raw_rig_down(struct raw_rig *r)
     uiw_cm_conn_destroy(r->c);
     if (r->ch)
         uiw_cm_channel_destroy(r->ch);
-}
-
-/* Our client-server initiator against a raw responder, where the first
- * FPDU is held (docs/INTEROP.md §1). ESTABLISHED comes with the Reply, at
- * once; the first FPDU (the ULP's first Send) arrives but for its trailer
- * (pad, CRC, in one piece: siw), which comes hold_ms after the Reply at the
- * earliest; the Send completes. strict: also check the timing from above
- * (a hold of hundreds of ms). */
-static void t_first_hold(unsigned hold_ms, bool strict)
-{
-    static uint8_t sbuf[100];
-    uint8_t f[64], stream[512];
-    struct raw_rig r;
-    if (raw_rig_up(&r, sbuf, sizeof(sbuf), 77)) {
-        struct uiw_cm_event ev;
-        CHECK(!r.rq.p2p);
-        size_t n = mk_frame(f, false, S, 2, 2, 2, NULL, 0);
-        uint64_t t0 = eng_now_ms();
-        eng_send_all(r.fd, f, n);
-        bool est = expect_event(r.ch, &ev, UIW_CM_ESTABLISHED, 0, r.c, "hold: est");
-        uint64_t t_est = eng_now_ms();
-        if (strict)
-            CHECK(t_est - t0 < hold_ms / 2); /* not after the hold */
-        CHECK_EQ(eng_post(r.a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), r.mr->lkey, 0, 0, 5, true), 0);
-        /* the first FPDU: its length field, then the rest with timing */
-        uint64_t t_most, t_all;
-        bool split_ok = true;
-        bool ok = est && read_n(r.fd, stream, 2, EV_MS, NULL) == 2;
-        size_t first = ok ? fpdu_len(stream) : 0;
-        CHECK(first > 2 && first <= 200);
-        ok = ok && first > 2 && first <= 200 &&
-             read_timed(r.fd, stream + 2, first - 2, fpdu_trailer(stream), EV_MS, &t_most, &t_all,
-                        &split_ok);
-        CHECK(ok);
-        if (ok) {
-            CHECK(t_all - t0 >= hold_ms); /* the trailer waited */
-            CHECK(split_ok);              /* the trailer came in one piece */
-            if (strict) {
-                CHECK(t_most - t0 < hold_ms / 2); /* the rest did not */
-                CHECK(t_est < t_all);
-            }
-            /* parse: the Send, MSN 1, with the payload intact */
-            uiw_rx rx;
-            uiw_rx_cfg cfg = {.crc = false};
-            uiw_rx_init(&rx, &cfg);
-            size_t off = 0, got = 0;
-            int ends = 0, sends = 0;
-            while (off < first) {
-                uiw_rx_event e;
-                size_t used = uiw_rx_feed(&rx, stream + off, first - off, &e);
-                off += used;
-                if (e.kind == UIW_RX_HDR) {
-                    CHECK_EQ(e.hdr->opcode, UIW_OP_SEND);
-                    sends++;
-                    CHECK_EQ(e.hdr->msn, 1);
-                    CHECK_EQ(e.payload_len, sizeof(sbuf));
-                } else if (e.kind == UIW_RX_PAYLOAD) {
-                    CHECK(got + e.len <= sizeof(sbuf));
-                    if (got + e.len <= sizeof(sbuf))
-                        CHECK(memcmp(e.data, sbuf + got, e.len) == 0);
-                    got += e.len;
-                } else if (e.kind == UIW_RX_END) {
-                    CHECK(e.crc_ok);
-                    ends++;
-                } else if (e.kind == UIW_RX_ERROR || used == 0) {
-                    CHECK(!"parse");
-                    break;
-                }
-            }
-            CHECK_EQ(ends, 1);
-            CHECK_EQ(sends, 1);
-            CHECK_EQ(got, sizeof(sbuf));
-            struct ibv_wc wc;
-            CHECK_EQ(eng_poll_one(r.a.cq, &wc, EV_MS), 1);
-            CHECK_EQ(wc.wr_id, 5);
-            CHECK_EQ(wc.status, IBV_WC_SUCCESS);
-            CHECK(quiet(r.fd, 50)); /* nothing more */
-        }
-    }
-    raw_rig_down(&r);
 }
 
 /* Read one whole FPDU (length field first); its length, 0 on timeout. */
@@ -1723,43 +1606,60 @@ static bool is_zero_read(const uint8_t *buf, size_t n)
     return hdr && end;
 }
 
-/* Our P2P initiator against a raw responder that picks the Write RTR (the
- * default) or the Read RTR (read_rtr; what irdma and cxgb4 responders
- * pick), docs/INTEROP.md §1: nothing is held, the RTR and the Send posted
- * right after ESTABLISHED arrive at once; while the responder sends
- * nothing, a wake-up (a zero-length Write, the Write RTR's form) comes
- * hold_ms after the Reply, and a second one 10 hold_ms later (SILENT).
- * ANSWER_LATE: the responder speaks after the first wake-up (a zero-length
- * Write of its own; with the Read RTR, its Read Response): no second one.
- * ANSWER_RTR (Read RTR): the responder answers the RTR at once, as an RNIC
- * does: no wake-up at all. hold_ms 0: none. */
-enum { SILENT, ANSWER_LATE, ANSWER_RTR };
+/* Our initiator against a raw responder (docs/INTEROP.md §1): P2P with the
+ * Write RTR (the default), P2P with the Read RTR (rtr READ; what irdma and
+ * cxgb4 responders pick) or client-server (rtr 0). Nothing is held: the RTR
+ * and the Send posted right after ESTABLISHED arrive at once; while the
+ * responder sends nothing, a wake-up (a zero-length Write, the Write RTR's
+ * form) comes hold_ms after the Reply, and a second one 10 hold_ms later
+ * (SILENT). ANSWER_LATE: the responder speaks after the first wake-up (a
+ * zero-length Write of its own; with the Read RTR, its Read Response): no
+ * second one. ANSWER_RTR (Read RTR): the responder answers the RTR at once,
+ * as an RNIC does: no wake-up at all. NOTHING_SENT (client-server): our
+ * side sends nothing, so the peer missed nothing: no wake-up. hold_ms 0:
+ * none. */
+enum { SILENT, ANSWER_LATE, ANSWER_RTR, NOTHING_SENT };
+enum { CS = 0, WRITE_RTR = 1, READ_RTR = 2 };
 
-static void t_first_wake(bool read_rtr, unsigned hold_ms, int answer)
+static void t_first_wake(int rtr, unsigned hold_ms, int answer)
 {
     static uint8_t sbuf[100];
     uint8_t f[64], buf[512];
     struct raw_rig r;
+    bool read_rtr = rtr == READ_RTR;
     if (raw_rig_up(&r, sbuf, sizeof(sbuf), 78)) {
         struct uiw_cm_event ev;
-        CHECK(r.rq.p2p);
-        size_t n = mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2,
-                            (read_rtr ? UIW_MPA_ORD_D_READ0 : UIW_MPA_ORD_C_WRITE0) | 2, NULL, 0);
+        CHECK_EQ(r.rq.p2p, rtr != CS);
+        size_t n = rtr == CS ? mk_frame(f, false, S, 2, 2, 2, NULL, 0)
+                             : mk_frame(f, false, S, 2, UIW_MPA_IRD_A_P2P | 2,
+                                        (read_rtr ? UIW_MPA_ORD_D_READ0 : UIW_MPA_ORD_C_WRITE0) | 2,
+                                        NULL, 0);
         uint64_t t0 = eng_now_ms();
         eng_send_all(r.fd, f, n);
         bool est = expect_event(r.ch, &ev, UIW_CM_ESTABLISHED, 0, r.c, "wake: est");
+        struct ibv_wc wc;
+        uint64_t t_rtr = t0;
+        if (answer == NOTHING_SENT) {
+            CHECK(rtr == CS);
+            /* nothing from our side: nothing the peer could have missed,
+             * no wake-up; then a Send, at once */
+            CHECK(quiet(r.fd, (int)(hold_ms * 11 + 300)));
+            t0 = eng_now_ms();
+        }
         CHECK_EQ(eng_post(r.a.qp, IBV_WR_SEND, sbuf, sizeof(sbuf), r.mr->lkey, 0, 0, 6, true), 0);
         /* the RTR, then the Send, whole, not held */
-        size_t r1 = est ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
-        CHECK(r1 && (read_rtr ? is_zero_read(buf, r1) : is_zero_write(buf, r1)));
-        uint64_t t_rtr = eng_now_ms();
-        size_t r2 = r1 ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
+        size_t r1 = 1;
+        if (rtr != CS) {
+            r1 = est ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
+            CHECK(r1 && (read_rtr ? is_zero_read(buf, r1) : is_zero_write(buf, r1)));
+            t_rtr = eng_now_ms();
+        }
+        size_t r2 = est && r1 ? read_whole_fpdu(r.fd, buf, sizeof(buf), EV_MS) : 0;
         uint64_t t_send = eng_now_ms();
         CHECK(r2 == 2 + 18 + sizeof(sbuf) + 4); /* len, hdr, payload, CRC (no pad) */
         CHECK(r2 > 24 && memcmp(buf + 20, sbuf, sizeof(sbuf)) == 0);
         if (hold_ms >= 100)
             CHECK(t_send - t0 < hold_ms / 2); /* nothing waited for the timer */
-        struct ibv_wc wc;
         CHECK_EQ(eng_poll_one(r.a.cq, &wc, EV_MS), 1);
         CHECK_EQ(wc.wr_id, 6);
         CHECK_EQ(wc.status, IBV_WC_SUCCESS);
@@ -1777,8 +1677,8 @@ static void t_first_wake(bool read_rtr, unsigned hold_ms, int answer)
             CHECK(m > 0);
             eng_send_all(r.fd, buf, m);
             CHECK(quiet(r.fd, (int)(hold_ms * 11 + 300))); /* no wake-up */
-        } else if (!hold_ms) {
-            CHECK(quiet(r.fd, 200)); /* no wake-up when off */
+        } else if (!hold_ms || answer == NOTHING_SENT) {
+            CHECK(quiet(r.fd, (int)(hold_ms * 11 + 200))); /* no wake-up */
         } else {
             /* the first wake-up, hold_ms after the Reply at the earliest */
             size_t w = read_whole_fpdu(r.fd, buf, sizeof(buf), (int)hold_ms + EV_MS);
@@ -2098,35 +1998,35 @@ static void c_p2p_read(void)
     t_qp_pair(AF_INET6, true);
 }
 
-/* No UIWARP_FIRST_FPDU_HOLD_MS: the default, 20 ms (docs/INTEROP.md §1).
- * P2P, with either RTR: wake-ups while the peer is silent (with the Read
- * RTR: until it answers the RTR); client-server: the first FPDU's trailer
- * is held. */
+/* No UIWARP_FIRST_FPDU_HOLD_MS: the default, 20 ms (docs/INTEROP.md §1):
+ * wake-ups while the peer is silent (with the Read RTR: until it answers
+ * the RTR; client-server: only after we sent something), nothing held. */
 static void c_first_hold_default(void)
 {
     CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 20);
     if (uiw_config()->p2p) {
-        t_first_wake(false, 20, SILENT);
-        t_first_wake(false, 20, ANSWER_LATE);
-        t_first_wake(true, 20, SILENT);
-        t_first_wake(true, 20, ANSWER_LATE);
-        t_first_wake(true, 20, ANSWER_RTR);
+        t_first_wake(WRITE_RTR, 20, SILENT);
+        t_first_wake(WRITE_RTR, 20, ANSWER_LATE);
+        t_first_wake(READ_RTR, 20, SILENT);
+        t_first_wake(READ_RTR, 20, ANSWER_LATE);
+        t_first_wake(READ_RTR, 20, ANSWER_RTR);
     } else {
-        t_first_hold(20, false);
+        t_first_wake(CS, 20, SILENT);
+        t_first_wake(CS, 20, ANSWER_LATE);
+        t_first_wake(CS, 20, NOTHING_SENT);
     }
 }
 
-/* A long hold (P2P: the wake-up's delay): the timing checked from both
- * sides. */
+/* A long hold (the wake-up's delay): the timing checked from both sides. */
 static void c_first_hold_long(void)
 {
     if (uiw_config()->p2p) {
         CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 100);
-        t_first_wake(false, 100, ANSWER_LATE);
-        t_first_wake(true, 100, ANSWER_RTR);
+        t_first_wake(WRITE_RTR, 100, ANSWER_LATE);
+        t_first_wake(READ_RTR, 100, ANSWER_RTR);
     } else {
         CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 400);
-        t_first_hold(400, true);
+        t_first_wake(CS, 400, ANSWER_LATE);
     }
 }
 
@@ -2135,10 +2035,10 @@ static void c_first_hold_off(void)
 {
     CHECK_EQ(uiw_config()->first_fpdu_hold_ms, 0);
     if (uiw_config()->p2p) {
-        t_first_wake(false, 0, SILENT);
-        t_first_wake(true, 0, SILENT);
+        t_first_wake(WRITE_RTR, 0, SILENT);
+        t_first_wake(READ_RTR, 0, SILENT);
     } else {
-        t_first_hold(0, false);
+        t_first_wake(CS, 0, SILENT);
     }
 }
 
@@ -2318,6 +2218,7 @@ static const struct child_case cases[] = {
     {"first_hold_long_p2p", c_first_hold_long, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=100"}},
     {"first_hold_long_cs", c_first_hold_long, {"UIWARP_FIRST_FPDU_HOLD_MS=400"}},
     {"first_hold_off", c_first_hold_off, {"UIWARP_P2P=1", "UIWARP_FIRST_FPDU_HOLD_MS=0"}},
+    {"first_hold_off_cs", c_first_hold_off, {"UIWARP_FIRST_FPDU_HOLD_MS=0"}},
 };
 
 /* Run a case in a fresh process with its environment; add its counts. */
