@@ -203,7 +203,7 @@ for l in $links; do
         al0="- - -" al1="- - -" alb="- - -"
         if [ $align = 1 ]; then
             gso 1
-            ni=200 # small messages: 2000, so that the held first trailers weigh less
+            ni=200 # small messages: 2000, so that connection setup weighs less
             [ "$3" -le 4096 ] && ni=2000
             # shellcheck disable=SC2086
             al0=$(alignment 0 $c -n $ni)
