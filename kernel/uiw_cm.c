@@ -2039,7 +2039,7 @@ static void ep_sock_failed(struct uiw_ep *ep, int rc)
  * such an FPDU, so only a responder that missed the RTR gets a wake-up.
  * Client-server (no RTR) only when we sent something the peer could have
  * missed, so that a wake-up is never the stream's first FPDU (RFC 5044
- * §7.1.2). Until 2026-11-29 the Read RTR and client-server held the first
+ * §7.1.2). Until stop 35 (2026-11-28) the Read RTR and client-server held the first
  * FPDU first_hold_ms instead.
  * ep->mu held, FPDU mode.
  */

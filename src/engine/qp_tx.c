@@ -1695,7 +1695,7 @@ void uiw_tx_flush_deferred(void)
  *    had sent nothing by then gets none (our first FPDU, later, finds siw
  *    watching), and the wake-up never is the stream's first FPDU (RFC 5044
  *    §7.1.2: the responder waits for the initiator's first).
- * Until 2026-11-29 the Read RTR and client-server held their first FPDU's
+ * Until stop 35 (2026-11-28) the Read RTR and client-server held their first FPDU's
  * trailer (pad, CRC) hold_ms instead, which delayed every such
  * connection's first messages by hold_ms, RNICs included.
  * ---------------------------------------------------------------------- */

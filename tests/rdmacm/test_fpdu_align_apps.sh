@@ -19,7 +19,7 @@
 #     behind the first count); "segment alignment" (FPDUs that start a
 #     segment) is printed beside it;
 #   - every TCP segment starts with an FPDU ("segment starts", RFC 5044 §2
-#     "FPDU Alignment"): at least 99% (before 2026-11-29 the initiator's
+#     "FPDU Alignment"): at least 99% (before stop 35, 2026-11-28, the initiator's
 #     held first trailer, one per connection with the Read RTR or
 #     client-server, was not counted; nothing is held now, docs/INTEROP.md
 #     §1). On a quiet machine it is all of them; on a loaded one (CI's Release
