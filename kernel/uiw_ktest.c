@@ -3346,6 +3346,36 @@ static bool w_is_rrtr(const u8 *u, int n)
     return n == 46 && u[0] == 0x41 && u[1] == 0x41 && get_be32(u + 6) == 1 && get_be32(u + 30) == 0;
 }
 
+/* a silent raw end: the two wake-ups, first_hold_ms after the Reply (t0)
+ * and 10 times as late, then none; the QP in RTS */
+static void w_two_wakes(struct hconn *h, struct end *c, u8 *u, unsigned int cap, unsigned long t0,
+                        const char *what)
+{
+    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t1, t;
+    int n;
+
+    n = h_fpdu(h, u, cap);
+    t1 = jiffies;
+    CHECK(w_is_wake(u, n), "%s: the first wake-up (%d) %*ph", what, n,
+          n > 0 ? min_t(int, n, 20) : 0, u);
+    CHECK(time_after_eq(t1, t0 + hold * 9 / 10) && time_before(t1, t0 + hold + HZ),
+          "%s: the first wake-up %u ms after the Reply, want %u", what, jiffies_to_msecs(t1 - t0),
+          wake_hold_ms);
+    n = h_fpdu(h, u, cap);
+    t = jiffies;
+    CHECK(w_is_wake(u, n), "%s: the second wake-up (%d) %*ph", what, n,
+          n > 0 ? min_t(int, n, 20) : 0, u);
+    CHECK(time_after_eq(t, t1 + hold * 9) && time_before(t, t1 + hold * 10 + HZ),
+          "%s: the second wake-up %u ms after the first, want %u", what, jiffies_to_msecs(t - t1),
+          wake_hold_ms * 10);
+    pr_info("first FPDU guard: %s: wake-ups %u and %u ms after the Reply\n", what,
+            jiffies_to_msecs(t1 - t0), jiffies_to_msecs(t - t0));
+    h->sock->sk->sk_rcvtimeo = hold * 2;
+    n = raw_recv(h->sock, u, 1);
+    CHECK(n == -EAGAIN, "%s: %d, want no third wake-up", what, n);
+    CHECK(qp_state(c->id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c->id->qp));
+}
+
 /* P2P, the Write RTR or the Read RTR (read); silent: whether the raw end
  * stays silent (wake-ups) or speaks (none): a zero-length Write after the
  * first Send, or with the Read RTR the RTR's zero-length Read Response at
@@ -3355,7 +3385,7 @@ static void w_p2p(struct ib_device *ib, struct socket *ls, struct sockaddr_in *l
 {
     const char *what = read ? (silent ? "Read RTR, silent peer" : "Read RTR, the peer answers")
                             : (silent ? "Write RTR, silent peer" : "Write RTR, the peer sends");
-    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t1, t;
+    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t;
     struct hconn h = {};
     static u8 u[256];
     struct end c;
@@ -3432,29 +3462,7 @@ static void w_p2p(struct ib_device *ib, struct socket *ls, struct sockaddr_in *l
         CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
         goto down;
     }
-    /* the first wake-up, first_hold_ms after the attach (the Reply) */
-    n = h_fpdu(&h, u, sizeof(u));
-    t1 = jiffies;
-    CHECK(w_is_wake(u, n), "%s: the first wake-up (%d) %*ph", what, n,
-          n > 0 ? min_t(int, n, 20) : 0, u);
-    CHECK(time_after_eq(t1, t0 + hold * 9 / 10) && time_before(t1, t0 + hold + HZ),
-          "%s: the first wake-up %u ms after the Reply, want %u", what, jiffies_to_msecs(t1 - t0),
-          wake_hold_ms);
-    /* the second, 10 first_hold_ms later */
-    n = h_fpdu(&h, u, sizeof(u));
-    t = jiffies;
-    CHECK(w_is_wake(u, n), "%s: the second wake-up (%d) %*ph", what, n,
-          n > 0 ? min_t(int, n, 20) : 0, u);
-    CHECK(time_after_eq(t, t1 + hold * 9) && time_before(t, t1 + hold * 10 + HZ),
-          "%s: the second wake-up %u ms after the first, want %u", what, jiffies_to_msecs(t - t1),
-          wake_hold_ms * 10);
-    pr_info("first FPDU guard: %s: wake-ups %u and %u ms after the Reply\n", what,
-            jiffies_to_msecs(t1 - t0), jiffies_to_msecs(t - t0));
-    /* then none */
-    h.sock->sk->sk_rcvtimeo = hold * 2;
-    rc = raw_recv(h.sock, u, 1);
-    CHECK(rc == -EAGAIN, "%s: %d, want no third wake-up", what, rc);
-    CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
+    w_two_wakes(&h, &c, u, sizeof(u), t0, what);
 down:
     sock_release(h.sock); /* FIN: the client hears DISCONNECTED */
     hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
@@ -3472,7 +3480,7 @@ out:
 static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *lin, u8 *buf)
 {
     const char *what = "client-server (revision 1)";
-    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t1, t;
+    unsigned long hold = msecs_to_jiffies(wake_hold_ms), t0, t;
     struct hconn h = {};
     static u8 u[256];
     struct end c;
@@ -3516,24 +3524,7 @@ static void w_held(struct ib_device *ib, struct socket *ls, struct sockaddr_in *
     rc = poll_n(c.cq, &wc, 1);
     CHECK(rc == 1 && wc.status == IB_WC_SUCCESS && wc.wr_id == 83, "%s: the Send's completion",
           what);
-    /* the raw end stays silent: the wake-ups */
-    rc = h_fpdu(&h, u, sizeof(u));
-    t1 = jiffies;
-    CHECK(w_is_wake(u, rc), "%s: the first wake-up (%d) %*ph", what, rc,
-          rc > 0 ? min_t(int, rc, 20) : 0, u);
-    CHECK(time_after_eq(t1, t0 + hold * 9 / 10) && time_before(t1, t0 + hold + HZ),
-          "%s: the first wake-up %u ms after the Reply, want %u", what, jiffies_to_msecs(t1 - t0),
-          wake_hold_ms);
-    rc = h_fpdu(&h, u, sizeof(u));
-    t = jiffies;
-    CHECK(w_is_wake(u, rc), "%s: the second wake-up (%d) %*ph", what, rc,
-          rc > 0 ? min_t(int, rc, 20) : 0, u);
-    CHECK(time_after_eq(t, t1 + hold * 9) && time_before(t, t1 + hold * 10 + HZ),
-          "%s: the second wake-up %u ms after the first, want %u", what, jiffies_to_msecs(t - t1),
-          wake_hold_ms * 10);
-    pr_info("first FPDU guard: %s: wake-ups %u and %u ms after the Reply\n", what,
-            jiffies_to_msecs(t1 - t0), jiffies_to_msecs(t - t0));
-    CHECK(qp_state(c.id->qp) == IB_QPS_RTS, "%s: QP state %d", what, qp_state(c.id->qp));
+    w_two_wakes(&h, &c, u, sizeof(u), t0, what); /* the raw end stays silent */
     sock_release(h.sock);
     hr_down(&c, NULL, RDMA_CM_EVENT_DISCONNECTED, 0, what);
     return;

@@ -1558,52 +1558,47 @@ static size_t read_whole_fpdu(int fd, uint8_t *buf, size_t room, int ms)
     return n;
 }
 
+/* Whether buf holds exactly one FPDU, with no payload and a good trailer;
+ * its header in *h. */
+static bool one_empty_fpdu(const uint8_t *buf, size_t n, uiw_hdr *h)
+{
+    uiw_rx rx;
+    uiw_rx_cfg cfg = {.crc = false};
+    uiw_rx_init(&rx, &cfg);
+    size_t off = 0;
+    int hdrs = 0;
+    bool end = false;
+    while (off < n) {
+        uiw_rx_event e;
+        size_t used = uiw_rx_feed(&rx, buf + off, n - off, &e);
+        off += used;
+        if (e.kind == UIW_RX_HDR && e.payload_len == 0) {
+            *h = *e.hdr;
+            hdrs++;
+        } else if (e.kind == UIW_RX_END) {
+            end = e.crc_ok;
+        } else if (e.kind != UIW_RX_HDR || used == 0) {
+            return false; /* payload, an error, or no progress */
+        }
+    }
+    return hdrs == 1 && end;
+}
+
 /* Whether buf holds exactly one zero-length RDMA Write to STag 1, TO 0
  * (the Write RTR's form, and the wake-up's). */
 static bool is_zero_write(const uint8_t *buf, size_t n)
 {
-    uiw_rx rx;
-    uiw_rx_cfg cfg = {.crc = false};
-    uiw_rx_init(&rx, &cfg);
-    size_t off = 0;
-    bool hdr = false, end = false;
-    while (off < n) {
-        uiw_rx_event e;
-        size_t used = uiw_rx_feed(&rx, buf + off, n - off, &e);
-        off += used;
-        if (e.kind == UIW_RX_HDR)
-            hdr = e.hdr->opcode == UIW_OP_WRITE && e.hdr->stag == 1 && e.hdr->to == 0 &&
-                  e.payload_len == 0;
-        else if (e.kind == UIW_RX_END)
-            end = e.crc_ok;
-        else if (e.kind == UIW_RX_PAYLOAD || e.kind == UIW_RX_ERROR || used == 0)
-            return false;
-    }
-    return hdr && end;
+    uiw_hdr h;
+    return one_empty_fpdu(buf, n, &h) && h.opcode == UIW_OP_WRITE && h.stag == 1 && h.to == 0;
 }
 
 /* Whether buf holds exactly one zero-length RDMA Read Request, source STag
- * 1 (the Read RTR: start_rtr). */
+ * 1, MSN 1 (the Read RTR: start_rtr). */
 static bool is_zero_read(const uint8_t *buf, size_t n)
 {
-    uiw_rx rx;
-    uiw_rx_cfg cfg = {.crc = false};
-    uiw_rx_init(&rx, &cfg);
-    size_t off = 0;
-    bool hdr = false, end = false;
-    while (off < n) {
-        uiw_rx_event e;
-        size_t used = uiw_rx_feed(&rx, buf + off, n - off, &e);
-        off += used;
-        if (e.kind == UIW_RX_HDR)
-            hdr = e.hdr->opcode == UIW_OP_READ_REQ && e.hdr->u.rreq.read_size == 0 &&
-                  e.hdr->u.rreq.src_stag == 1 && e.hdr->msn == 1;
-        else if (e.kind == UIW_RX_END)
-            end = e.crc_ok;
-        else if (e.kind == UIW_RX_PAYLOAD || e.kind == UIW_RX_ERROR || used == 0)
-            return false;
-    }
-    return hdr && end;
+    uiw_hdr h;
+    return one_empty_fpdu(buf, n, &h) && h.opcode == UIW_OP_READ_REQ && h.u.rreq.read_size == 0 &&
+           h.u.rreq.src_stag == 1 && h.msn == 1;
 }
 
 /* Our initiator against a raw responder (docs/INTEROP.md §1): P2P with the
